@@ -1,0 +1,34 @@
+"""The `coordinator` console script."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from coordinator.config import Config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="coordinator", description="Commit coordinator for Iceberg, Delta and Lance")
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the service (embedded PostgreSQL unless --database-url is given)")
+    s.add_argument("--host", help="bind address (env COORDINATOR_HOST, default 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port (env COORDINATOR_PORT, default 8181)")
+    s.add_argument("--database-url", help="PostgreSQL DSN (env COORDINATOR_DATABASE_URL); default: embedded")
+    s.add_argument("--data-dir", help="where the embedded database and default warehouse live "
+                                      "(env COORDINATOR_DATA_DIR, default ./.coordinator)")
+    s.add_argument("--warehouse", help="root for table locations: a path or s3:// URI (env COORDINATOR_WAREHOUSE)")
+    s.add_argument("--log-level", help="debug, info, warning (env COORDINATOR_LOG_LEVEL)")
+    args = parser.parse_args(argv)
+
+    if args.command == "serve":
+        from .server import configure_logging, serve
+        config = Config.from_env(host=args.host, port=args.port, database_url=args.database_url,
+                                 data_dir=args.data_dir, warehouse=args.warehouse, log_level=args.log_level)
+        configure_logging(config.log_level)
+        serve(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""Iceberg REST Catalog routes (`/v1/...`, with or without `{prefix}`): parse, call the catalog, map the result.
+
+Spec: open-api/rest-catalog-open-api.yaml. Errors use the spec's `IcebergErrorResponse`
+(`{"error": {"message", "type", "code"}}`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+from quart import Blueprint, Response, request
+
+from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
+                                NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
+from coordinator.iceberg import parse_requirements, parse_updates
+from coordinator.iceberg.catalog import IcebergTable, TableIdent
+
+from .common import empty_response, json_response, read_model
+
+bp = Blueprint("iceberg", __name__)
+
+NAMESPACE_SEPARATOR = "\x1f"
+# Prefixes that would make Iceberg's `/v1/{prefix}/...` collide with Lance's `/v1/namespace/...`, `/v1/table/...`.
+RESERVED_PREFIXES = {"namespace", "table", "transaction", "config", "oauth"}
+
+
+# -- request bodies (spec names) -----------------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+
+class CreateNamespaceRequest(_Body):
+    namespace: list[str]
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class UpdateNamespacePropertiesRequest(_Body):
+    removals: list[str] = Field(default_factory=list)
+    updates: dict[str, str] = Field(default_factory=dict)
+
+
+class CreateTableRequest(_Body):
+    name: str
+    location: Optional[str] = None
+    schema_: dict[str, Any] = Field(alias="schema")
+    partition_spec: Optional[dict[str, Any]] = Field(default=None, alias="partition-spec")
+    write_order: Optional[dict[str, Any]] = Field(default=None, alias="write-order")
+    stage_create: bool = Field(default=False, alias="stage-create")
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class RegisterTableRequest(_Body):
+    name: str
+    metadata_location: str = Field(alias="metadata-location")
+    overwrite: bool = False
+
+
+class TableIdentifier(_Body):
+    namespace: list[str]
+    name: str
+
+
+class RenameTableRequest(_Body):
+    source: TableIdentifier
+    destination: TableIdentifier
+
+
+class CommitTableRequest(_Body):
+    identifier: Optional[TableIdentifier] = None
+    requirements: list[Any]
+    updates: list[Any]
+
+
+# -- error translation ---------------------------------------------------------------------------------------
+
+
+def _error_type(exc: CoordinatorError) -> str:
+    kind = exc.kind or ""
+    if isinstance(exc, NotFound):
+        return {"namespace": "NoSuchNamespaceException", "view": "NoSuchViewException"}.get(
+            kind, "NoSuchTableException")
+    if isinstance(exc, NotEmpty):
+        return "NamespaceNotEmptyException"
+    if isinstance(exc, AlreadyExists):
+        return "AlreadyExistsException"
+    if isinstance(exc, CommitConflict):
+        return "CommitFailedException"
+    if isinstance(exc, Unavailable):
+        return "ServiceUnavailableException"
+    if isinstance(exc, OutcomeUnknown):
+        return "CommitStateUnknownException"
+    if isinstance(exc, Unauthorized):
+        return "NotAuthorizedException"
+    if isinstance(exc, Forbidden):
+        return "ForbiddenException"
+    if isinstance(exc, TooManyRequests):
+        return "TooManyRequestsException"
+    return "BadRequestException"
+
+
+def error_response(exc: CoordinatorError) -> Response:
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
+    body = {"error": {"message": exc.message, "type": _error_type(exc), "code": exc.status}}
+    return json_response(body, exc.status, headers)
+
+
+@bp.errorhandler(CoordinatorError)
+async def _on_error(exc: CoordinatorError) -> Response:
+    return error_response(exc)
+
+
+# -- helpers -------------------------------------------------------------------------------------------------
+
+
+def _catalog():
+    from quart import current_app
+    return current_app.config["COORDINATOR"].iceberg
+
+
+def _prefix(prefix: str) -> str:
+    if prefix in RESERVED_PREFIXES:
+        raise BadRequest(f"prefix {prefix!r} is reserved")
+    return prefix
+
+
+def _namespace(raw: str) -> tuple[str, ...]:
+    levels = tuple(raw.split(NAMESPACE_SEPARATOR))
+    if not raw or any(not level for level in levels):
+        raise BadRequest(f"invalid namespace: {raw!r}")
+    return levels
+
+
+def _ident(prefix: str, namespace: str, table: str) -> TableIdent:
+    return TableIdent(_prefix(prefix), _namespace(namespace), table)
+
+
+def _page_size() -> int | None:
+    raw = request.args.get("pageSize")
+    if raw is None:
+        return None
+    try:
+        size = int(raw)
+    except ValueError:
+        raise BadRequest(f"pageSize must be an integer, got {raw!r}") from None
+    if size < 1:
+        raise BadRequest("pageSize must be >= 1")
+    return min(size, 1000)
+
+
+def _load_response(table: IcebergTable, status: int = 200) -> Response:
+    return json_response(table.load_result(), status)
+
+
+def routes(rule: str, methods: list[str]):
+    """Register a handler under both `/v1/{prefix}/...` and `/v1/...` (prefix "")."""
+    def wrap(fn):
+        bp.add_url_rule("/v1/<prefix>" + rule, view_func=fn, methods=methods, endpoint=fn.__name__ + "_p")
+        bp.add_url_rule("/v1" + rule, view_func=fn, methods=methods, endpoint=fn.__name__,
+                        defaults={"prefix": ""})
+        return fn
+    return wrap
+
+
+# -- config --------------------------------------------------------------------------------------------------
+
+ENDPOINTS = [
+    "GET /v1/{prefix}/namespaces", "POST /v1/{prefix}/namespaces",
+    "GET /v1/{prefix}/namespaces/{namespace}", "HEAD /v1/{prefix}/namespaces/{namespace}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}", "POST /v1/{prefix}/namespaces/{namespace}/properties",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables", "POST /v1/{prefix}/namespaces/{namespace}/tables",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/register", "POST /v1/{prefix}/tables/rename",
+]
+
+
+@bp.get("/v1/config")
+async def get_config() -> Response:
+    return json_response({"defaults": {}, "overrides": {}, "endpoints": ENDPOINTS,
+                          "namespace-separator": "%1F"})
+
+
+# -- namespaces ----------------------------------------------------------------------------------------------
+
+
+@routes("/namespaces", ["GET"])
+async def list_namespaces(prefix: str) -> Response:
+    parent = request.args.get("parent")
+    names, nxt = await _catalog().list_namespaces(_prefix(prefix), _namespace(parent) if parent else (),
+                                                  request.args.get("pageToken"), _page_size())
+    body: dict[str, Any] = {"namespaces": [list(n) for n in names]}
+    if nxt:
+        body["next-page-token"] = nxt
+    return json_response(body)
+
+
+@routes("/namespaces", ["POST"])
+async def create_namespace(prefix: str) -> Response:
+    body = await read_model(CreateNamespaceRequest)
+    await _catalog().create_namespace(_prefix(prefix), tuple(body.namespace), body.properties)
+    return json_response({"namespace": body.namespace, "properties": body.properties})
+
+
+@routes("/namespaces/<namespace>", ["GET", "HEAD"])
+async def load_namespace(prefix: str, namespace: str) -> Response:
+    ns = _namespace(namespace)
+    props = await _catalog().load_namespace(_prefix(prefix), ns)
+    if request.method == "HEAD":
+        return empty_response(204)
+    return json_response({"namespace": list(ns), "properties": props})
+
+
+@routes("/namespaces/<namespace>", ["DELETE"])
+async def drop_namespace(prefix: str, namespace: str) -> Response:
+    await _catalog().drop_namespace(_prefix(prefix), _namespace(namespace))
+    return empty_response(204)
+
+
+@routes("/namespaces/<namespace>/properties", ["POST"])
+async def update_namespace_properties(prefix: str, namespace: str) -> Response:
+    body = await read_model(UpdateNamespacePropertiesRequest)
+    result = await _catalog().update_namespace_properties(_prefix(prefix), _namespace(namespace), body.removals,
+                                                          body.updates)
+    if result["missing"] is None:
+        del result["missing"]
+    return json_response(result)
+
+
+# -- tables --------------------------------------------------------------------------------------------------
+
+
+@routes("/namespaces/<namespace>/tables", ["GET"])
+async def list_tables(prefix: str, namespace: str) -> Response:
+    idents, nxt = await _catalog().list_tables(_prefix(prefix), _namespace(namespace),
+                                               request.args.get("pageToken"), _page_size())
+    body: dict[str, Any] = {"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in idents]}
+    if nxt:
+        body["next-page-token"] = nxt
+    return json_response(body)
+
+
+@routes("/namespaces/<namespace>/tables", ["POST"])
+async def create_table(prefix: str, namespace: str) -> Response:
+    body = await read_model(CreateTableRequest)
+    ident = _ident(prefix, namespace, body.name)
+    table = await _catalog().create_table(
+        ident, schema=body.schema_, location=body.location, partition_spec=body.partition_spec,
+        write_order=body.write_order, properties=body.properties, stage_create=body.stage_create)
+    if body.stage_create:
+        return json_response({"metadata": table.metadata, "config": {}})
+    return _load_response(table)
+
+
+@routes("/namespaces/<namespace>/register", ["POST"])
+async def register_table(prefix: str, namespace: str) -> Response:
+    body = await read_model(RegisterTableRequest)
+    if body.overwrite:
+        raise BadRequest("register with overwrite=true is not supported; drop the table first")
+    table = await _catalog().register_table(_ident(prefix, namespace, body.name), body.metadata_location)
+    return _load_response(table)
+
+
+@routes("/namespaces/<namespace>/tables/<table>", ["GET", "HEAD"])
+async def load_table(prefix: str, namespace: str, table: str) -> Response:
+    ident = _ident(prefix, namespace, table)
+    snapshots = request.args.get("snapshots", "all")
+    if snapshots not in ("all", "refs"):
+        raise BadRequest(f"snapshots must be 'all' or 'refs', got {snapshots!r}")
+    loaded = await _catalog().load_table(ident)
+    if request.method == "HEAD":
+        return empty_response(204)
+    return _load_response(loaded)
+
+
+@routes("/namespaces/<namespace>/tables/<table>", ["POST"])
+async def commit_table(prefix: str, namespace: str, table: str) -> Response:
+    body = await read_model(CommitTableRequest)
+    ident = _ident(prefix, namespace, table)
+    if body.identifier is not None and (tuple(body.identifier.namespace), body.identifier.name) != (
+            ident.namespace, ident.name):
+        raise BadRequest("identifier in the body does not match the table in the path")
+    committed = await _catalog().commit_table(ident, parse_requirements(body.requirements),
+                                              parse_updates(body.updates))
+    return json_response(b"".join([b'{"metadata-location":', _dumps(committed.metadata_location),
+                                   b',"metadata":', committed.metadata_json, b"}"]))
+
+
+@routes("/namespaces/<namespace>/tables/<table>", ["DELETE"])
+async def drop_table(prefix: str, namespace: str, table: str) -> Response:
+    purge = request.args.get("purgeRequested", "false").lower() == "true"
+    await _catalog().drop_table(_ident(prefix, namespace, table), purge)
+    return empty_response(204)
+
+
+@routes("/tables/rename", ["POST"])
+async def rename_table(prefix: str) -> Response:
+    body = await read_model(RenameTableRequest)
+    source = TableIdent(_prefix(prefix), tuple(body.source.namespace), body.source.name)
+    dest = TableIdent(_prefix(prefix), tuple(body.destination.namespace), body.destination.name)
+    await _catalog().rename_table(source, dest)
+    return empty_response(204)
+
+
+def _dumps(value: Any) -> bytes:
+    import orjson
+    return orjson.dumps(value)

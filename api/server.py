@@ -1,0 +1,165 @@
+"""Running the service: `serve()` for the console script, `EmbeddedService` for programs that embed it.
+
+Embedded use (pipeline orchestrators, tests)::
+
+    from api import EmbeddedService
+    with EmbeddedService() as base_url:          # embedded PostgreSQL in a temp data dir, a free port
+        catalog = RestCatalog("c", uri=base_url)  # Iceberg: base_url; Lance: base_url; UC: base_url + "/api/2.1/unity-catalog"
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import trio
+from hypercorn.config import Config as HyperConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from coordinator.config import Config
+from coordinator.service import Coordinator
+
+from .app import create_app
+
+log = logging.getLogger(__name__)
+
+
+class JsonFormatter(logging.Formatter):
+    FIELDS = ("request_id", "method", "path", "status", "ms")
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name,
+               "msg": record.getMessage()}
+        for key in self.FIELDS:
+            if hasattr(record, key):
+                out[key] = getattr(record, key)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # One line per request comes from our own logger; hypercorn's access log would duplicate it.
+    logging.getLogger("hypercorn.access").setLevel(logging.WARNING)
+
+
+def hypercorn_config(config: Config) -> HyperConfig:
+    hc = HyperConfig()
+    hc.bind = [f"{config.host}:{config.port}"]
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("hypercorn.error")
+    hc.keep_alive_timeout = 75
+    hc.graceful_timeout = 5
+    hc.h11_max_incomplete_size = 64 * 1024
+    return hc
+
+
+async def serve_coordinator(coordinator: Coordinator, *, shutdown: trio.Event | None = None,
+                            task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Run the actors and the HTTP server until `shutdown` is set (or forever)."""
+    app = create_app(coordinator)
+    trigger = shutdown.wait if shutdown is not None else None
+    async with trio.open_nursery() as nursery:
+        await nursery.start(coordinator.run)
+        binds = await nursery.start(lambda task_status: hypercorn_serve(
+            app, hypercorn_config(coordinator.config), shutdown_trigger=trigger, task_status=task_status))
+        task_status.started(binds)
+        if shutdown is not None:
+            await shutdown.wait()
+            await trio.sleep(0)  # let hypercorn finish its graceful shutdown first
+            nursery.cancel_scope.deadline = trio.current_time() + coordinator.config.db_timeout_s
+
+
+def serve(config: Config) -> None:
+    """Blocking: start the database (embedded unless configured), then serve until interrupted."""
+    coordinator = Coordinator(config)
+    coordinator.open()
+    try:
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                binds = await nursery.start(serve_coordinator, coordinator)
+                log.info("coordinator serving on %s (Iceberg REST: %s, Lance REST: %s, Unity Catalog: %s)",
+                         binds, binds[0], binds[0], f"{binds[0]}/api/2.1/unity-catalog")
+        trio.run(main)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        coordinator.close()
+
+
+class EmbeddedService:
+    """Runs the service in a background thread on a free port; a context manager yielding its base URL."""
+
+    def __init__(self, config: Config | None = None, **overrides):
+        self._tmp: str | None = None
+        if config is None:
+            if "data_dir" not in overrides:
+                self._tmp = tempfile.mkdtemp(prefix="coordinator-")
+                Path(self._tmp).chmod(0o755)
+                overrides["data_dir"] = self._tmp
+            overrides.setdefault("port", 0)
+            config = Config(**overrides)
+        self.config = config
+        self.coordinator = Coordinator(config)
+        self.base_url: str | None = None
+        self._thread: threading.Thread | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._shutdown: trio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> str:
+        self.coordinator.open()
+        self._thread = threading.Thread(target=self._main, name="coordinator-embedded", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise RuntimeError(f"embedded coordinator failed to start: {self._error}") from self._error
+        return self.base_url
+
+    def _main(self) -> None:
+        async def main() -> None:
+            self._token = trio.lowlevel.current_trio_token()
+            self._shutdown = trio.Event()
+            async with trio.open_nursery() as nursery:
+                binds = await nursery.start(lambda task_status: serve_coordinator(
+                    self.coordinator, shutdown=self._shutdown, task_status=task_status))
+                self.base_url = binds[0]
+                self._ready.set()
+        try:
+            trio.run(main)
+        except BaseException as exc:  # surfaced to the starting thread
+            self._error = exc
+            log.exception("embedded coordinator stopped with an error")
+        finally:
+            self._ready.set()
+
+    def stop(self) -> None:
+        if self._thread is not None and self._token is not None:
+            try:
+                self._token.run_sync_soon(self._shutdown.set)
+            except trio.RunFinishedError:
+                pass
+            self._thread.join(timeout=30)
+        self._thread = None
+        self.coordinator.close(stop_embedded=True)
+        if self._tmp:
+            if self.coordinator.embedded is not None:
+                self.coordinator.embedded.destroy()
+            shutil.rmtree(self._tmp, ignore_errors=True)

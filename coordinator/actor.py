@@ -1,0 +1,370 @@
+"""The table actor: one trio task per active table, the only place a table's commits are sequenced.
+
+It takes everything queued in its mailbox (a batch), decides each request against the in-memory state in
+arrival order (each sees the effect of those before it), hands the batch's accepted changes to the group-commit
+writer as one compare-and-set, and answers only once the write is durable. A rejected request is answered at
+once and never fails the others. If the write fails, nobody in the batch hears "success" and the actor reloads
+its state from the store before serving again.
+
+Commit rules live in the formats' modules as `Proposal.decide(state) -> Decision`, pure functions of the state:
+that is what lets the actor re-decide after a reload, and a multi-table transaction decide without applying.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+from uuid import UUID
+
+import trio
+
+from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
+
+from .errors import AlreadyExists, BadRequest, CommitConflict, CoordinatorError, NotFound, OutcomeUnknown, Unavailable
+
+if TYPE_CHECKING:
+    from .registry import Registry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Decision:
+    """What one request decided against a table's state.
+
+    `row_state` set (or `delete`/`rename`/`log`/`log_delete`) means a write: the table row's `state` becomes
+    `row_state` and the log rows are appended. No write means a read or a no-op, answered from `state`.
+    """
+
+    state: Any
+    reply: Any = None
+    row_state: dict[str, Any] | None = None
+    log: list[LogEntry] = field(default_factory=list)
+    log_delete: list[tuple[int, int]] = field(default_factory=list)
+    delete: bool = False
+    rename: tuple[str, str, str] | None = None
+    files: list[tuple[str, bytes]] = field(default_factory=list)       # made durable before the row
+    idempotency: IdempotencyRecord | None = None
+    after_durable: Callable[[], Awaitable[None]] | None = None         # best-effort clean-up (old files)
+
+    @property
+    def writes(self) -> bool:
+        return (self.row_state is not None or self.delete or self.rename is not None or bool(self.log)
+                or bool(self.log_delete))
+
+    @property
+    def is_simple(self) -> bool:
+        return not (self.delete or self.rename is not None or self.log_delete)
+
+
+class Proposal(Protocol):
+    """A request for one table. `decide` must be pure: it may not change `state` or anything reachable from it,
+    and it raises a CoordinatorError to reject."""
+
+    def decide(self, state: Any) -> Decision: ...
+
+
+class Loader(Protocol):
+    async def __call__(self, row: TableRow) -> Any: ...
+
+
+class Reply:
+    """A one-shot answer slot the requester awaits."""
+
+    __slots__ = ("_event", "value", "error")
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def set(self, value: Any) -> None:
+        if not self._event.is_set():
+            self.value = value
+            self._event.set()
+
+    def fail(self, error: BaseException) -> None:
+        if not self._event.is_set():
+            self.error = error
+            self._event.set()
+
+    async def wait(self) -> Any:
+        await self._event.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+@dataclass
+class Request:
+    proposal: Proposal
+    reply: Reply = field(default_factory=Reply)
+    enqueued_at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class _Segment:
+    """Consecutive accepted changes of one batch, written as one compare-and-set of the table row."""
+
+    state: Any
+    decisions: list[tuple[Request, Decision]] = field(default_factory=list)
+    readers: list[tuple[Request, Any]] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.decisions
+
+
+class TableActor:
+    def __init__(self, registry: "Registry", table_id: UUID, mailbox_size: int):
+        self.registry = registry
+        self.table_id = table_id
+        self.send, self.receive = trio.open_memory_channel[Request](mailbox_size)
+        self.row: TableRow | None = None   # as last durably written
+        self.state: Any = None             # format state matching `row`
+        self.loaded = False
+        self.gone = False                  # table dropped or never existed
+        self.batches = 0
+        self.last_batch_size = 0
+
+    # -- requester side --------------------------------------------------------------------------------------
+
+    def offer(self, proposal: Proposal) -> Reply:
+        req = Request(proposal)
+        try:
+            self.send.send_nowait(req)
+        except trio.WouldBlock:
+            raise Unavailable(f"table {self.table_id} is busy: its mailbox is full; retry shortly",
+                              retry_after_s=self.registry.config.retry_after_s) from None
+        return req.reply
+
+    def statistics(self) -> dict[str, int]:
+        return {"mailbox": self.send.statistics().current_buffer_used, "batches": self.batches,
+                "last_batch": self.last_batch_size}
+
+    # -- the actor's task ------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        idle_s = self.registry.config.actor_idle_s
+        while True:
+            with trio.move_on_after(idle_s if idle_s > 0 else math.inf):
+                first = await self.receive.receive()
+                batch = [first]
+                while True:
+                    try:
+                        batch.append(self.receive.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                await self._serve(batch)
+                if self.gone and self.registry.retire(self):
+                    return
+                continue
+            # Idle: retire only if nothing arrived, in the same tick as leaving the registry, so a new request
+            # can never find two actors for this table.
+            if self.registry.retire(self):
+                return
+
+    async def _ensure_loaded(self) -> None:
+        if self.loaded:
+            return
+        row = await self.registry.store.get_table(self.table_id)
+        if row is None:
+            self.row, self.state, self.gone = None, None, True
+        else:
+            self.state = await self.registry.load_state(row)
+            self.row, self.gone = row, False
+        self.loaded = True
+
+    async def _serve(self, batch: list[Request]) -> None:
+        self.batches += 1
+        self.last_batch_size = len(batch)
+        try:
+            await self._ensure_loaded()
+        except CoordinatorError as exc:
+            for req in batch:
+                req.reply.fail(exc if isinstance(exc, Unavailable) else Unavailable(f"cannot load table: {exc}"))
+            return
+        except Exception as exc:
+            log.exception("loading table %s failed", self.table_id)
+            for req in batch:
+                req.reply.fail(Unavailable(f"cannot load table {self.table_id}: {exc}"))
+            return
+        seg = _Segment(self.state)
+        for req in batch:
+            if isinstance(req.proposal, Participant):
+                # A multi-table transaction: settle what came before it, then hold the table for it.
+                if not seg.empty:
+                    await self._flush(seg)
+                await self._take_part(req)
+                seg = _Segment(self.state)
+                continue
+            if self.gone:
+                req.reply.fail(NotFound("Table does not exist", kind="table"))
+                continue
+            decision = self._decide(req, seg.state)
+            if decision is None:
+                continue
+            if not decision.writes:
+                if seg.empty:
+                    req.reply.set(decision.reply)
+                else:
+                    seg.readers.append((req, decision.reply))
+                continue
+            if not decision.is_simple and not seg.empty:
+                # Drops and renames are written on their own, against the durable state.
+                await self._flush(seg)
+                seg = _Segment(self.state)
+                if self.gone:
+                    req.reply.fail(NotFound("Table does not exist", kind="table"))
+                    continue
+                decision = self._decide(req, seg.state)
+                if decision is None:
+                    continue
+            seg.decisions.append((req, decision))
+            seg.state = decision.state
+            if not decision.is_simple:
+                await self._flush(seg)
+                seg = _Segment(self.state)
+        if not seg.empty:
+            await self._flush(seg)
+
+    async def _take_part(self, req: Request) -> None:
+        participant: Participant = req.proposal
+        if self.gone:
+            req.reply.fail(NotFound("Table does not exist", kind="table"))
+            return
+        try:
+            decision = participant.proposal.decide(self.state)
+        except CoordinatorError as exc:
+            req.reply.fail(exc)
+            return
+        except Exception as exc:
+            log.exception("commit rule failed on table %s", self.table_id)
+            req.reply.fail(BadRequest(f"cannot apply request: {type(exc).__name__}: {exc}"))
+            return
+        write = self._table_write([decision])
+        try:
+            with trio.CancelScope(shield=True):
+                await write_files(decision.files, self.registry.files)
+        except Exception as exc:
+            req.reply.fail(Unavailable(f"could not write table files: {exc}"))
+            return
+        req.reply.set((decision, write))
+        # Hold the table: nothing else is decided until the transaction's single write has an outcome.
+        with trio.CancelScope(shield=True):
+            await participant.verdict.event.wait()
+        if participant.verdict.applied:
+            self.row = _advance(self.row, write)
+            self.state = decision.state
+            self.gone = write.delete
+            if decision.after_durable is not None:
+                self.registry.spawn_background(decision.after_durable)
+        elif not isinstance(participant.verdict.error, (CommitConflict, BadRequest, NotFound, AlreadyExists)):
+            # The write failed or its outcome is unknown: believe only the store.
+            self.loaded = False
+            try:
+                await self._ensure_loaded()
+            except Exception as exc:
+                log.warning("reload of table %s failed (%s); will retry on next request", self.table_id, exc)
+
+    def _decide(self, req: Request, state: Any) -> Decision | None:
+        try:
+            return req.proposal.decide(state)
+        except CoordinatorError as exc:
+            req.reply.fail(exc)
+        except Exception as exc:
+            # Input the rules did not anticipate. Nothing was applied, so say so rather than "state unknown".
+            log.exception("commit rule failed on table %s", self.table_id)
+            req.reply.fail(BadRequest(f"cannot apply request: {type(exc).__name__}: {exc}"))
+        return None
+
+    def _table_write(self, decisions: list[Decision]) -> TableWrite:
+        row = self.row
+        w = TableWrite(table_id=self.table_id, expected_version=row.row_version, epoch=row.epoch,
+                       bump=len(decisions))
+        for d in decisions:
+            if d.row_state is not None:
+                w.state = d.row_state
+            w.log.extend(d.log)
+            w.log_delete.extend(d.log_delete)
+            w.delete = w.delete or d.delete
+            w.rename = d.rename or w.rename
+        return w
+
+    async def _flush(self, seg: _Segment) -> None:
+        decisions = [d for _, d in seg.decisions]
+        requests = [r for r, _ in seg.decisions] + [r for r, _ in seg.readers]
+        write = self._table_write(decisions)
+        group = WriteGroup([write], [d.idempotency for d in decisions if d.idempotency is not None])
+        # The write must not be abandoned half-way by a cancelled requester or a shutdown: shield it.
+        with trio.CancelScope(shield=True):
+            try:
+                await write_files([f for d in decisions for f in d.files], self.registry.files)
+                result = await self.registry.store.write(group)
+            except CoordinatorError as exc:
+                return await self._fail(requests, exc)
+            except Exception as exc:
+                log.exception("writing table %s failed", self.table_id)
+                return await self._fail(requests, Unavailable(f"could not write table files: {exc}"))
+        if not result.applied:
+            return await self._fail(requests, _not_applied_error(self.table_id, result.reason))
+        self.registry.metrics.observe_batch(len(decisions))
+        self.row = _advance(self.row, write)
+        self.state = seg.state
+        if write.delete:
+            self.gone = True
+        for req, d in seg.decisions:
+            req.reply.set(d.reply)
+        for req, reply in seg.readers:
+            req.reply.set(reply)
+        for d in decisions:
+            if d.after_durable is not None:
+                self.registry.spawn_background(d.after_durable)
+
+    async def _fail(self, requests: list[Request], exc: CoordinatorError) -> None:
+        if isinstance(exc, OutcomeUnknown):
+            log.error("outcome unknown for %d requests on table %s: %s", len(requests), self.table_id, exc)
+        for req in requests:
+            req.reply.fail(exc)
+        self.loaded = False  # reload from the store before serving again
+        try:
+            await self._ensure_loaded()
+        except Exception as reload_exc:
+            log.warning("reload of table %s failed (%s); will retry on next request", self.table_id, reload_exc)
+
+
+def _not_applied_error(table_id: UUID, reason: str | None) -> CoordinatorError:
+    if reason == "exists":
+        return AlreadyExists("Table already exists under the new name", kind="table")
+    if reason == "missing-namespace":
+        return NotFound("Namespace does not exist", kind="namespace")
+    # Our row changed under us: a bug or a new owner (fencing). Nothing applied; we reload before serving.
+    return Unavailable(f"table {table_id} changed concurrently ({reason}); nothing applied, retry")
+
+
+def _advance(row: TableRow, w: TableWrite) -> TableRow:
+    from dataclasses import replace
+    changes: dict[str, Any] = {"row_version": w.new_version}
+    if w.state is not None:
+        changes["state"] = w.state
+    if w.rename is not None:
+        changes["catalog"], changes["namespace"], changes["name"] = w.rename
+    return replace(row, **changes)
+
+
+async def write_files(files: list[tuple[str, bytes]], fileio) -> None:
+    """Write (and fsync) all files of a segment concurrently before the row that points at them."""
+    if not files:
+        return
+    if len(files) == 1:
+        await fileio.write(*files[0])
+        return
+    async with trio.open_nursery() as nursery:
+        for uri, data in files:
+            nursery.start_soon(fileio.write, uri, data)
+
+
+from .transaction import Participant  # noqa: E402  (transaction builds on this module's Decision)

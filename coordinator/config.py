@@ -1,0 +1,71 @@
+"""The service's one configuration object: typed defaults, units in the names, loaded from env or a mapping."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+ENV_PREFIX = "COORDINATOR_"
+
+
+@dataclass
+class Config:
+    host: str = "127.0.0.1"
+    port: int = 8181
+    # None: run the embedded PostgreSQL in `data_dir` (no set-up needed).
+    database_url: str | None = None
+    data_dir: Path = Path(".coordinator")
+    # Root under which new tables get their location (file:// path or s3:// URI). Default: <data_dir>/warehouse.
+    warehouse: str | None = None
+    log_level: str = "info"
+
+    # Table actors
+    mailbox_size: int = 256          # requests queued per table before 503 + Retry-After
+    actor_idle_s: float = 120.0      # an actor with no request for this long is retired (its state dropped)
+    retry_after_s: int = 1           # advertised in Retry-After on 503
+
+    # Storage
+    db_pool_size: int = 4
+    db_timeout_s: float = 10.0
+    s3_options: dict[str, str] = field(default_factory=dict)  # passed to obstore's S3Store (region, endpoint, ...)
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        self.port = int(self.port)
+
+    @property
+    def warehouse_uri(self) -> str:
+        if self.warehouse:
+            w = self.warehouse
+            return w if "://" in w else Path(w).resolve().as_uri()
+        return (self.data_dir.resolve() / "warehouse").as_uri()
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "Config":
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in values.items():
+            if value is None or key not in names:
+                continue
+            kind = names[key].type
+            if kind in ("int",):
+                value = int(value)
+            elif kind in ("float",):
+                value = float(value)
+            kwargs[key] = value
+        return cls(**kwargs)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Config":
+        """COORDINATOR_<FIELD> variables (e.g. COORDINATOR_DATABASE_URL), then explicit overrides on top."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {
+            f.name: env[ENV_PREFIX + f.name.upper()]
+            for f in dataclasses.fields(cls)
+            if ENV_PREFIX + f.name.upper() in env and f.name != "s3_options"
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.from_mapping(values)

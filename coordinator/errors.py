@@ -1,0 +1,82 @@
+"""Format-neutral errors raised by the coordinator and its commit rules.
+
+Every error says two things a client needs: what went wrong (`message`, naming the field or object) and
+whether the request changed anything. Each protocol module in `api/` translates these once, at its boundary,
+into its own status code and body; nothing below `api/` knows about HTTP bodies.
+
+    CoordinatorError
+     ├── BadRequest            malformed or invalid input; nothing applied            (400)
+     ├── Unauthorized/Forbidden                                                     (401/403)
+     ├── NotFound              the named object does not exist                        (404)
+     ├── AlreadyExists         create of something that exists                        (409)
+     ├── NotEmpty              drop of a container that still holds objects           (409)
+     ├── CommitConflict        a requirement / expected version did not hold          (409)
+     ├── TooManyRequests       the client must act first (e.g. backfill)              (429)
+     ├── Unavailable           overloaded or database down; known NOT applied         (503 + Retry-After)
+     └── OutcomeUnknown        the write may or may not have applied                  (5xx, "state unknown")
+"""
+
+from __future__ import annotations
+
+
+class CoordinatorError(Exception):
+    status = 500
+
+    def __init__(self, message: str, *, kind: str | None = None):
+        super().__init__(message)
+        self.message = message
+        # `kind` refines the error for protocols that have finer codes, e.g. NotFound(kind="namespace").
+        self.kind = kind
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class BadRequest(CoordinatorError):
+    status = 400
+
+
+class Unauthorized(CoordinatorError):
+    status = 401
+
+
+class Forbidden(CoordinatorError):
+    status = 403
+
+
+class NotFound(CoordinatorError):
+    status = 404
+
+
+class AlreadyExists(CoordinatorError):
+    status = 409
+
+
+class NotEmpty(CoordinatorError):
+    status = 409
+
+
+class CommitConflict(CoordinatorError):
+    """A commit's requirement or expected version did not hold against the current state; nothing applied."""
+
+    status = 409
+
+
+class TooManyRequests(CoordinatorError):
+    status = 429
+
+
+class Unavailable(CoordinatorError):
+    """Known not applied, safe to retry: full mailbox, database down before the write began, owner moving."""
+
+    status = 503
+
+    def __init__(self, message: str, *, retry_after_s: int = 1, kind: str | None = None):
+        super().__init__(message, kind=kind)
+        self.retry_after_s = retry_after_s
+
+
+class OutcomeUnknown(CoordinatorError):
+    """The write was sent but its result was lost (connection dropped mid-commit). Clients must re-check."""
+
+    status = 500

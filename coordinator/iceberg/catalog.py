@@ -1,0 +1,389 @@
+"""The Iceberg REST catalog's operations, behind the HTTP layer and in front of the table actors.
+
+Namespaces are plain rows (no commit sequencing needed). Every table operation that reads or changes a table's
+metadata is a proposal to that table's actor; a table that does not exist yet (create, register, the
+stage-create + `assert-create` commit) is inserted through the registry's `create`, where the unique name is
+the compare-and-set.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from storage.files import is_within, join
+from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace
+
+from ..actor import Decision
+from ..errors import BadRequest, NotFound
+from . import apply_commit, new_table_metadata
+
+REALM = "iceberg"
+FORMAT = "iceberg"
+
+
+@dataclass(frozen=True)
+class TableIdent:
+    catalog: str                # the REST `{prefix}`, "" when none
+    namespace: tuple[str, ...]
+    name: str
+
+    @property
+    def ns_path(self) -> str:
+        return join_namespace(self.namespace)
+
+    def __str__(self) -> str:
+        return ".".join([*self.namespace, self.name])
+
+
+@dataclass(frozen=True)
+class IcebergTable:
+    """A table's in-memory state: its current metadata, where it was written, and its serialized JSON (kept so
+    loads never re-serialize)."""
+
+    ident: TableIdent
+    metadata: dict[str, Any]
+    metadata_location: str
+    metadata_json: bytes
+
+    def load_result(self) -> bytes:
+        """`LoadTableResult` as JSON bytes, joined from the cached metadata bytes."""
+        return b"".join([b'{"metadata-location":', orjson.dumps(self.metadata_location),
+                         b',"metadata":', self.metadata_json, b',"config":{}}'])
+
+
+def metadata_file_name(version: int) -> str:
+    return f"{version:05d}-{uuid.uuid4()}.metadata.json"
+
+
+def metadata_version(location: str) -> int:
+    """The NNNNN of `.../metadata/NNNNN-<uuid>.metadata.json`; -1 for names not written by us."""
+    name = location.rsplit("/", 1)[-1]
+    head = name.split("-", 1)[0]
+    return int(head) if head.isdigit() else -1
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# -- proposals (pure decisions against the actor's state) ----------------------------------------------------
+
+
+@dataclass
+class LoadTable:
+    ident: TableIdent
+
+    def decide(self, state: IcebergTable) -> Decision:
+        _check_ident(state, self.ident)
+        return Decision(state, reply=state)
+
+
+@dataclass
+class CommitTable:
+    ident: TableIdent
+    requirements: list
+    updates: list
+    idempotency_key: uuid.UUID | None = None
+
+    def decide(self, state: IcebergTable) -> Decision:
+        _check_ident(state, self.ident)
+        new = apply_commit(state.metadata, self.requirements, self.updates,
+                           base_location=state.metadata_location, now_ms=_now_ms())
+        if new is state.metadata:
+            return Decision(state, reply=state)  # nothing changed: no new metadata file
+        version = metadata_version(state.metadata_location) + 1
+        location = join(new["location"], "metadata", metadata_file_name(version))
+        data = orjson.dumps(new)
+        table = IcebergTable(state.ident, new, location, data)
+        return Decision(
+            table, reply=table, row_state={"metadata-location": location},
+            log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
+            files=[(location, data)],
+            idempotency=_idempotency(self.idempotency_key, "commit-table", 200, table),
+        )
+
+
+@dataclass
+class DropTable:
+    ident: TableIdent
+    purge: bool
+    files: Any
+    idempotency_key: uuid.UUID | None = None
+
+    def decide(self, state: IcebergTable) -> Decision:
+        _check_ident(state, self.ident)
+        after = None
+        if self.purge:
+            fileio, old = self.files, state
+
+            async def after() -> None:
+                await fileio.delete(old.metadata_location)
+                for entry in old.metadata.get("metadata-log", []):
+                    await fileio.delete(entry["metadata-file"])
+        return Decision(None, reply=None, delete=True, after_durable=after,
+                        idempotency=_idempotency(self.idempotency_key, "drop-table", 204, None))
+
+
+@dataclass
+class RenameTable:
+    ident: TableIdent
+    to: TableIdent
+    idempotency_key: uuid.UUID | None = None
+
+    def decide(self, state: IcebergTable) -> Decision:
+        _check_ident(state, self.ident)
+        return Decision(replace(state, ident=self.to), reply=None,
+                        rename=(self.to.catalog, self.to.ns_path, self.to.name),
+                        idempotency=_idempotency(self.idempotency_key, "rename-table", 204, None))
+
+
+def _check_ident(state: IcebergTable, ident: TableIdent) -> None:
+    # The name was resolved to an id before the request reached the actor; a rename since then means the
+    # name no longer denotes this table.
+    if state.ident != ident:
+        raise NotFound(f"Table does not exist: {ident}", kind="table-moved")
+
+
+def _idempotency(key: uuid.UUID | None, route: str, status: int, table: IcebergTable | None):
+    if key is None:
+        return None
+    body = table.load_result() if table is not None else None
+    return IdempotencyRecord(key, route, status, body)
+
+
+# -- the catalog ---------------------------------------------------------------------------------------------
+
+
+def encode_page_token(value: str) -> str:
+    return base64.urlsafe_b64encode(value.encode()).decode()
+
+
+def decode_page_token(token: str | None) -> str | None:
+    if not token:
+        return None
+    try:
+        return base64.urlsafe_b64decode(token.encode()).decode()
+    except Exception:
+        raise BadRequest(f"invalid pageToken: {token!r}") from None
+
+
+class IcebergCatalog:
+    def __init__(self, coordinator):
+        self.c = coordinator
+        self.store = coordinator.store
+        self.registry = coordinator.registry
+        self.files = coordinator.files
+        self.registry.register_format(FORMAT, self._load_state)
+        self._ids: dict[TableIdent, uuid.UUID] = {}
+
+    @property
+    def warehouse(self) -> str:
+        return self.c.config.warehouse_uri
+
+    async def _load_state(self, row: TableRow) -> IcebergTable:
+        location = row.state["metadata-location"]
+        data = await self.files.read(location)
+        ident = TableIdent(row.catalog, tuple(row.namespace.split(NAMESPACE_SEP)) if row.namespace else (),
+                           row.name)
+        return IcebergTable(ident, orjson.loads(data), location, data)
+
+    # -- namespaces --------------------------------------------------------------------------------------------
+
+    async def create_namespace(self, catalog: str, namespace: tuple[str, ...], properties: dict[str, str]) -> None:
+        _check_namespace(namespace)
+        await self.store.create_namespace(REALM, catalog, join_namespace(namespace), properties)
+
+    async def load_namespace(self, catalog: str, namespace: tuple[str, ...]) -> dict[str, str]:
+        props = await self.store.get_namespace(REALM, catalog, join_namespace(namespace))
+        if props is None:
+            raise NotFound(f"Namespace does not exist: {'.'.join(namespace)}", kind="namespace")
+        return props
+
+    async def list_namespaces(self, catalog: str, parent: tuple[str, ...], page_token: str | None,
+                              page_size: int | None) -> tuple[list[tuple[str, ...]], str | None]:
+        if parent:
+            await self.load_namespace(catalog, parent)
+        paths = await self.store.list_namespaces(REALM, catalog, join_namespace(parent),
+                                                 after=decode_page_token(page_token), limit=page_size)
+        nxt = encode_page_token(paths[-1]) if page_size and len(paths) == page_size else None
+        return [tuple(p.split(NAMESPACE_SEP)) for p in paths], nxt
+
+    async def drop_namespace(self, catalog: str, namespace: tuple[str, ...]) -> None:
+        await self.store.drop_namespace(REALM, catalog, join_namespace(namespace))
+
+    async def update_namespace_properties(self, catalog: str, namespace: tuple[str, ...], removals: list[str],
+                                          updates: dict[str, str]) -> dict[str, list[str]]:
+        overlap = set(removals) & set(updates)
+        if overlap:
+            raise BadRequest(f"properties both updated and removed: {sorted(overlap)}")
+        before = await self.store.update_namespace_properties(REALM, catalog, join_namespace(namespace),
+                                                              removals, updates)
+        return {"updated": sorted(updates), "removed": sorted(k for k in removals if k in before),
+                "missing": sorted(k for k in removals if k not in before) or None}
+
+    # -- tables ------------------------------------------------------------------------------------------------
+
+    async def list_tables(self, catalog: str, namespace: tuple[str, ...], page_token: str | None,
+                          page_size: int | None) -> tuple[list[TableIdent], str | None]:
+        await self.load_namespace(catalog, namespace)
+        rows = await self.store.list_tables(REALM, catalog, join_namespace(namespace), kind="table",
+                                            after=decode_page_token(page_token), limit=page_size)
+        idents = [TableIdent(catalog, namespace, r.name) for r in rows]
+        nxt = None
+        if page_size and len(rows) == page_size:
+            nxt = encode_page_token(rows[-1].namespace + chr(30) + rows[-1].name)
+        return idents, nxt
+
+    async def _resolve(self, ident: TableIdent) -> uuid.UUID:
+        table_id = self._ids.get(ident)
+        if table_id is None:
+            row = await self.store.find_table(REALM, ident.catalog, ident.ns_path, ident.name)
+            if row is None or row.kind != "table":
+                raise NotFound(f"Table does not exist: {ident}", kind="table")
+            table_id = row.table_id
+            if len(self._ids) > 100_000:
+                self._ids.clear()
+            self._ids[ident] = table_id
+        return table_id
+
+    async def _submit(self, ident: TableIdent, make_proposal) -> Any:
+        """Resolve the name and hand the proposal to the table's actor; re-resolve once if the name moved."""
+        for attempt in (0, 1):
+            table_id = await self._resolve(ident)
+            try:
+                return await self.registry.submit(table_id, make_proposal())
+            except NotFound as exc:
+                self._ids.pop(ident, None)
+                if attempt or exc.kind not in ("table-moved", "table"):
+                    raise NotFound(f"Table does not exist: {ident}", kind="table") from None
+
+    async def load_table(self, ident: TableIdent) -> IcebergTable:
+        return await self._submit(ident, lambda: LoadTable(ident))
+
+    async def table_exists(self, ident: TableIdent) -> bool:
+        try:
+            await self.load_table(ident)
+            return True
+        except NotFound:
+            return False
+
+    def default_location(self, ident: TableIdent) -> str:
+        base = self.warehouse
+        if ident.catalog:
+            base = join(base, ident.catalog)
+        return join(base, *ident.namespace, f"{ident.name}-{uuid.uuid4().hex}")
+
+    def check_location(self, location: str) -> str:
+        location = location.rstrip("/")
+        if not is_within(self.warehouse, location):
+            raise BadRequest(f"location {location!r} is outside the warehouse {self.warehouse!r}")
+        return location
+
+    async def create_table(self, ident: TableIdent, *, schema: dict, location: str | None,
+                           partition_spec: dict | None, write_order: dict | None, properties: dict[str, str],
+                           stage_create: bool, idempotency_key: uuid.UUID | None = None) -> IcebergTable:
+        _check_name(ident.name)
+        await self.load_namespace(ident.catalog, ident.namespace)
+        location = self.check_location(location) if location else self.default_location(ident)
+        table_uuid = str(uuid.uuid4())
+        metadata = new_table_metadata(location=location, schema=schema, partition_spec=partition_spec,
+                                      sort_order=write_order, properties=properties,
+                                      format_version=_format_version(properties), table_uuid=table_uuid,
+                                      now_ms=_now_ms())
+        if stage_create:
+            # Nothing is written: the client commits the table later with `assert-create`.
+            return IcebergTable(ident, metadata, "", orjson.dumps(metadata))
+        return await self._insert(ident, metadata, table_uuid, idempotency_key, "create-table")
+
+    async def _insert(self, ident: TableIdent, metadata: dict, table_uuid: str, idempotency_key, route: str,
+                      metadata_location: str | None = None) -> IcebergTable:
+        data = orjson.dumps(metadata)
+        files = []
+        if metadata_location is None:
+            metadata_location = join(metadata["location"], "metadata", metadata_file_name(0))
+            files = [(metadata_location, data)]
+        table = IcebergTable(ident, metadata, metadata_location, data)
+        row = TableRow(table_id=uuid.UUID(table_uuid), realm=REALM, catalog=ident.catalog, namespace=ident.ns_path,
+                       name=ident.name, format=FORMAT, location=metadata["location"])
+        await self.registry.create(
+            row, state=table, row_state={"metadata-location": metadata_location},
+            log_entries=[LogEntry(max(metadata_version(metadata_location), 0),
+                                  {"metadata-location": metadata_location, "previous": None})],
+            files=files, idempotency=_idempotency(idempotency_key, route, 200, table))
+        self._ids[ident] = row.table_id
+        return table
+
+    async def register_table(self, ident: TableIdent, metadata_location: str,
+                             idempotency_key: uuid.UUID | None = None) -> IcebergTable:
+        _check_name(ident.name)
+        await self.load_namespace(ident.catalog, ident.namespace)
+        try:
+            metadata = orjson.loads(await self.files.read(metadata_location))
+        except NotFound:
+            raise BadRequest(f"metadata-location does not exist: {metadata_location}") from None
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"metadata-location is not valid JSON: {exc}") from None
+        if not isinstance(metadata, dict) or "table-uuid" not in metadata or "location" not in metadata:
+            raise BadRequest("metadata-location does not hold Iceberg table metadata")
+        return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key, "register-table",
+                                  metadata_location=metadata_location)
+
+    async def commit_table(self, ident: TableIdent, requirements: list, updates: list,
+                           idempotency_key: uuid.UUID | None = None) -> IcebergTable:
+        if any(getattr(r, "type", None) == "assert-create" for r in requirements):
+            return await self._commit_create(ident, requirements, updates, idempotency_key)
+        return await self._submit(ident, lambda: CommitTable(ident, requirements, updates, idempotency_key))
+
+    async def _commit_create(self, ident: TableIdent, requirements: list, updates: list,
+                             idempotency_key: uuid.UUID | None) -> IcebergTable:
+        """The create transaction (stage-create, then commit with `assert-create`): the table must not exist."""
+        _check_name(ident.name)
+        await self.load_namespace(ident.catalog, ident.namespace)
+        table_uuid = str(uuid.uuid4())
+        metadata = apply_commit(None, requirements, updates, base_location=None, now_ms=_now_ms(),
+                                table_uuid=table_uuid)
+        if not metadata.get("location"):
+            metadata = {**metadata, "location": self.default_location(ident)}
+        else:
+            self.check_location(metadata["location"])
+        return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key, "commit-table")
+
+    async def drop_table(self, ident: TableIdent, purge: bool, idempotency_key: uuid.UUID | None = None) -> None:
+        await self._submit(ident, lambda: DropTable(ident, purge, self.files, idempotency_key))
+        self._ids.pop(ident, None)
+
+    async def rename_table(self, source: TableIdent, dest: TableIdent,
+                           idempotency_key: uuid.UUID | None = None) -> None:
+        _check_name(dest.name)
+        await self.load_namespace(dest.catalog, dest.namespace)
+        if await self.store.find_table(REALM, dest.catalog, dest.ns_path, dest.name) is not None:
+            from ..errors import AlreadyExists
+            raise AlreadyExists(f"Table already exists: {dest}", kind="table")
+        await self._submit(source, lambda: RenameTable(source, dest, idempotency_key))
+        self._ids.pop(source, None)
+
+
+def _format_version(properties: dict[str, str]) -> int | None:
+    value = properties.get("format-version")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise BadRequest(f"properties.format-version must be an integer, got {value!r}") from None
+
+
+def _check_name(name: str) -> None:
+    if not name or "/" in name or name in (".", "..") or "\x00" in name:
+        raise BadRequest(f"invalid table name: {name!r}")
+
+
+def _check_namespace(namespace: tuple[str, ...]) -> None:
+    if not namespace or any(not level or NAMESPACE_SEP in level or "\x00" in level for level in namespace):
+        raise BadRequest(f"invalid namespace: {list(namespace)!r}")

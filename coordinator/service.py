@@ -1,0 +1,57 @@
+"""The coordinator as one object: its store, file IO, actor registry and the formats' catalogs.
+
+The HTTP layer (`api/`) holds one of these and calls the catalogs; tests and embedding programs may too.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from storage.embedded import EmbeddedPostgres
+from storage.files import FileIO
+from storage.postgres import PostgresStore
+
+from .config import Config
+from .metrics import Metrics
+from .registry import Registry
+
+log = logging.getLogger(__name__)
+
+
+class Coordinator:
+    def __init__(self, config: Config):
+        self.config = config
+        self.metrics = Metrics()
+        self.embedded: EmbeddedPostgres | None = None
+        self.store: PostgresStore | None = None
+        self.files = FileIO(config.s3_options)
+        self.registry: Registry | None = None
+        self.iceberg = None
+
+    def open(self) -> None:
+        """Blocking start-up: database (embedded if no URL), migrations, the storage thread."""
+        dsn = self.config.database_url
+        if not dsn:
+            self.embedded = EmbeddedPostgres(self.config.data_dir / "postgres")
+            dsn = self.embedded.start()
+        self.store = PostgresStore(dsn, pool_size=self.config.db_pool_size, timeout_s=self.config.db_timeout_s)
+        self.store.open()
+        self.registry = Registry(self.config, self.store, self.files, self.metrics)
+        from .iceberg.catalog import IcebergCatalog
+        self.iceberg = IcebergCatalog(self)
+
+    def close(self, *, stop_embedded: bool = False) -> None:
+        """Stops the storage thread. The embedded PostgreSQL keeps running unless asked (a restarted service
+        reuses it), mirroring how a real deployment's database outlives the service."""
+        if self.store is not None:
+            self.store.close()
+        if stop_embedded and self.embedded is not None:
+            self.embedded.stop()
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Runs the actors (and background jobs) until cancelled."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.registry.run)
+            task_status.started(self)

@@ -1,0 +1,102 @@
+"""Atomic commits across tables (Iceberg `transactions/commit`, Lance `batch-commit`), format-neutral.
+
+Each participating actor validates its part against its own state while holding its next batch (it stops
+serving until the outcome is known), the storage writer writes every table's row in ONE database transaction,
+then every actor applies or discards. Actors are taken in a canonical order (by table id), so two overlapping
+transactions can never wait for each other in a cycle: a transaction only ever waits for actors that sort
+after every actor it holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import trio
+
+from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
+
+from .actor import Decision, Proposal, write_files
+from .errors import BadRequest, CoordinatorError
+
+if TYPE_CHECKING:
+    from .registry import Registry
+
+
+@dataclass
+class Create:
+    """A table that the transaction creates (it has no actor yet)."""
+
+    row: TableRow
+    state: Any
+    row_state: dict[str, Any]
+    log: list[LogEntry] = field(default_factory=list)
+    files: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+class Verdict:
+    """The transaction's outcome as seen by one participant: applied, or not (with the error to raise)."""
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.applied = False
+        self.error: CoordinatorError | None = None
+
+    def decide(self, applied: bool, error: CoordinatorError | None = None) -> None:
+        if not self.event.is_set():
+            self.applied, self.error = applied, error
+            self.event.set()
+
+
+@dataclass
+class Participant:
+    """Sent to an actor's mailbox. The actor answers its reply with (Decision, TableWrite) once its part is
+    validated and its files are durable, then waits for `verdict` before serving anything else."""
+
+    proposal: Proposal
+    verdict: Verdict = field(default_factory=Verdict)
+
+
+async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, creates: list[Create] = (),
+                   idempotency: IdempotencyRecord | None = None) -> list[Any]:
+    """Apply every part and create every table atomically, or nothing. Returns the parts' replies in the
+    order given. Raises the first rejection (nothing applied), Unavailable, or OutcomeUnknown."""
+    ids = [tid for tid, _ in parts] + [c.row.table_id for c in creates]
+    if len(set(ids)) != len(ids):
+        raise BadRequest("a transaction may name each table only once")
+    order = sorted(range(len(parts)), key=lambda i: parts[i][0])
+    prepared: dict[int, tuple[Participant, Decision, TableWrite]] = {}
+    try:
+        for i in order:
+            table_id, proposal = parts[i]
+            participant = Participant(proposal)
+            decision, write = await registry.owner(table_id).offer(participant).wait()
+            prepared[i] = (participant, decision, write)
+        for c in creates:
+            await write_files(c.files, registry.files)
+        writes = [prepared[i][2] for i in order]
+        writes += [TableWrite(table_id=c.row.table_id, expected_version=0, epoch=0, state=c.row_state, bump=1,
+                              log=list(c.log), insert=c.row) for c in creates]
+        group = WriteGroup(writes, [idempotency] if idempotency else [])
+        with trio.CancelScope(shield=True):
+            result = await registry.store.write(group)
+    except BaseException as exc:
+        error = exc if isinstance(exc, CoordinatorError) else None
+        for participant, _, _ in prepared.values():
+            participant.verdict.decide(False, error)
+        raise
+    if not result.applied:
+        from .actor import _not_applied_error
+        error = _not_applied_error(writes[0].table_id, result.reason)
+        for participant, _, _ in prepared.values():
+            participant.verdict.decide(False, error)
+        raise error
+    for participant, _, _ in prepared.values():
+        participant.verdict.decide(True)
+    for c in creates:
+        actor = registry.owner(c.row.table_id)
+        if not actor.loaded:
+            actor.row = replace(c.row, row_version=1, state=c.row_state)
+            actor.state, actor.loaded, actor.gone = c.state, True, False
+    return [prepared[i][1].reply for i in range(len(parts))]

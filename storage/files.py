@@ -1,0 +1,169 @@
+"""Table files (Iceberg metadata JSON, Delta logs, Lance manifests) on `file://` paths or `s3://` buckets.
+
+A file is durable before anything points at it: locally we write a temp file, fsync it, link it into place and
+fsync the directory; on S3 a completed PUT is durable. `put_if_absent` is the one primitive the formats' "never
+overwrite a committed version" rules need (local: link(2) fails on an existing name; S3: conditional PUT).
+
+S3 goes through obstore (Rust's object_store): one well-kept client with conditional PUT, credentials from the
+usual AWS environment, and no boto stack. Local files use the OS directly so we control fsync.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import trio
+
+from coordinator.errors import AlreadyExists, BadRequest, NotFound
+
+
+def to_local_path(uri: str) -> Path | None:
+    """The local path for a file:// URI or a bare absolute path; None for object-store URIs."""
+    if "://" not in uri:
+        return Path(uri)
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    return None
+
+
+def join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def is_within(root: str, uri: str) -> bool:
+    """True if `uri` names `root` itself or a path below it (after normalising `..` and slashes)."""
+    def norm(u: str) -> tuple[str, str]:
+        local = to_local_path(u)
+        if local is not None:
+            return "file", os.path.normpath(str(local))
+        p = urlparse(u)
+        return p.scheme, os.path.normpath(f"/{p.netloc}{p.path}")
+    rs, rp = norm(root)
+    us, up = norm(uri)
+    return rs == us and (up == rp or up.startswith(rp.rstrip("/") + "/"))
+
+
+class FileIO:
+    def __init__(self, s3_options: dict[str, str] | None = None):
+        self.s3_options = dict(s3_options or {})
+        self._stores: dict[str, object] = {}
+
+    # -- public, awaited from trio (blocking work runs in a worker thread) ----------------------------------
+
+    async def write(self, uri: str, data: bytes) -> None:
+        await trio.to_thread.run_sync(self.write_sync, uri, data, False)
+
+    async def put_if_absent(self, uri: str, data: bytes) -> None:
+        """Raises AlreadyExists when a file is already there."""
+        await trio.to_thread.run_sync(self.write_sync, uri, data, True)
+
+    async def read(self, uri: str) -> bytes:
+        return await trio.to_thread.run_sync(self.read_sync, uri)
+
+    async def delete(self, uri: str) -> None:
+        await trio.to_thread.run_sync(self.delete_sync, uri)
+
+    async def exists(self, uri: str) -> bool:
+        return await trio.to_thread.run_sync(self.exists_sync, uri)
+
+    # -- sync implementations --------------------------------------------------------------------------------
+
+    def write_sync(self, uri: str, data: bytes, exclusive: bool = False) -> None:
+        path = to_local_path(uri)
+        if path is None:
+            return self._put_object(uri, data, exclusive)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            if exclusive:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise AlreadyExists(f"file already exists: {uri}") from None
+            else:
+                os.replace(tmp, path)
+        finally:
+            if exclusive or tmp.exists():
+                tmp.unlink(missing_ok=True)
+        _fsync_dir(path.parent)
+
+    def read_sync(self, uri: str) -> bytes:
+        path = to_local_path(uri)
+        if path is None:
+            import obstore
+            store, key = self._store_for(uri)
+            try:
+                return bytes(obstore.get(store, key).bytes())
+            except FileNotFoundError:
+                raise NotFound(f"file not found: {uri}") from None
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise NotFound(f"file not found: {uri}") from None
+        except IsADirectoryError:
+            raise BadRequest(f"not a file: {uri}") from None
+
+    def delete_sync(self, uri: str) -> None:
+        path = to_local_path(uri)
+        if path is None:
+            import obstore
+            store, key = self._store_for(uri)
+            obstore.delete(store, key)
+            return
+        path.unlink(missing_ok=True)
+
+    def exists_sync(self, uri: str) -> bool:
+        path = to_local_path(uri)
+        if path is None:
+            import obstore
+            store, key = self._store_for(uri)
+            try:
+                obstore.head(store, key)
+                return True
+            except FileNotFoundError:
+                return False
+        return path.exists()
+
+    # -- object stores ----------------------------------------------------------------------------------------
+
+    def _store_for(self, uri: str):
+        parsed = urlparse(uri)
+        if parsed.scheme not in ("s3", "s3a"):
+            raise BadRequest(f"unsupported storage scheme {parsed.scheme!r} in {uri}; use file:// or s3://")
+        bucket = parsed.netloc
+        store = self._stores.get(bucket)
+        if store is None:
+            from obstore.store import S3Store
+            store = S3Store(bucket, **self.s3_options)
+            self._stores[bucket] = store
+        return store, parsed.path.lstrip("/")
+
+    def _put_object(self, uri: str, data: bytes, exclusive: bool) -> None:
+        import obstore
+        store, key = self._store_for(uri)
+        try:
+            obstore.put(store, key, data, mode="create" if exclusive else "overwrite")
+        except Exception as exc:  # obstore raises AlreadyExistsError for a failed conditional PUT
+            if exclusive and type(exc).__name__ == "AlreadyExistsError":
+                raise AlreadyExists(f"file already exists: {uri}") from None
+            raise
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,512 @@
+"""The PostgreSQL store: asyncpg on a dedicated asyncio thread, and the group-commit storage writer.
+
+Group commit: every write group waiting when the writer becomes free goes to PostgreSQL in ONE statement (or,
+when some groups insert/delete/rename rows, one transaction with a savepoint per such group). Each table's row
+is a compare-and-set on (row_version, epoch) with `RETURNING`, so a stale group changes nothing instead of
+failing everyone else's. `synchronous_commit` stays on: an answered commit is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Awaitable, Callable, TypeVar
+from uuid import UUID
+
+import asyncpg
+import orjson
+
+from coordinator.errors import AlreadyExists, NotEmpty, NotFound, OutcomeUnknown, Unavailable
+
+from .bridge import AsyncioThread
+from .records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Errors that mean "the connection is gone": the statement may or may not have reached the server.
+CONNECTION_ERRORS = (OSError, ConnectionError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
+                     asyncio.TimeoutError, asyncpg.exceptions.CannotConnectNowError,
+                     asyncpg.exceptions.AdminShutdownError)
+
+
+class NotApplied(Exception):
+    """A write group's compare-and-set did not hold; `reason` says which check failed."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class WriteResult:
+    applied: bool
+    reason: str | None = None  # when not applied: "stale" | "exists" | "missing-namespace"
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+async def _init_connection(con: asyncpg.Connection) -> None:
+    await con.set_type_codec("jsonb", encoder=_dumps, decoder=orjson.loads, schema="pg_catalog")
+
+
+def _row(r: asyncpg.Record) -> TableRow:
+    return TableRow(table_id=r["table_id"], realm=r["realm"], catalog=r["catalog"], namespace=r["namespace"],
+                    name=r["name"], format=r["format"], location=r["location"], row_version=r["row_version"],
+                    epoch=r["epoch"], state=r["state"], kind=r["kind"])
+
+
+_TABLE_COLS = "table_id, realm, catalog, namespace, name, kind, format, location, row_version, epoch, state"
+
+_SIMPLE_WRITE_SQL = """
+WITH u AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::jsonb[])
+        AS u(table_id, expected, epoch, new_version, state)
+), upd AS (
+    UPDATE tables t SET row_version = u.new_version, state = u.state, updated_at = now()
+    FROM u WHERE t.table_id = u.table_id AND t.row_version = u.expected AND t.epoch = u.epoch
+    RETURNING t.table_id
+), log AS (
+    INSERT INTO commits (table_id, version, payload)
+    SELECT l.table_id, l.version, l.payload
+    FROM unnest($6::uuid[], $7::bigint[], $8::jsonb[]) AS l(table_id, version, payload)
+    WHERE l.table_id IN (SELECT table_id FROM upd)
+), idem AS (
+    INSERT INTO idempotency_keys (key, route, status, body)
+    SELECT k.key, k.route, k.status, k.body
+    FROM unnest($9::uuid[], $10::uuid[], $11::text[], $12::int[], $13::bytea[]) AS k(table_id, key, route, status, body)
+    WHERE k.table_id IN (SELECT table_id FROM upd)
+    ON CONFLICT (key) DO NOTHING
+)
+SELECT table_id FROM upd
+"""
+
+
+class GroupCommitWriter:
+    """Runs on the asyncio thread. Coalesces every waiting WriteGroup into one database round trip."""
+
+    def __init__(self, pool: asyncpg.Pool, resolve_timeout_s: float):
+        self.pool = pool
+        self.resolve_timeout_s = resolve_timeout_s
+        self._pending: list[tuple[WriteGroup, asyncio.Future]] = []
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        # Figures for /metrics and the benchmark.
+        self.flushes = 0
+        self.groups_written = 0
+        self.last_batch_size = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    def submit(self, group: WriteGroup) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((group, fut))
+        self._wakeup.set()
+        return fut
+
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            items, self._pending = self._pending, []
+            if not items:
+                continue
+            self.flushes += 1
+            self.groups_written += len(items)
+            self.last_batch_size = len(items)
+            try:
+                await self._flush(items)
+            except Exception as exc:  # never let the writer die: fail this flush, keep serving
+                log.exception("storage writer flush failed")
+                for _, fut in items:
+                    if not fut.done():
+                        fut.set_exception(OutcomeUnknown(f"storage writer failed: {exc}"))
+
+    async def _flush(self, items: list[tuple[WriteGroup, asyncio.Future]]) -> None:
+        try:
+            con = await asyncio.wait_for(self.pool.acquire(), self.resolve_timeout_s)
+        except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+            # Nothing was sent: every group is known NOT applied.
+            err = Unavailable(f"database unavailable: {exc}")
+            for _, fut in items:
+                fut.set_exception(err)
+            return
+        try:
+            results = await self._write(con, [g for g, _ in items])
+        except asyncpg.PostgresError as exc:
+            # The server refused the statement as a whole (e.g. a duplicate commit-log version): nothing applied.
+            # Write the groups one by one so one bad group cannot fail the others.
+            await self.pool.release(con)
+            con = None
+            if len(items) == 1:
+                items[0][1].set_exception(Unavailable(f"write refused by the database: {exc}"))
+                return
+            log.warning("group write refused (%s); retrying %d groups one by one", exc, len(items))
+            for item in items:
+                await self._flush([item])
+            return
+        except CONNECTION_ERRORS as exc:
+            log.warning("connection lost during group write (%s); resolving outcome", exc)
+            await self._discard(con)
+            con = None
+            for group, fut in items:
+                try:
+                    fut.set_result(await self._resolve(group))
+                except OutcomeUnknown as unknown:
+                    fut.set_exception(unknown)
+            return
+        finally:
+            if con is not None:
+                await self.pool.release(con)
+        for (_, fut), result in zip(items, results):
+            fut.set_result(result)
+
+    async def _discard(self, con: asyncpg.Connection) -> None:
+        try:
+            con.terminate()
+        finally:
+            await self.pool.release(con)
+
+    async def _write(self, con: asyncpg.Connection, groups: list[WriteGroup]) -> list[WriteResult]:
+        simple = [g for g in groups if g.is_simple]
+        if len(simple) == len(groups):
+            applied = await self._write_simple(con, simple)
+        else:
+            async with con.transaction():
+                applied = await self._write_simple(con, simple) if simple else set()
+                complex_results = {}
+                for g in groups:
+                    if not g.is_simple:
+                        complex_results[id(g)] = await self._write_complex(con, g)
+        results = []
+        for g in groups:
+            if g.is_simple:
+                ok = g.writes[0].table_id in applied
+                results.append(WriteResult(ok, None if ok else "stale"))
+            else:
+                results.append(complex_results[id(g)])
+        return results
+
+    async def _write_simple(self, con: asyncpg.Connection, groups: list[WriteGroup]) -> set[UUID]:
+        ids, expected, epochs, versions, states = [], [], [], [], []
+        l_ids, l_versions, l_payloads = [], [], []
+        k_ids, k_keys, k_routes, k_status, k_bodies = [], [], [], [], []
+        for g in groups:
+            w = g.writes[0]
+            ids.append(w.table_id)
+            expected.append(w.expected_version)
+            epochs.append(w.epoch)
+            versions.append(w.new_version)
+            states.append(w.state)
+            for e in w.log:
+                l_ids.append(w.table_id)
+                l_versions.append(e.version)
+                l_payloads.append(e.payload)
+            for k in g.idempotency:
+                k_ids.append(w.table_id)
+                k_keys.append(k.key)
+                k_routes.append(k.route)
+                k_status.append(k.status)
+                k_bodies.append(k.body)
+        rows = await con.fetch(_SIMPLE_WRITE_SQL, ids, expected, epochs, versions, states,
+                               l_ids, l_versions, l_payloads, k_ids, k_keys, k_routes, k_status, k_bodies)
+        return {r["table_id"] for r in rows}
+
+    async def _write_complex(self, con: asyncpg.Connection, group: WriteGroup) -> WriteResult:
+        try:
+            async with con.transaction():  # a savepoint inside the flush's transaction
+                for w in group.writes:
+                    await self._write_one(con, w)
+                for k in group.idempotency:
+                    await con.execute("INSERT INTO idempotency_keys (key, route, status, body) VALUES ($1,$2,$3,$4)"
+                                      " ON CONFLICT (key) DO NOTHING", k.key, k.route, k.status, k.body)
+        except NotApplied as na:
+            return WriteResult(False, na.reason)
+        except asyncpg.UniqueViolationError:
+            return WriteResult(False, "exists")
+        return WriteResult(True)
+
+    async def _write_one(self, con: asyncpg.Connection, w: TableWrite) -> None:
+        if w.insert is not None:
+            r = w.insert
+            row = await con.fetchrow(
+                "INSERT INTO tables (table_id, realm, catalog, namespace, name, kind, format, location, row_version,"
+                " epoch, state) SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11"
+                " WHERE $4 = '' OR EXISTS (SELECT 1 FROM namespaces WHERE realm=$2 AND catalog=$3 AND path=$4)"
+                " ON CONFLICT (realm, catalog, namespace, name) DO NOTHING RETURNING table_id",
+                r.table_id, r.realm, r.catalog, r.namespace, r.name, r.kind, r.format, r.location, w.new_version,
+                w.epoch, w.state if w.state is not None else r.state)
+            if row is None:
+                exists = await con.fetchval("SELECT 1 FROM tables WHERE realm=$1 AND catalog=$2 AND namespace=$3"
+                                            " AND name=$4", r.realm, r.catalog, r.namespace, r.name)
+                raise NotApplied("exists" if exists else "missing-namespace")
+        elif w.delete:
+            row = await con.fetchrow("DELETE FROM tables WHERE table_id=$1 AND row_version=$2 AND epoch=$3"
+                                     " RETURNING table_id", w.table_id, w.expected_version, w.epoch)
+            if row is None:
+                raise NotApplied("stale")
+            await con.execute("DELETE FROM commits WHERE table_id=$1", w.table_id)
+            return
+        else:
+            if w.rename is not None:
+                catalog, namespace, name = w.rename
+                if namespace and not await con.fetchval(
+                        "SELECT 1 FROM namespaces n JOIN tables t ON t.realm = n.realm WHERE t.table_id=$1"
+                        " AND n.catalog=$2 AND n.path=$3", w.table_id, catalog, namespace):
+                    raise NotApplied("missing-namespace")
+                row = await con.fetchrow(
+                    "UPDATE tables SET row_version=$4, state=COALESCE($5, state), catalog=$6, namespace=$7, name=$8,"
+                    " updated_at=now() WHERE table_id=$1 AND row_version=$2 AND epoch=$3 RETURNING table_id",
+                    w.table_id, w.expected_version, w.epoch, w.new_version, w.state, catalog, namespace, name)
+            else:
+                row = await con.fetchrow(
+                    "UPDATE tables SET row_version=$4, state=COALESCE($5, state), updated_at=now()"
+                    " WHERE table_id=$1 AND row_version=$2 AND epoch=$3 RETURNING table_id",
+                    w.table_id, w.expected_version, w.epoch, w.new_version, w.state)
+            if row is None:
+                raise NotApplied("stale")
+        for start, end in w.log_delete:
+            await con.execute("DELETE FROM commits WHERE table_id=$1 AND version >= $2 AND ($3 < 0 OR version < $3)",
+                              w.table_id, start, end)
+        if w.log:
+            await con.executemany("INSERT INTO commits (table_id, version, payload) VALUES ($1,$2,$3)",
+                                  [(w.table_id, e.version, e.payload) for e in w.log])
+
+    async def _resolve(self, group: WriteGroup) -> WriteResult:
+        """After a lost connection: the writing actor is the only writer of its rows and is still waiting, so
+        the row's version tells whether the group applied. Keep asking until the database answers."""
+        deadline = time.monotonic() + self.resolve_timeout_s
+        while True:
+            try:
+                async with self.pool.acquire() as con:
+                    w = group.writes[0]
+                    version = await con.fetchval("SELECT row_version FROM tables WHERE table_id=$1", w.table_id)
+                    if w.delete:
+                        applied = version is None
+                    elif w.insert is not None:
+                        applied = version == w.new_version
+                    else:
+                        applied = version == w.new_version
+                    return WriteResult(applied, None if applied else "stale")
+            except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+                if time.monotonic() > deadline:
+                    raise OutcomeUnknown(f"database unreachable after an interrupted write: {exc}") from exc
+                await asyncio.sleep(0.2)
+
+
+class PostgresStore:
+    """The coordinator's system of record. All methods are awaited from trio; work runs on the asyncio thread."""
+
+    def __init__(self, dsn: str, *, pool_size: int = 4, timeout_s: float = 10.0):
+        self.dsn = dsn
+        self.pool_size = pool_size
+        self.timeout_s = timeout_s
+        self.thread = AsyncioThread()
+        self.pool: asyncpg.Pool | None = None
+        self.writer: GroupCommitWriter | None = None
+
+    # -- lifecycle (blocking; called from the thread that owns the service) -------------------------------
+
+    def open(self) -> None:
+        self.thread.start()
+        self.thread.run_blocking(self._open, timeout=self.timeout_s * 3)
+
+    async def _open(self) -> None:
+        deadline = time.monotonic() + self.timeout_s * 2
+        while True:
+            try:
+                self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
+                                                      init=_init_connection, command_timeout=self.timeout_s)
+                break
+            except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"cannot connect to PostgreSQL at {self.dsn}: {exc}") from exc
+                await asyncio.sleep(0.25)
+        async with self.pool.acquire() as con:
+            await migrate(con)
+        self.writer = GroupCommitWriter(self.pool, self.timeout_s)
+        self.writer.start()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.thread.run_blocking(self._close, timeout=self.timeout_s)
+        self.thread.stop()
+
+    async def _close(self) -> None:
+        if self.writer:
+            await self.writer.stop()
+        await self.pool.close()
+
+    # -- plumbing ------------------------------------------------------------------------------------------
+
+    async def _call(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        async def run() -> T:
+            try:
+                async with self.pool.acquire() as con:
+                    return await fn(con)
+            except CONNECTION_ERRORS as exc:
+                raise Unavailable(f"database unavailable: {exc}") from exc
+
+        return await self.thread.call(run)
+
+    async def write(self, group: WriteGroup) -> WriteResult:
+        """Durably write a group with everyone else's waiting groups. Raises Unavailable (known not applied)
+        or OutcomeUnknown."""
+        return await self.thread.call(lambda: self.writer.submit(group))
+
+    # -- namespaces ----------------------------------------------------------------------------------------
+
+    async def create_namespace(self, realm: str, catalog: str, path: str, properties: dict[str, str]) -> None:
+        async def q(con):
+            row = await con.fetchrow("INSERT INTO namespaces (realm, catalog, path, properties) VALUES ($1,$2,$3,$4)"
+                                     " ON CONFLICT DO NOTHING RETURNING path", realm, catalog, path, properties)
+            if row is None:
+                raise AlreadyExists(f"Namespace already exists: {_show(path)}", kind="namespace")
+        await self._call(q)
+
+    async def get_namespace(self, realm: str, catalog: str, path: str) -> dict[str, str] | None:
+        return await self._call(lambda con: con.fetchval(
+            "SELECT properties FROM namespaces WHERE realm=$1 AND catalog=$2 AND path=$3", realm, catalog, path))
+
+    async def list_namespaces(self, realm: str, catalog: str, parent: str | None, *, after: str | None = None,
+                              limit: int | None = None, recursive: bool = False) -> list[str]:
+        """Namespace paths directly under `parent` (None/"" = top level), ordered, after the `after` cursor."""
+        async def q(con):
+            rows = await con.fetch(
+                "SELECT path FROM namespaces WHERE realm=$1 AND catalog=$2"
+                " AND (($3 = '' AND ($6 OR position(chr(31) in path) = 0))"
+                "   OR ($3 <> '' AND starts_with(path, $3 || chr(31))"
+                "       AND ($6 OR position(chr(31) in substr(path, length($3) + 2)) = 0)))"
+                " AND ($4::text IS NULL OR path > $4) ORDER BY path LIMIT $5",
+                realm, catalog, parent or "", after, limit, recursive)
+            return [r["path"] for r in rows]
+        return await self._call(q)
+
+    async def update_namespace_properties(self, realm: str, catalog: str, path: str, removals: list[str],
+                                          updates: dict[str, str]) -> dict[str, str]:
+        """Returns the properties before the change; raises NotFound."""
+        async def q(con):
+            async with con.transaction():
+                before = await con.fetchval("SELECT properties FROM namespaces WHERE realm=$1 AND catalog=$2"
+                                            " AND path=$3 FOR UPDATE", realm, catalog, path)
+                if before is None:
+                    raise NotFound(f"Namespace does not exist: {_show(path)}", kind="namespace")
+                after = {k: v for k, v in before.items() if k not in set(removals)}
+                after.update(updates)
+                await con.execute("UPDATE namespaces SET properties=$4 WHERE realm=$1 AND catalog=$2 AND path=$3",
+                                  realm, catalog, path, after)
+                return before
+        return await self._call(q)
+
+    async def drop_namespace(self, realm: str, catalog: str, path: str, *, cascade: bool = False) -> None:
+        """Raises NotFound, or NotEmpty when it holds tables, views or namespaces (unless `cascade`)."""
+        async def q(con):
+            async with con.transaction():
+                found = await con.fetchval("SELECT 1 FROM namespaces WHERE realm=$1 AND catalog=$2 AND path=$3"
+                                           " FOR UPDATE", realm, catalog, path)
+                if not found:
+                    raise NotFound(f"Namespace does not exist: {_show(path)}", kind="namespace")
+                if cascade:
+                    await con.execute("DELETE FROM commits WHERE table_id IN (SELECT table_id FROM tables WHERE"
+                                      " realm=$1 AND catalog=$2 AND (namespace=$3 OR starts_with(namespace,"
+                                      " $3 || chr(31))))", realm, catalog, path)
+                    await con.execute("DELETE FROM tables WHERE realm=$1 AND catalog=$2 AND (namespace=$3 OR"
+                                      " starts_with(namespace, $3 || chr(31)))", realm, catalog, path)
+                    await con.execute("DELETE FROM namespaces WHERE realm=$1 AND catalog=$2 AND"
+                                      " starts_with(path, $3 || chr(31))", realm, catalog, path)
+                else:
+                    busy = await con.fetchval(
+                        "SELECT EXISTS (SELECT 1 FROM tables WHERE realm=$1 AND catalog=$2 AND namespace=$3)"
+                        " OR EXISTS (SELECT 1 FROM namespaces WHERE realm=$1 AND catalog=$2"
+                        " AND starts_with(path, $3 || chr(31)))", realm, catalog, path)
+                    if busy:
+                        raise NotEmpty(f"Namespace is not empty: {_show(path)}", kind="namespace")
+                await con.execute("DELETE FROM namespaces WHERE realm=$1 AND catalog=$2 AND path=$3",
+                                  realm, catalog, path)
+        await self._call(q)
+
+    # -- tables --------------------------------------------------------------------------------------------
+
+    async def find_table(self, realm: str, catalog: str, namespace: str, name: str) -> TableRow | None:
+        r = await self._call(lambda con: con.fetchrow(
+            f"SELECT {_TABLE_COLS} FROM tables WHERE realm=$1 AND catalog=$2 AND namespace=$3 AND name=$4",
+            realm, catalog, namespace, name))
+        return _row(r) if r else None
+
+    async def get_table(self, table_id: UUID) -> TableRow | None:
+        r = await self._call(lambda con: con.fetchrow(f"SELECT {_TABLE_COLS} FROM tables WHERE table_id=$1",
+                                                      table_id))
+        return _row(r) if r else None
+
+    async def list_tables(self, realm: str, catalog: str, namespace: str | None, *, kind: str | None = None,
+                          after: str | None = None, limit: int | None = None) -> list[TableRow]:
+        """Tables of one namespace (or of all namespaces when `namespace` is None), ordered by (namespace, name)."""
+        rows = await self._call(lambda con: con.fetch(
+            f"SELECT {_TABLE_COLS} FROM tables WHERE realm=$1 AND catalog=$2 AND ($3::text IS NULL OR namespace=$3)"
+            " AND ($4::text IS NULL OR kind=$4) AND ($5::text IS NULL OR (namespace || chr(30) || name) > $5)"
+            " ORDER BY namespace, name LIMIT $6", realm, catalog, namespace, kind, after, limit))
+        return [_row(r) for r in rows]
+
+    async def read_log(self, table_id: UUID, *, start: int = 0, end: int | None = None, limit: int | None = None,
+                       descending: bool = False) -> list[LogEntry]:
+        """Commit-log entries with start <= version <= end."""
+        order = "DESC" if descending else "ASC"
+        rows = await self._call(lambda con: con.fetch(
+            f"SELECT version, payload FROM commits WHERE table_id=$1 AND version >= $2"
+            f" AND ($3::bigint IS NULL OR version <= $3) ORDER BY version {order} LIMIT $4",
+            table_id, start, end, limit))
+        return [LogEntry(r["version"], r["payload"]) for r in rows]
+
+    # -- idempotency ---------------------------------------------------------------------------------------
+
+    async def get_idempotency(self, key: UUID) -> IdempotencyRecord | None:
+        r = await self._call(lambda con: con.fetchrow(
+            "SELECT key, route, status, body FROM idempotency_keys WHERE key=$1", key))
+        return IdempotencyRecord(r["key"], r["route"], r["status"], r["body"]) if r else None
+
+    async def purge_idempotency(self, older_than_s: float) -> int:
+        status = await self._call(lambda con: con.execute(
+            "DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1)", older_than_s))
+        return int(status.split()[-1])
+
+    async def ping(self) -> None:
+        await self._call(lambda con: con.fetchval("SELECT 1"))
+
+    def writer_stats(self) -> dict[str, int]:
+        w = self.writer
+        return {"flushes": w.flushes, "groups": w.groups_written, "last_batch": w.last_batch_size} if w else {}
+
+
+def _show(path: str) -> str:
+    return ".".join(path.split(NAMESPACE_SEP))
+
+
+async def migrate(con: asyncpg.Connection) -> None:
+    """Apply versioned migrations in order, once each; safe when several processes start at once."""
+    async with con.transaction():
+        await con.execute("SELECT pg_advisory_xact_lock(7263541)")
+        await con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version int PRIMARY KEY,"
+                          " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+        done = {r["version"] for r in await con.fetch("SELECT version FROM schema_migrations")}
+        files = sorted(f for f in resources.files("storage.migrations").iterdir() if f.name.endswith(".sql"))
+        for f in files:
+            version = int(f.name.split("_", 1)[0])
+            if version in done:
+                continue
+            log.info("applying migration %s", f.name)
+            await con.execute(f.read_text())
+            await con.execute("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", version, f.name)

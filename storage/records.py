@@ -1,0 +1,87 @@
+"""What the coordinator reads from and hands to the store: plain records, no driver types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+NAMESPACE_SEP = "\x1f"  # joins namespace levels in the `path`/`namespace` columns
+
+
+def join_namespace(levels: tuple[str, ...] | list[str]) -> str:
+    return NAMESPACE_SEP.join(levels)
+
+
+def split_namespace(path: str) -> tuple[str, ...]:
+    return tuple(path.split(NAMESPACE_SEP)) if path else ()
+
+
+@dataclass(frozen=True)
+class TableRow:
+    table_id: UUID
+    realm: str              # "iceberg" | "uc" | "lance": which protocol's universe the name lives in
+    catalog: str            # Iceberg prefix, Unity Catalog catalog name, "" for Lance
+    namespace: str          # levels joined by NAMESPACE_SEP
+    name: str
+    format: str             # "iceberg" | "iceberg-view" | "delta" | "lance"
+    location: str | None
+    row_version: int = 0
+    epoch: int = 0
+    state: dict[str, Any] = field(default_factory=dict)
+    kind: str = "table"     # "table" | "view"
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    version: int
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class IdempotencyRecord:
+    key: UUID
+    route: str
+    status: int
+    body: bytes | None
+
+
+@dataclass
+class TableWrite:
+    """One table's part of a write group: a compare-and-set of its row, plus its new commit-log rows.
+
+    `expected_version` is the row_version the actor validated against; the row becomes `expected_version +
+    bump`. `insert` creates the row instead (the CAS is then the unique name); `delete` removes it.
+    """
+
+    table_id: UUID
+    expected_version: int
+    epoch: int
+    state: dict[str, Any] | None = None
+    bump: int = 1
+    log: list[LogEntry] = field(default_factory=list)
+    log_delete: list[tuple[int, int]] = field(default_factory=list)   # [start, end) version ranges
+    insert: TableRow | None = None
+    delete: bool = False
+    rename: tuple[str, str, str] | None = None                         # (catalog, namespace, name)
+
+    @property
+    def new_version(self) -> int:
+        return self.expected_version + self.bump
+
+    @property
+    def is_simple(self) -> bool:
+        """The hot path: a CAS update plus log inserts, written set-based with everyone else's."""
+        return self.insert is None and not self.delete and self.rename is None and not self.log_delete
+
+
+@dataclass
+class WriteGroup:
+    """An all-or-nothing unit: one actor's batch, or every table of one multi-table transaction."""
+
+    writes: list[TableWrite]
+    idempotency: list[IdempotencyRecord] = field(default_factory=list)
+
+    @property
+    def is_simple(self) -> bool:
+        return len(self.writes) == 1 and self.writes[0].is_simple

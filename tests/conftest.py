@@ -1,0 +1,83 @@
+"""Test session plumbing: one throwaway PostgreSQL for the session, a fresh database per test.
+
+Set COORDINATOR_TEST_DATABASE_URL to use an existing server instead (its user must be allowed to CREATE
+DATABASE). As root, the embedded cluster runs as an unprivileged OS user (PostgreSQL refuses root).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+import pytest
+
+from coordinator.config import Config
+from storage.embedded import EmbeddedPostgres
+
+TEMPLATE = "coordinator_template"
+
+
+def _psql(admin_dsn: str, sql: str) -> None:
+    subprocess.run(["psql", admin_dsn, "-v", "ON_ERROR_STOP=1", "-qAtc", sql], check=True, capture_output=True)
+
+
+def _with_db(dsn: str, db: str) -> str:
+    p = urlparse(dsn)
+    return urlunparse(p._replace(path="/" + db))
+
+
+@pytest.fixture(scope="session")
+def pg_admin_dsn():
+    external = os.environ.get("COORDINATOR_TEST_DATABASE_URL")
+    if external:
+        yield _with_db(external, "postgres")
+        return
+    root = Path(tempfile.mkdtemp(prefix="coordinator-test-pg-"))
+    root.chmod(0o755)
+    pg = EmbeddedPostgres(root / "pg")
+    dsn = pg.start()
+    admin = _with_db(dsn, "postgres")
+    # A migrated template makes each test's fresh database a cheap file copy.
+    _psql(admin, f"CREATE DATABASE {TEMPLATE}")
+    import asyncio
+
+    import asyncpg
+
+    from storage.postgres import migrate
+
+    async def run_migrations() -> None:
+        con = await asyncpg.connect(_with_db(dsn, TEMPLATE))
+        try:
+            await migrate(con)
+        finally:
+            await con.close()
+
+    asyncio.run(run_migrations())
+    yield admin
+    pg.destroy()
+
+
+@pytest.fixture
+def database_url(pg_admin_dsn):
+    name = "t_" + uuid.uuid4().hex[:16]
+    _psql(pg_admin_dsn, f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    yield _with_db(pg_admin_dsn, name)
+    _psql(pg_admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def config(database_url, tmp_path) -> Config:
+    return Config(database_url=database_url, data_dir=tmp_path, port=0, warehouse=str(tmp_path / "warehouse"),
+                  actor_idle_s=30)
+
+
+@pytest.fixture
+def service(config):
+    """The whole service over real HTTP on loopback, in a background thread. Yields its base URL."""
+    from api.server import EmbeddedService
+    with EmbeddedService(config) as base_url:
+        yield base_url

@@ -1,0 +1,72 @@
+"""Test helpers shared by the protocol suites: the service as a real OS process that can be SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from storage.embedded import free_port
+
+
+class ServerProcess:
+    """`coordinator serve` in a subprocess on a fixed port, so a restart keeps the clients' URL."""
+
+    def __init__(self, database_url: str, data_dir: Path, *, warehouse: str | None = None,
+                 extra_env: dict[str, str] | None = None):
+        self.database_url = database_url
+        self.data_dir = Path(data_dir)
+        self.warehouse = warehouse or str(self.data_dir / "warehouse")
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.data_dir / "server.log"
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.extra_env}
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "api.cli", "serve", "--port", str(self.port), "--database-url",
+             self.database_url, "--data-dir", str(self.data_dir), "--warehouse", self.warehouse,
+             "--log-level", "warning"],
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=Path(__file__).resolve().parents[1])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}; see {self.log_path}:\n"
+                                   + self.log_path.read_text()[-3000:])
+            try:
+                if httpx.get(self.base_url + "/readyz", timeout=1).status_code == 200:
+                    return self.base_url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"server did not become ready in {timeout_s}s; see {self.log_path}")
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up, no flush, exactly like a crash."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def __enter__(self) -> "ServerProcess":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
