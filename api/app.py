@@ -36,12 +36,18 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     app.register_blueprint(iceberg.bp)
+    from . import delta; app.register_blueprint(delta.bp)  # noqa: E702
+    from . import lance; app.register_blueprint(lance.bp)  # noqa: E702
     metrics = coordinator.metrics
 
     @app.before_request
     async def _start() -> None:
         g.request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         g.started = time.perf_counter()
+        # Always consume the body, even when a handler rejects the request early: an unread body left on a
+        # keep-alive connection stalls the client's next request.
+        if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+            await request.get_data()
 
     @app.after_request
     async def _finish(response: Response) -> Response:

@@ -6,14 +6,19 @@ Spec: open-api/rest-catalog-open-api.yaml. Errors use the spec's `IcebergErrorRe
 
 from __future__ import annotations
 
+import functools
+import uuid
 from typing import Any, Optional
 
+import orjson
+
 from pydantic import BaseModel, ConfigDict, Field
-from quart import Blueprint, Response, request
+from quart import Blueprint, Response, current_app, g, request
 
 from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
 from coordinator.iceberg import parse_requirements, parse_updates
+from coordinator.idempotency import LIFETIME_S, Answer, parse_key
 from coordinator.iceberg.catalog import IcebergTable, TableIdent
 
 from .common import empty_response, json_response, read_model
@@ -101,10 +106,13 @@ def _error_type(exc: CoordinatorError) -> str:
     return "BadRequestException"
 
 
+def error_response_body(exc: CoordinatorError) -> bytes:
+    return orjson.dumps({"error": {"message": exc.message, "type": _error_type(exc), "code": exc.status}})
+
+
 def error_response(exc: CoordinatorError) -> Response:
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
-    body = {"error": {"message": exc.message, "type": _error_type(exc), "code": exc.status}}
-    return json_response(body, exc.status, headers)
+    return json_response(error_response_body(exc), exc.status, headers)
 
 
 @bp.errorhandler(CoordinatorError)
@@ -150,8 +158,43 @@ def _page_size() -> int | None:
     return min(size, 1000)
 
 
-def _load_response(table: IcebergTable, status: int = 200) -> Response:
-    return json_response(table.load_result(), status)
+def _key() -> uuid.UUID | None:
+    return g.get("idempotency_key")
+
+
+def idempotent(route: str):
+    """Idempotency-Key handling for a mutating route: validate the key, replay a finalized answer, or run the
+    handler once (its catalog operation records success in the same transaction as the change)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        async def handler(**kwargs):
+            raw = request.headers.get("Idempotency-Key")
+            if raw is None:
+                return await fn(**kwargs)
+            g.idempotency_key = parse_key(raw)
+
+            async def op() -> Answer:
+                response = await fn(**kwargs)
+                return Answer(response.status_code, await response.get_data())
+
+            coordinator = current_app.config["COORDINATOR"]
+            answer = await coordinator.idempotency.run(
+                g.idempotency_key, route, op, lambda exc: error_response_body(exc))
+            if answer.body:
+                return json_response(answer.body, answer.status)
+            return empty_response(answer.status)
+        return handler
+    return wrap
+
+
+def _load_response(table: IcebergTable, status: int = 200, etag: str | None = None) -> Response:
+    return json_response(table.load_result(), status, {"ETag": etag or table.etag})
+
+
+def _etags(header: str | None) -> set[str]:
+    if not header:
+        return set()
+    return {t.strip().removeprefix("W/") for t in header.split(",")}
 
 
 def routes(rule: str, methods: list[str]):
@@ -176,13 +219,14 @@ ENDPOINTS = [
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
     "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
     "POST /v1/{prefix}/namespaces/{namespace}/register", "POST /v1/{prefix}/tables/rename",
+    "POST /v1/{prefix}/transactions/commit",
 ]
 
 
 @bp.get("/v1/config")
 async def get_config() -> Response:
     return json_response({"defaults": {}, "overrides": {}, "endpoints": ENDPOINTS,
-                          "namespace-separator": "%1F"})
+                          "namespace-separator": "%1F", "idempotency-key-lifetime": f"PT{LIFETIME_S // 60}M"})
 
 
 # -- namespaces ----------------------------------------------------------------------------------------------
@@ -200,10 +244,11 @@ async def list_namespaces(prefix: str) -> Response:
 
 
 @routes("/namespaces", ["POST"])
+@idempotent("create-namespace")
 async def create_namespace(prefix: str) -> Response:
     body = await read_model(CreateNamespaceRequest)
-    await _catalog().create_namespace(_prefix(prefix), tuple(body.namespace), body.properties)
-    return json_response({"namespace": body.namespace, "properties": body.properties})
+    return json_response(await _catalog().create_namespace(_prefix(prefix), tuple(body.namespace),
+                                                           body.properties, _key()))
 
 
 @routes("/namespaces/<namespace>", ["GET", "HEAD"])
@@ -216,19 +261,18 @@ async def load_namespace(prefix: str, namespace: str) -> Response:
 
 
 @routes("/namespaces/<namespace>", ["DELETE"])
+@idempotent("drop-namespace")
 async def drop_namespace(prefix: str, namespace: str) -> Response:
-    await _catalog().drop_namespace(_prefix(prefix), _namespace(namespace))
+    await _catalog().drop_namespace(_prefix(prefix), _namespace(namespace), _key())
     return empty_response(204)
 
 
 @routes("/namespaces/<namespace>/properties", ["POST"])
+@idempotent("update-namespace-properties")
 async def update_namespace_properties(prefix: str, namespace: str) -> Response:
     body = await read_model(UpdateNamespacePropertiesRequest)
-    result = await _catalog().update_namespace_properties(_prefix(prefix), _namespace(namespace), body.removals,
-                                                          body.updates)
-    if result["missing"] is None:
-        del result["missing"]
-    return json_response(result)
+    return json_response(await _catalog().update_namespace_properties(
+        _prefix(prefix), _namespace(namespace), body.removals, body.updates, _key()))
 
 
 # -- tables --------------------------------------------------------------------------------------------------
@@ -245,23 +289,26 @@ async def list_tables(prefix: str, namespace: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/tables", ["POST"])
+@idempotent("create-table")
 async def create_table(prefix: str, namespace: str) -> Response:
     body = await read_model(CreateTableRequest)
     ident = _ident(prefix, namespace, body.name)
     table = await _catalog().create_table(
         ident, schema=body.schema_, location=body.location, partition_spec=body.partition_spec,
-        write_order=body.write_order, properties=body.properties, stage_create=body.stage_create)
+        write_order=body.write_order, properties=body.properties, stage_create=body.stage_create,
+        idempotency_key=_key())
     if body.stage_create:
         return json_response({"metadata": table.metadata, "config": {}})
     return _load_response(table)
 
 
 @routes("/namespaces/<namespace>/register", ["POST"])
+@idempotent("register-table")
 async def register_table(prefix: str, namespace: str) -> Response:
     body = await read_model(RegisterTableRequest)
     if body.overwrite:
         raise BadRequest("register with overwrite=true is not supported; drop the table first")
-    table = await _catalog().register_table(_ident(prefix, namespace, body.name), body.metadata_location)
+    table = await _catalog().register_table(_ident(prefix, namespace, body.name), body.metadata_location, _key())
     return _load_response(table)
 
 
@@ -274,10 +321,18 @@ async def load_table(prefix: str, namespace: str, table: str) -> Response:
     loaded = await _catalog().load_table(ident)
     if request.method == "HEAD":
         return empty_response(204)
-    return _load_response(loaded)
+    etag = loaded.etag
+    if snapshots == "refs":
+        etag = etag[:-1] + '-refs"'
+    if etag in _etags(request.headers.get("If-None-Match")):
+        return empty_response(304, {"ETag": etag})
+    if snapshots == "refs":
+        loaded = loaded.refs_only()
+    return _load_response(loaded, etag=etag)
 
 
 @routes("/namespaces/<namespace>/tables/<table>", ["POST"])
+@idempotent("commit-table")
 async def commit_table(prefix: str, namespace: str, table: str) -> Response:
     body = await read_model(CommitTableRequest)
     ident = _ident(prefix, namespace, table)
@@ -285,27 +340,48 @@ async def commit_table(prefix: str, namespace: str, table: str) -> Response:
             ident.namespace, ident.name):
         raise BadRequest("identifier in the body does not match the table in the path")
     committed = await _catalog().commit_table(ident, parse_requirements(body.requirements),
-                                              parse_updates(body.updates))
+                                              parse_updates(body.updates), _key())
     return json_response(b"".join([b'{"metadata-location":', _dumps(committed.metadata_location),
-                                   b',"metadata":', committed.metadata_json, b"}"]))
+                                   b',"metadata":', committed.metadata_json, b"}"]), headers={"ETag": committed.etag})
+
+
+class CommitTransactionRequest(_Body):
+    table_changes: list[CommitTableRequest] = Field(alias="table-changes")
+
+
+@routes("/transactions/commit", ["POST"])
+@idempotent("commit-transaction")
+async def commit_transaction(prefix: str) -> Response:
+    body = await read_model(CommitTransactionRequest)
+    changes = []
+    for i, change in enumerate(body.table_changes):
+        if change.identifier is None:
+            raise BadRequest(f"table-changes[{i}].identifier is required")
+        ident = TableIdent(_prefix(prefix), tuple(change.identifier.namespace), change.identifier.name)
+        changes.append((ident, parse_requirements(change.requirements), parse_updates(change.updates)))
+    if not changes:
+        raise BadRequest("table-changes must name at least one table")
+    await _catalog().commit_transaction(changes, _key())
+    return empty_response(204)
 
 
 @routes("/namespaces/<namespace>/tables/<table>", ["DELETE"])
+@idempotent("drop-table")
 async def drop_table(prefix: str, namespace: str, table: str) -> Response:
     purge = request.args.get("purgeRequested", "false").lower() == "true"
-    await _catalog().drop_table(_ident(prefix, namespace, table), purge)
+    await _catalog().drop_table(_ident(prefix, namespace, table), purge, _key())
     return empty_response(204)
 
 
 @routes("/tables/rename", ["POST"])
+@idempotent("rename-table")
 async def rename_table(prefix: str) -> Response:
     body = await read_model(RenameTableRequest)
     source = TableIdent(_prefix(prefix), tuple(body.source.namespace), body.source.name)
     dest = TableIdent(_prefix(prefix), tuple(body.destination.namespace), body.destination.name)
-    await _catalog().rename_table(source, dest)
+    await _catalog().rename_table(source, dest, _key())
     return empty_response(204)
 
 
 def _dumps(value: Any) -> bytes:
-    import orjson
     return orjson.dumps(value)

@@ -59,7 +59,7 @@ def hypercorn_config(config: Config) -> HyperConfig:
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.keep_alive_timeout = 75
-    hc.graceful_timeout = 5
+    hc.graceful_timeout = config.shutdown_grace_s
     hc.h11_max_incomplete_size = 64 * 1024
     return hc
 
@@ -71,13 +71,12 @@ async def serve_coordinator(coordinator: Coordinator, *, shutdown: trio.Event | 
     trigger = shutdown.wait if shutdown is not None else None
     async with trio.open_nursery() as nursery:
         await nursery.start(coordinator.run)
-        binds = await nursery.start(lambda task_status: hypercorn_serve(
-            app, hypercorn_config(coordinator.config), shutdown_trigger=trigger, task_status=task_status))
-        task_status.started(binds)
-        if shutdown is not None:
-            await shutdown.wait()
-            await trio.sleep(0)  # let hypercorn finish its graceful shutdown first
-            nursery.cancel_scope.deadline = trio.current_time() + coordinator.config.db_timeout_s
+        async with trio.open_nursery() as http:
+            binds = await http.start(lambda task_status: hypercorn_serve(
+                app, hypercorn_config(coordinator.config), shutdown_trigger=trigger, task_status=task_status))
+            task_status.started(binds)
+        # hypercorn returns once its graceful shutdown has drained in-flight requests: the actors are idle.
+        nursery.cancel_scope.cancel()
 
 
 def serve(config: Config) -> None:

@@ -21,11 +21,16 @@ class Config:
     # Root under which new tables get their location (file:// path or s3:// URI). Default: <data_dir>/warehouse.
     warehouse: str | None = None
     log_level: str = "info"
+    shutdown_grace_s: float = 5.0    # how long a stopping server lets in-flight requests finish
 
     # Table actors
     mailbox_size: int = 256          # requests queued per table before 503 + Retry-After
     actor_idle_s: float = 120.0      # an actor with no request for this long is retired (its state dropped)
     retry_after_s: int = 1           # advertised in Retry-After on 503
+
+    # Delta (Unity Catalog)
+    delta_max_unpublished_commits: int = 10   # a commit leaving more unpublished gets 429: clients must backfill
+    delta_commits_page_size: int = 100        # most commits one GET commits answer returns
 
     # Storage
     db_pool_size: int = 4

@@ -14,6 +14,7 @@ from storage.files import FileIO
 from storage.postgres import PostgresStore
 
 from .config import Config
+from .idempotency import Idempotency
 from .metrics import Metrics
 from .registry import Registry
 
@@ -29,6 +30,8 @@ class Coordinator:
         self.files = FileIO(config.s3_options)
         self.registry: Registry | None = None
         self.iceberg = None
+        self.lance = None
+        self.delta = None
 
     def open(self) -> None:
         """Blocking start-up: database (embedded if no URL), migrations, the storage thread."""
@@ -39,8 +42,11 @@ class Coordinator:
         self.store = PostgresStore(dsn, pool_size=self.config.db_pool_size, timeout_s=self.config.db_timeout_s)
         self.store.open()
         self.registry = Registry(self.config, self.store, self.files, self.metrics)
+        self.idempotency = Idempotency(self.store)
         from .iceberg.catalog import IcebergCatalog
         self.iceberg = IcebergCatalog(self)
+        from .delta.catalog import DeltaCatalog; self.delta = DeltaCatalog(self)  # noqa: E702
+        from .lance.catalog import LanceCatalog; self.lance = LanceCatalog(self)  # noqa: E702
 
     def close(self, *, stop_embedded: bool = False) -> None:
         """Stops the storage thread. The embedded PostgreSQL keeps running unless asked (a restarted service
@@ -54,4 +60,5 @@ class Coordinator:
         """Runs the actors (and background jobs) until cancelled."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registry.run)
+            nursery.start_soon(self.idempotency.purge_forever)
             task_status.started(self)

@@ -370,12 +370,16 @@ class PostgresStore:
 
     # -- namespaces ----------------------------------------------------------------------------------------
 
-    async def create_namespace(self, realm: str, catalog: str, path: str, properties: dict[str, str]) -> None:
+    async def create_namespace(self, realm: str, catalog: str, path: str, properties: dict[str, str],
+                               idempotency: IdempotencyRecord | None = None) -> None:
         async def q(con):
-            row = await con.fetchrow("INSERT INTO namespaces (realm, catalog, path, properties) VALUES ($1,$2,$3,$4)"
-                                     " ON CONFLICT DO NOTHING RETURNING path", realm, catalog, path, properties)
-            if row is None:
-                raise AlreadyExists(f"Namespace already exists: {_show(path)}", kind="namespace")
+            async with con.transaction():
+                row = await con.fetchrow("INSERT INTO namespaces (realm, catalog, path, properties)"
+                                         " VALUES ($1,$2,$3,$4) ON CONFLICT DO NOTHING RETURNING path",
+                                         realm, catalog, path, properties)
+                if row is None:
+                    raise AlreadyExists(f"Namespace already exists: {_show(path)}", kind="namespace")
+                await _put_idempotency(con, idempotency)
         await self._call(q)
 
     async def get_namespace(self, realm: str, catalog: str, path: str) -> dict[str, str] | None:
@@ -397,7 +401,8 @@ class PostgresStore:
         return await self._call(q)
 
     async def update_namespace_properties(self, realm: str, catalog: str, path: str, removals: list[str],
-                                          updates: dict[str, str]) -> dict[str, str]:
+                                          updates: dict[str, str],
+                                          idempotency: IdempotencyRecord | None = None) -> dict[str, str]:
         """Returns the properties before the change; raises NotFound."""
         async def q(con):
             async with con.transaction():
@@ -409,10 +414,12 @@ class PostgresStore:
                 after.update(updates)
                 await con.execute("UPDATE namespaces SET properties=$4 WHERE realm=$1 AND catalog=$2 AND path=$3",
                                   realm, catalog, path, after)
+                await _put_idempotency(con, idempotency)
                 return before
         return await self._call(q)
 
-    async def drop_namespace(self, realm: str, catalog: str, path: str, *, cascade: bool = False) -> None:
+    async def drop_namespace(self, realm: str, catalog: str, path: str, *, cascade: bool = False,
+                             idempotency: IdempotencyRecord | None = None) -> None:
         """Raises NotFound, or NotEmpty when it holds tables, views or namespaces (unless `cascade`)."""
         async def q(con):
             async with con.transaction():
@@ -437,6 +444,7 @@ class PostgresStore:
                         raise NotEmpty(f"Namespace is not empty: {_show(path)}", kind="namespace")
                 await con.execute("DELETE FROM namespaces WHERE realm=$1 AND catalog=$2 AND path=$3",
                                   realm, catalog, path)
+                await _put_idempotency(con, idempotency)
         await self._call(q)
 
     # -- tables --------------------------------------------------------------------------------------------
@@ -478,6 +486,9 @@ class PostgresStore:
             "SELECT key, route, status, body FROM idempotency_keys WHERE key=$1", key))
         return IdempotencyRecord(r["key"], r["route"], r["status"], r["body"]) if r else None
 
+    async def put_idempotency(self, record: IdempotencyRecord) -> None:
+        await self._call(lambda con: _put_idempotency(con, record))
+
     async def purge_idempotency(self, older_than_s: float) -> int:
         status = await self._call(lambda con: con.execute(
             "DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1)", older_than_s))
@@ -489,6 +500,12 @@ class PostgresStore:
     def writer_stats(self) -> dict[str, int]:
         w = self.writer
         return {"flushes": w.flushes, "groups": w.groups_written, "last_batch": w.last_batch_size} if w else {}
+
+
+async def _put_idempotency(con: asyncpg.Connection, record: IdempotencyRecord | None) -> None:
+    if record is not None:
+        await con.execute("INSERT INTO idempotency_keys (key, route, status, body) VALUES ($1,$2,$3,$4)"
+                          " ON CONFLICT (key) DO NOTHING", record.key, record.route, record.status, record.body)
 
 
 def _show(path: str) -> str:

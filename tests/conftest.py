@@ -72,7 +72,7 @@ def database_url(pg_admin_dsn):
 @pytest.fixture
 def config(database_url, tmp_path) -> Config:
     return Config(database_url=database_url, data_dir=tmp_path, port=0, warehouse=str(tmp_path / "warehouse"),
-                  actor_idle_s=30)
+                  actor_idle_s=30, shutdown_grace_s=0.5)
 
 
 @pytest.fixture

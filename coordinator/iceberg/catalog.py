@@ -9,6 +9,7 @@ the compare-and-set.
 from __future__ import annotations
 
 import base64
+import hashlib
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -50,6 +51,18 @@ class IcebergTable:
     metadata: dict[str, Any]
     metadata_location: str
     metadata_json: bytes
+
+    @property
+    def etag(self) -> str:
+        """Each metadata file is written once, so its location identifies the content."""
+        return '"' + hashlib.sha256(self.metadata_location.encode()).hexdigest()[:32] + '"'
+
+    def refs_only(self) -> "IcebergTable":
+        """`snapshots=refs`: only snapshots referenced by a branch or tag; the snapshot-log stays whole."""
+        keep = {ref["snapshot-id"] for ref in self.metadata.get("refs", {}).values()}
+        meta = {**self.metadata, "snapshots": [s for s in self.metadata.get("snapshots", [])
+                                               if s["snapshot-id"] in keep]}
+        return IcebergTable(self.ident, meta, self.metadata_location, orjson.dumps(meta))
 
     def load_result(self) -> bytes:
         """`LoadTableResult` as JSON bytes, joined from the cached metadata bytes."""
@@ -195,9 +208,14 @@ class IcebergCatalog:
 
     # -- namespaces --------------------------------------------------------------------------------------------
 
-    async def create_namespace(self, catalog: str, namespace: tuple[str, ...], properties: dict[str, str]) -> None:
+    async def create_namespace(self, catalog: str, namespace: tuple[str, ...], properties: dict[str, str],
+                               idempotency_key: uuid.UUID | None = None) -> dict[str, Any]:
         _check_namespace(namespace)
-        await self.store.create_namespace(REALM, catalog, join_namespace(namespace), properties)
+        result = {"namespace": list(namespace), "properties": properties}
+        record = IdempotencyRecord(idempotency_key, "create-namespace", 200, orjson.dumps(result)) \
+            if idempotency_key else None
+        await self.store.create_namespace(REALM, catalog, join_namespace(namespace), properties, record)
+        return result
 
     async def load_namespace(self, catalog: str, namespace: tuple[str, ...]) -> dict[str, str]:
         props = await self.store.get_namespace(REALM, catalog, join_namespace(namespace))
@@ -214,18 +232,31 @@ class IcebergCatalog:
         nxt = encode_page_token(paths[-1]) if page_size and len(paths) == page_size else None
         return [tuple(p.split(NAMESPACE_SEP)) for p in paths], nxt
 
-    async def drop_namespace(self, catalog: str, namespace: tuple[str, ...]) -> None:
-        await self.store.drop_namespace(REALM, catalog, join_namespace(namespace))
+    async def drop_namespace(self, catalog: str, namespace: tuple[str, ...],
+                             idempotency_key: uuid.UUID | None = None) -> None:
+        record = IdempotencyRecord(idempotency_key, "drop-namespace", 204, None) if idempotency_key else None
+        await self.store.drop_namespace(REALM, catalog, join_namespace(namespace), idempotency=record)
 
     async def update_namespace_properties(self, catalog: str, namespace: tuple[str, ...], removals: list[str],
-                                          updates: dict[str, str]) -> dict[str, list[str]]:
+                                          updates: dict[str, str],
+                                          idempotency_key: uuid.UUID | None = None) -> dict[str, list[str]]:
         overlap = set(removals) & set(updates)
         if overlap:
             raise BadRequest(f"properties both updated and removed: {sorted(overlap)}")
-        before = await self.store.update_namespace_properties(REALM, catalog, join_namespace(namespace),
-                                                              removals, updates)
-        return {"updated": sorted(updates), "removed": sorted(k for k in removals if k in before),
-                "missing": sorted(k for k in removals if k not in before) or None}
+        # The answer depends on the properties before the change; it is recorded with the change, so the
+        # record is finished inside the store's transaction from `before`.
+        before = await self.store.get_namespace(REALM, catalog, join_namespace(namespace))
+        if before is None:
+            raise NotFound(f"Namespace does not exist: {'.'.join(namespace)}", kind="namespace")
+        result = {"updated": sorted(updates), "removed": sorted(k for k in removals if k in before)}
+        missing = sorted(k for k in removals if k not in before)
+        if missing:
+            result["missing"] = missing
+        record = IdempotencyRecord(idempotency_key, "update-namespace-properties", 200, orjson.dumps(result)) \
+            if idempotency_key else None
+        await self.store.update_namespace_properties(REALM, catalog, join_namespace(namespace), removals, updates,
+                                                     record)
+        return result
 
     # -- tables ------------------------------------------------------------------------------------------------
 
@@ -353,6 +384,41 @@ class IcebergCatalog:
         else:
             self.check_location(metadata["location"])
         return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key, "commit-table")
+
+    async def commit_transaction(self, changes: list[tuple[TableIdent, list, list]],
+                                 idempotency_key: uuid.UUID | None = None) -> None:
+        """All table changes apply atomically or none do (coordinator.transaction); `assert-create` changes
+        create their table in the same database transaction."""
+        from ..transaction import Create
+        parts, creates = [], []
+        for ident, requirements, updates in changes:
+            if any(getattr(r, "type", None) == "assert-create" for r in requirements):
+                _check_name(ident.name)
+                await self.load_namespace(ident.catalog, ident.namespace)
+                metadata = apply_commit(None, requirements, updates, base_location=None, now_ms=_now_ms(),
+                                        table_uuid=str(uuid.uuid4()))
+                if not metadata.get("location"):
+                    metadata = {**metadata, "location": self.default_location(ident)}
+                self.check_location(metadata["location"])
+                data = orjson.dumps(metadata)
+                location = join(metadata["location"], "metadata", metadata_file_name(0))
+                row = TableRow(table_id=uuid.UUID(metadata["table-uuid"]), realm=REALM, catalog=ident.catalog,
+                               namespace=ident.ns_path, name=ident.name, format=FORMAT, location=metadata["location"])
+                creates.append(Create(row, IcebergTable(ident, metadata, location, data),
+                                      {"metadata-location": location},
+                                      [LogEntry(0, {"metadata-location": location, "previous": None})],
+                                      [(location, data)]))
+            else:
+                parts.append((await self._resolve(ident), CommitTable(ident, requirements, updates)))
+        record = IdempotencyRecord(idempotency_key, "commit-transaction", 204, None) if idempotency_key else None
+        try:
+            await self.registry.transact(parts, creates=creates, idempotency=record)
+        except NotFound as exc:
+            if exc.kind == "table-moved":
+                raise NotFound(str(exc), kind="table") from None
+            raise
+        for c in creates:
+            self._ids[c.state.ident] = c.row.table_id
 
     async def drop_table(self, ident: TableIdent, purge: bool, idempotency_key: uuid.UUID | None = None) -> None:
         await self._submit(ident, lambda: DropTable(ident, purge, self.files, idempotency_key))

@@ -1,0 +1,89 @@
+"""Idempotency-Key (Iceberg REST, seed 000): replay a finalized answer instead of running an operation twice.
+
+Finalized and replayed: 200/201/204 and deterministic 4xx (409 included). Never stored: 5xx, 503 and 429 (the
+outcome is unknown or the client is told to retry). A success's record is written by the operation itself, in
+the same database transaction as the change it records (see `Decision.idempotency`, the store's namespace
+methods); an error's record is written afterwards, since an error changed nothing. A second request with a key
+still in flight waits for the first and then gets its answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+import trio
+
+from storage.records import IdempotencyRecord
+
+from .errors import BadRequest, CoordinatorError, Unavailable
+
+log = logging.getLogger(__name__)
+
+LIFETIME_S = 30 * 60                 # advertised as `idempotency-key-lifetime`
+RETAIN_S = 2 * LIFETIME_S            # kept at least this long (a grace period for clock skew), then purged
+NEVER_FINAL = {429, 503}
+
+
+def parse_key(raw: str) -> uuid.UUID:
+    """The key must be a UUIDv7 in string form (RFC 9562)."""
+    try:
+        key = uuid.UUID(raw)
+    except ValueError:
+        raise BadRequest(f"Idempotency-Key must be a UUID, got {raw!r}") from None
+    if key.version != 7 or key.variant != uuid.RFC_4122:
+        raise BadRequest(f"Idempotency-Key must be a UUIDv7, got version {key.version}")
+    return key
+
+
+@dataclass
+class Answer:
+    status: int
+    body: bytes | None
+
+
+class Idempotency:
+    def __init__(self, store):
+        self.store = store
+        self._inflight: dict[uuid.UUID, trio.Event] = {}
+
+    async def run(self, key: uuid.UUID, route: str, op: Callable[[], Awaitable[Answer]],
+                  error_body: Callable[[CoordinatorError], bytes]) -> Answer:
+        while key in self._inflight:
+            await self._inflight[key].wait()
+        done = trio.Event()
+        self._inflight[key] = done
+        try:
+            previous = await self.store.get_idempotency(key)
+            if previous is not None:
+                if previous.route != route:
+                    raise BadRequest(f"Idempotency-Key {key} was already used for a different operation "
+                                     f"({previous.route})")
+                return Answer(previous.status, previous.body)
+            try:
+                return await op()
+            except CoordinatorError as exc:
+                if 400 <= exc.status < 500 and exc.status not in NEVER_FINAL:
+                    await self._record_error(key, route, exc.status, error_body(exc))
+                raise
+        finally:
+            del self._inflight[key]
+            done.set()
+
+    async def _record_error(self, key: uuid.UUID, route: str, status: int, body: bytes) -> None:
+        try:
+            await self.store.put_idempotency(IdempotencyRecord(key, route, status, body))
+        except Unavailable as exc:  # the error answer stands; a retry will simply run again
+            log.warning("could not record idempotent error answer: %s", exc)
+
+    async def purge_forever(self, every_s: float = 300.0) -> None:
+        while True:
+            await trio.sleep(every_s)
+            try:
+                n = await self.store.purge_idempotency(RETAIN_S)
+                if n:
+                    log.info("purged %d expired idempotency keys", n)
+            except CoordinatorError as exc:
+                log.warning("idempotency purge failed: %s", exc)
