@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import orjson
 
@@ -21,7 +21,7 @@ from coordinator.iceberg import parse_requirements, parse_updates
 from coordinator.idempotency import LIFETIME_S, Answer, parse_key
 from coordinator.iceberg.catalog import IcebergTable, TableIdent
 
-from .common import empty_response, json_response, read_model
+from .common import empty_response, json_response, parse_model, read_json, read_model
 
 bp = Blueprint("iceberg", __name__)
 
@@ -220,6 +220,8 @@ ENDPOINTS = [
     "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
     "POST /v1/{prefix}/namespaces/{namespace}/register", "POST /v1/{prefix}/tables/rename",
     "POST /v1/{prefix}/transactions/commit",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
 ]
 
 
@@ -371,6 +373,27 @@ async def drop_table(prefix: str, namespace: str, table: str) -> Response:
     purge = request.args.get("purgeRequested", "false").lower() == "true"
     await _catalog().drop_table(_ident(prefix, namespace, table), purge, _key())
     return empty_response(204)
+
+
+class ReportMetricsRequest(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    report_type: Literal["scan-report", "commit-report"] = Field(alias="report-type")
+    table_name: str = Field(alias="table-name")
+    snapshot_id: int = Field(alias="snapshot-id")
+    metrics: dict[str, Any]
+
+
+@routes("/namespaces/<namespace>/tables/<table>/metrics", ["POST"])
+async def report_metrics(prefix: str, namespace: str, table: str) -> Response:
+    raw = await read_json()
+    parse_model(ReportMetricsRequest, raw)
+    await _catalog().report_metrics(_ident(prefix, namespace, table), raw)
+    return empty_response(204)
+
+
+@routes("/namespaces/<namespace>/tables/<table>/credentials", ["GET"])
+async def load_credentials(prefix: str, namespace: str, table: str) -> Response:
+    return json_response({"storage-credentials": await _catalog().credentials(_ident(prefix, namespace, table))})
 
 
 @routes("/tables/rename", ["POST"])

@@ -479,6 +479,11 @@ class PostgresStore:
             table_id, start, end, limit))
         return [LogEntry(r["version"], r["payload"]) for r in rows]
 
+    async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict) -> None:
+        await self._call(lambda con: con.execute(
+            "INSERT INTO iceberg_metric_reports (table_id, report_type, report) VALUES ($1,$2,$3)",
+            table_id, report_type, report))
+
     # -- idempotency ---------------------------------------------------------------------------------------
 
     async def get_idempotency(self, key: UUID) -> IdempotencyRecord | None:

@@ -117,3 +117,13 @@ def test_etag_and_if_none_match(http):
     assert commit.status_code == 200 and commit.headers["ETag"] != etag
     again = http.get("/v1/namespaces/db/tables/a", headers={"If-None-Match": etag})
     assert again.status_code == 200 and again.headers["ETag"] == commit.headers["ETag"]
+
+
+def test_metrics_report_is_stored_and_credentials_are_empty_for_local_tables(http):
+    report = {"report-type": "commit-report", "table-name": "db.a", "snapshot-id": 1, "sequence-number": 1,
+              "operation": "append", "metrics": {}}
+    assert http.post("/v1/namespaces/db/tables/a/metrics", json=report).status_code == 204
+    assert http.post("/v1/namespaces/db/tables/a/metrics", json={"report-type": "nope"}).status_code == 400
+    assert http.post("/v1/namespaces/db/tables/zz/metrics", json=report).status_code == 404
+    r = http.get("/v1/namespaces/db/tables/a/credentials")
+    assert r.status_code == 200 and r.json() == {"storage-credentials": []}

@@ -420,6 +420,24 @@ class IcebergCatalog:
         for c in creates:
             self._ids[c.state.ident] = c.row.table_id
 
+    async def report_metrics(self, ident: TableIdent, report: dict[str, Any]) -> None:
+        table_id = await self._resolve(ident)
+        await self.store.add_iceberg_report(table_id, report["report-type"], report)
+
+    async def credentials(self, ident: TableIdent) -> list[dict[str, Any]]:
+        """Vended storage credentials: none for local warehouses; the configured static S3 keys for s3://."""
+        table = await self.load_table(ident)
+        location = table.metadata["location"]
+        opts = self.c.config.s3_options
+        if not location.startswith(("s3://", "s3a://")) or "access_key_id" not in opts:
+            return []
+        config = {"s3.access-key-id": opts["access_key_id"], "s3.secret-access-key": opts["secret_access_key"]}
+        for ours, theirs in (("endpoint", "s3.endpoint"), ("region", "client.region"),
+                             ("session_token", "s3.session-token")):
+            if ours in opts:
+                config[theirs] = opts[ours]
+        return [{"prefix": location, "config": config}]
+
     async def drop_table(self, ident: TableIdent, purge: bool, idempotency_key: uuid.UUID | None = None) -> None:
         await self._submit(ident, lambda: DropTable(ident, purge, self.files, idempotency_key))
         self._ids.pop(ident, None)
