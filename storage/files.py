@@ -22,11 +22,11 @@ from coordinator.errors import AlreadyExists, BadRequest, NotFound
 
 def to_local_path(uri: str) -> Path | None:
     """The local path for a file:// URI or a bare absolute path; None for object-store URIs."""
-    if "://" not in uri:
-        return Path(uri)
     parsed = urlparse(uri)
-    if parsed.scheme == "file":
+    if parsed.scheme == "file":  # file:///p and Hadoop's file:/p
         return Path(unquote(parsed.path))
+    if not parsed.scheme:
+        return Path(uri)
     return None
 
 

@@ -68,7 +68,7 @@ WITH u AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::jsonb[])
         AS u(table_id, expected, epoch, new_version, state)
 ), upd AS (
-    UPDATE tables t SET row_version = u.new_version, state = u.state, updated_at = now()
+    UPDATE tables t SET row_version = u.new_version, state = COALESCE(u.state, t.state), updated_at = now()
     FROM u WHERE t.table_id = u.table_id AND t.row_version = u.expected AND t.epoch = u.epoch
     RETURNING t.table_id
 ), log AS (
@@ -483,6 +483,15 @@ class PostgresStore:
         await self._call(lambda con: con.execute(
             "INSERT INTO iceberg_metric_reports (table_id, report_type, report) VALUES ($1,$2,$3)",
             table_id, report_type, report))
+
+    async def add_delta_report(self, table_id: UUID, commit_version: int, report: dict) -> None:
+        """Kept only while the table exists (a report racing a drop is dropped with it)."""
+        await self._call(lambda con: con.execute(
+            "INSERT INTO delta_commit_metrics (table_id, commit_version, report) SELECT $1, $2, $3"
+            " WHERE EXISTS (SELECT 1 FROM tables WHERE table_id = $1)", table_id, commit_version, report))
+
+    async def delete_delta_reports(self, table_id: UUID) -> None:
+        await self._call(lambda con: con.execute("DELETE FROM delta_commit_metrics WHERE table_id=$1", table_id))
 
     # -- idempotency ---------------------------------------------------------------------------------------
 

@@ -1,0 +1,265 @@
+"""Unity Catalog routes for Delta tables (`/api/2.1/unity-catalog/...`): parse, call the catalog, map the result.
+
+Specs: the seed (UC Managed Tables 0.1.0: `/staging-tables`, `/tables`, `/delta/commits`, `/delta/commit`,
+`/delta/metrics`) and UC OSS `api/all.yaml` (catalogs, schemas, `/delta/preview/commits`, which today's clients
+call). Errors use Unity Catalog's body, `{"error_code", "message", "details"}`, with the seed's codes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from quart import Blueprint, Response, current_app, request
+from werkzeug.exceptions import HTTPException
+
+from coordinator.delta import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
+                               GetCommitsRequest, MetricsRequest)
+from coordinator.delta.rules import split_full_name
+from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
+                                NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
+
+from .common import json_response, parse_model, read_json, read_model
+
+log = logging.getLogger(__name__)
+
+bp = Blueprint("delta", __name__, url_prefix="/api/2.1/unity-catalog")
+
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+MAX_TABLES_PAGE = 50  # UC OSS: `max_results` of listTables is at most 50
+
+
+# -- error translation ---------------------------------------------------------------------------------------
+
+
+def _error_code(exc: CoordinatorError) -> tuple[int, str]:
+    kind = exc.kind or ""
+    if isinstance(exc, NotFound):
+        code = {"catalog": "CATALOG_DOES_NOT_EXIST", "schema": "SCHEMA_DOES_NOT_EXIST",
+                "namespace": "SCHEMA_DOES_NOT_EXIST"}.get(kind, "TABLE_DOES_NOT_EXIST")
+        return 404, code
+    if isinstance(exc, AlreadyExists):
+        if kind == "catalog":
+            return 409, "CATALOG_ALREADY_EXISTS"
+        if kind == "schema":
+            return 409, "SCHEMA_ALREADY_EXISTS"
+        return 400, "TABLE_ALREADY_EXISTS"  # the seed gives 400 for this one
+    if isinstance(exc, NotEmpty):
+        return 400, "SCHEMA_NOT_EMPTY" if kind == "schema" else "CATALOG_NOT_EMPTY"
+    if isinstance(exc, CommitConflict):
+        return 409, "ALREADY_EXISTS"
+    if isinstance(exc, TooManyRequests):
+        return 429, "RESOURCE_EXHAUSTED"
+    if isinstance(exc, Unavailable):
+        return 503, "TEMPORARILY_UNAVAILABLE"
+    if isinstance(exc, OutcomeUnknown):
+        return 500, "INTERNAL_ERROR"
+    if isinstance(exc, Unauthorized):
+        return 401, "UNAUTHENTICATED"
+    if isinstance(exc, Forbidden):
+        return 403, "PERMISSION_DENIED"
+    return 400, "INVALID_PARAMETER_VALUE"
+
+
+def uc_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    details = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": code, "domain": "unitycatalog"}]
+    return json_response({"error_code": code, "message": message, "details": details}, status, headers)
+
+
+@bp.errorhandler(CoordinatorError)
+async def _on_error(exc: CoordinatorError) -> Response:
+    status, code = _error_code(exc)
+    if isinstance(exc, OutcomeUnknown):
+        message = f"the commit's outcome is unknown; read the table's commits before retrying: {exc.message}"
+    else:
+        message = exc.message
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
+    return uc_error(status, code, message, headers)
+
+
+@bp.errorhandler(HTTPException)
+async def _on_http_error(exc: HTTPException) -> Response:
+    # Framework-raised errors (body too large, bad method) in the protocol's shape too.
+    code = {404: "ENDPOINT_NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "INVALID_PARAMETER_VALUE"}.get(
+        exc.code or 400, "INVALID_PARAMETER_VALUE")
+    return uc_error(exc.code or 400, code, exc.description or exc.name)
+
+
+# -- helpers -------------------------------------------------------------------------------------------------
+
+
+def _catalog():
+    return current_app.config["COORDINATOR"].delta
+
+
+def _page(cap: int) -> tuple[str | None, int]:
+    """UC `max_results`: > 0 caps the page, 0 (or absent) means the server's size, < 0 is an error."""
+    raw = request.args.get("max_results")
+    size = DEFAULT_PAGE
+    if raw is not None:
+        try:
+            size = int(raw)
+        except ValueError:
+            raise BadRequest(f"max_results must be an integer, got {raw!r}") from None
+        if size < 0:
+            raise BadRequest(f"max_results must be >= 0, got {size}")
+        size = size or DEFAULT_PAGE
+    return request.args.get("page_token") or None, min(size, cap)
+
+
+def _force() -> bool:
+    raw = (request.args.get("force") or "false").lower()
+    if raw not in ("true", "false"):
+        raise BadRequest(f"force must be true or false, got {raw!r}")
+    return raw == "true"
+
+
+def _required_arg(name: str) -> str:
+    value = request.args.get(name)
+    if not value:
+        raise BadRequest(f"query parameter {name} is required")
+    return value
+
+
+def _listing(key: str, items: list[dict], token: str | None) -> Response:
+    body: dict[str, Any] = {key: items}
+    if token:
+        body["next_page_token"] = token
+    return json_response(body)
+
+
+# -- catalogs and schemas ------------------------------------------------------------------------------------
+
+
+@bp.post("/catalogs")
+async def create_catalog() -> Response:
+    return json_response(await _catalog().create_catalog(await read_model(CreateCatalog)))
+
+
+@bp.get("/catalogs")
+async def list_catalogs() -> Response:
+    token, size = _page(MAX_PAGE)
+    items, nxt = await _catalog().list_catalogs(token, size)
+    return _listing("catalogs", items, nxt)
+
+
+@bp.get("/catalogs/<name>")
+async def get_catalog(name: str) -> Response:
+    return json_response(await _catalog().get_catalog(name))
+
+
+@bp.delete("/catalogs/<name>")
+async def delete_catalog(name: str) -> Response:
+    await _catalog().delete_catalog(name, _force())
+    return json_response({})
+
+
+@bp.post("/schemas")
+async def create_schema() -> Response:
+    return json_response(await _catalog().create_schema(await read_model(CreateSchema)))
+
+
+@bp.get("/schemas")
+async def list_schemas() -> Response:
+    catalog = _required_arg("catalog_name")
+    token, size = _page(MAX_PAGE)
+    items, nxt = await _catalog().list_schemas(catalog, token, size)
+    return _listing("schemas", items, nxt)
+
+
+@bp.get("/schemas/<full_name>")
+async def get_schema(full_name: str) -> Response:
+    return json_response(await _catalog().get_schema(*split_full_name(full_name, 2, "schema")))
+
+
+@bp.delete("/schemas/<full_name>")
+async def delete_schema(full_name: str) -> Response:
+    catalog, schema = split_full_name(full_name, 2, "schema")
+    await _catalog().delete_schema(catalog, schema, _force())
+    return json_response({})
+
+
+# -- tables --------------------------------------------------------------------------------------------------
+
+
+@bp.post("/staging-tables")
+async def create_staging_table() -> Response:
+    return json_response(await _catalog().create_staging_table(await read_model(CreateStagingTable)))
+
+
+@bp.post("/tables")
+async def create_table() -> Response:
+    return json_response(await _catalog().create_table(await read_model(CreateTable)))
+
+
+@bp.get("/tables")
+async def list_tables() -> Response:
+    catalog, schema = _required_arg("catalog_name"), _required_arg("schema_name")
+    token, size = _page(MAX_TABLES_PAGE)
+    items, nxt = await _catalog().list_tables(catalog, schema, token, size)
+    return _listing("tables", items, nxt)
+
+
+@bp.get("/tables/<full_name>")
+async def get_table(full_name: str) -> Response:
+    return json_response(await _catalog().get_table(split_full_name(full_name, 3, "table")))
+
+
+@bp.delete("/tables/<full_name>")
+async def delete_table(full_name: str) -> Response:
+    await _catalog().delete_table(split_full_name(full_name, 3, "table"))
+    return json_response({})
+
+
+# -- commits -------------------------------------------------------------------------------------------------
+
+
+_GET_COMMITS_INTS = ("start_version", "end_version")
+
+
+async def _get_commits_request() -> GetCommitsRequest:
+    """The spec puts GET's parameters in a JSON body; some HTTP clients (unitycatalog-client's aiohttp among
+    them) never send a GET body, so query parameters are read too. Both given and different is an error."""
+    body = await read_json(allow_empty=True)
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    for key in ("table_id", "table_uri", *_GET_COMMITS_INTS):
+        raw = request.args.get(key)
+        if raw is None:
+            continue
+        value: Any = raw
+        if key in _GET_COMMITS_INTS:
+            try:
+                value = int(raw)
+            except ValueError:
+                raise BadRequest(f"{key} must be an integer, got {raw!r}") from None
+        if key in body and body[key] != value:
+            raise BadRequest(f"{key} is given twice, as {body[key]!r} in the body and {raw!r} in the query")
+        body[key] = value
+    return parse_model(GetCommitsRequest, body)
+
+
+@bp.get("/delta/commits")
+@bp.get("/delta/preview/commits")
+async def get_commits() -> Response:
+    commits, latest = await _catalog().get_commits(await _get_commits_request())
+    return json_response({"commits": commits, "latest_table_version": latest})
+
+
+@bp.post("/delta/commit")
+@bp.post("/delta/preview/commits")
+async def commit() -> Response:
+    await _catalog().commit(await read_model(CommitRequest))
+    return json_response({})
+
+
+@bp.post("/delta/metrics")
+async def write_metrics() -> Response:
+    await _catalog().write_metrics(await read_model(MetricsRequest))
+    return json_response({})
+
+
+@bp.route("/<path:rest>", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+async def unknown_endpoint(rest: str) -> Response:
+    return uc_error(404, "ENDPOINT_NOT_FOUND", f"no such Unity Catalog endpoint: {request.method} /{rest}")

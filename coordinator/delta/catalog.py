@@ -1,0 +1,484 @@
+"""Unity Catalog for Delta: catalogs, schemas, tables, and the commit coordinator for catalog-managed tables.
+
+Where things live (all realm-separated from Iceberg and Lance):
+- a catalog is a `namespaces` row (realm "uc-catalog", catalog "", path <name>);
+- a schema is a `namespaces` row (realm "uc", catalog <catalog>, path <schema>);
+- a table is a `tables` row (realm "uc", catalog, namespace <schema>, name), format "delta";
+- a staging table is a `tables` row under a reserved catalog name no UC name can spell, named by its id.
+  `POST /tables` renames that row into place, so the table keeps the staging id (which `0.json` records as
+  `io.unitycatalog.tableId`) and the unique (catalog, schema, name) index is the create's compare-and-set.
+
+Every ratified commit is a row of the commit log keyed by version, written in the same statement as the
+table row that advances `last`; the actor keeps the unpublished ones in memory, so GET commits never reads
+the database.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from storage.files import join
+from storage.records import LogEntry, TableRow
+
+from ..actor import Decision
+from ..errors import AlreadyExists, BadRequest, CommitConflict, NotEmpty, NotFound, Unavailable
+from . import rules
+from .models import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
+                     GetCommitsRequest, MetricsRequest)
+from .rules import DeltaTable, StagingTable
+
+REALM = "uc"
+CATALOG_REALM = "uc-catalog"
+STAGING_CATALOG = "\x1estaging"  # control characters are not allowed in UC names, so no catalog collides
+FORMAT = "delta"
+MANAGED_DIR = "__unitystorage"
+# The service has no authentication yet; UC requires owner fields, so they name nobody in particular.
+OWNER = "anonymous"
+
+FullName = tuple[str, str, str]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def parse_table_id(raw: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise BadRequest(f"table_id must be a UUID, got {raw!r}") from None
+
+
+# -- proposals: pure decisions against a table actor's state ---------------------------------------------------
+
+
+def _table_named(state: Any, full: FullName) -> DeltaTable:
+    # Names were resolved to an id before the request reached the actor; a drop and re-create in between
+    # means the id no longer carries this name.
+    if not isinstance(state, DeltaTable) or (state.info["catalog_name"], state.info["schema_name"],
+                                             state.info["name"]) != full:
+        raise NotFound(f"Table does not exist: {'.'.join(full)}", kind="table")
+    return state
+
+
+@dataclass
+class LoadTable:
+    full: FullName
+
+    def decide(self, state: Any) -> Decision:
+        return Decision(state, reply=_table_named(state, self.full))
+
+
+@dataclass
+class DropTable:
+    full: FullName
+    cleanup: Callable[[], Any] | None = None
+
+    def decide(self, state: Any) -> Decision:
+        _table_named(state, self.full)
+        return Decision(None, delete=True, after_durable=self.cleanup)
+
+
+def _unused_staging(state: Any, full: FullName, location: str) -> StagingTable:
+    if isinstance(state, DeltaTable):
+        if (state.info["catalog_name"], state.info["schema_name"], state.info["name"]) == full:
+            # A second create of the same table (a retry, or a race lost to an identical request).
+            raise AlreadyExists(f"Table already exists: {'.'.join(full)}", kind="table")
+        raise BadRequest(f"storage_location {location!r} is not an unused staging location: table "
+                         f"{state.info['catalog_name']}.{state.info['schema_name']}.{state.info['name']} uses it")
+    if not isinstance(state, StagingTable):
+        raise NotFound(f"Staging table does not exist at {location!r}", kind="table")
+    if (state.catalog_name, state.schema_name, state.name) != full:
+        raise BadRequest(f"staging location {location!r} was allocated for "
+                         f"{state.catalog_name}.{state.schema_name}.{state.name}, not {'.'.join(full)}")
+    return state
+
+
+@dataclass
+class CheckStaging:
+    full: FullName
+    location: str
+
+    def decide(self, state: Any) -> Decision:
+        return Decision(state, reply=_unused_staging(state, self.full, self.location))
+
+
+@dataclass
+class CreateFromStaging:
+    """`POST /tables` for a MANAGED DELTA table: the staging row becomes the table at version 0."""
+
+    full: FullName
+    location: str
+    first_commit: dict[str, Any]
+    columns: list[dict[str, Any]]
+    comment: str | None
+    properties: dict[str, str]
+    now_ms: int
+
+    def decide(self, state: Any) -> Decision:
+        state = _unused_staging(state, self.full, self.location)
+        catalog, schema, name = self.full
+        info = {"name": name, "catalog_name": catalog, "schema_name": schema, "table_type": "MANAGED",
+                "data_source_format": "DELTA", "columns": self.columns, "storage_location": state.location,
+                "comment": self.comment, "properties": self.properties, "owner": OWNER,
+                "created_at": self.now_ms, "created_by": OWNER, "updated_at": self.now_ms, "updated_by": OWNER,
+                "table_id": str(state.table_id)}
+        if info["comment"] is None:
+            del info["comment"]
+        table = DeltaTable(state.table_id, rules.freeze(info), last=0, published=0, unpublished=(),
+                           newest=self.first_commit)
+        return Decision(table, reply=table, row_state=table.row_state(), log=[LogEntry(0, self.first_commit)],
+                        rename=self.full)
+
+
+@dataclass
+class Commit:
+    request: CommitRequest
+    max_unpublished: int
+    now_ms: int
+
+    def decide(self, state: Any) -> Decision:
+        table = rules.require_table(state, self.request.table_id)
+        new = rules.decide_commit(table, self.request, max_unpublished=self.max_unpublished, now_ms=self.now_ms)
+        if new is table:
+            return Decision(table)
+        log = [LogEntry(new.last, new.newest)] if new.last > table.last else []
+        return Decision(new, row_state=new.row_state(), log=log)
+
+
+@dataclass
+class GetCommits:
+    request: GetCommitsRequest
+    page_size: int
+
+    def decide(self, state: Any) -> Decision:
+        table = rules.require_table(state, self.request.table_id)
+        r = self.request
+        return Decision(table, reply=rules.commits_page(table, r.table_uri, r.start_version, r.end_version,
+                                                        self.page_size))
+
+
+@dataclass
+class CheckMetrics:
+    request: MetricsRequest
+
+    def decide(self, state: Any) -> Decision:
+        rules.check_metrics(rules.require_table(state, self.request.table_id), self.request)
+        return Decision(state)
+
+
+# -- response shapes ---------------------------------------------------------------------------------------------
+
+
+def catalog_info(name: str, entry: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, **entry}
+
+
+def schema_info(catalog: str, name: str, entry: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "catalog_name": catalog, "full_name": f"{catalog}.{name}", **entry}
+
+
+def table_info(table: DeltaTable) -> dict[str, Any]:
+    return dict(table.info)
+
+
+def _entry(body: CreateCatalog | CreateSchema, id_field: str) -> dict[str, Any]:
+    if body.storage_root is not None:
+        raise BadRequest("storage_root is not supported: managed tables are placed under the service's "
+                         "configured managed root")
+    now = now_ms()
+    entry = {id_field: str(uuid.uuid4()), "comment": body.comment, "properties": body.properties, "owner": OWNER,
+             "created_at": now, "created_by": OWNER, "updated_at": now, "updated_by": OWNER}
+    if body.comment is None:
+        del entry["comment"]
+    return entry
+
+
+def encode_page_token(value: str) -> str:
+    return base64.urlsafe_b64encode(value.encode()).decode()
+
+
+def decode_page_token(token: str | None) -> str | None:
+    if not token:
+        return None
+    try:
+        return base64.urlsafe_b64decode(token.encode()).decode()
+    except Exception:
+        raise BadRequest(f"invalid page_token: {token!r}") from None
+
+
+# -- the catalog -------------------------------------------------------------------------------------------------
+
+
+class DeltaCatalog:
+    def __init__(self, coordinator):
+        self.config = coordinator.config
+        self.store = coordinator.store
+        self.registry = coordinator.registry
+        self.files = coordinator.files
+        self.registry.register_format(FORMAT, self._load_state)
+
+    @property
+    def managed_root(self) -> str:
+        return join(self.config.warehouse_uri, MANAGED_DIR, "tables")
+
+    async def _load_state(self, row: TableRow) -> StagingTable | DeltaTable:
+        s = row.state
+        if "staging" in s:
+            st = s["staging"]
+            return StagingTable(row.table_id, st["catalog_name"], st["schema_name"], st["name"], st["location"],
+                                st["created_at"])
+        last, published = s["last"], s["published"]
+        entries = await self.store.read_log(row.table_id, start=published) if last >= 0 else []
+        unpublished = tuple(e.payload for e in entries if e.version > published)
+        newest = next((e.payload for e in entries if e.version == last), None)
+        return DeltaTable(row.table_id, rules.freeze(dict(s["info"])), last, published, unpublished, newest)
+
+    # -- catalogs ----------------------------------------------------------------------------------------------
+
+    async def create_catalog(self, body: CreateCatalog) -> dict[str, Any]:
+        name = rules.check_name("catalog", body.name)
+        entry = _entry(body, "id")
+        try:
+            await self.store.create_namespace(CATALOG_REALM, "", name, entry)
+        except AlreadyExists:
+            raise AlreadyExists(f"Catalog already exists: {name}", kind="catalog") from None
+        return catalog_info(name, entry)
+
+    async def get_catalog(self, name: str) -> dict[str, Any]:
+        entry = await self.store.get_namespace(CATALOG_REALM, "", name)
+        if entry is None:
+            raise NotFound(f"Catalog does not exist: {name}", kind="catalog")
+        return catalog_info(name, entry)
+
+    async def list_catalogs(self, page_token: str | None, limit: int) -> tuple[list[dict], str | None]:
+        names = await self.store.list_namespaces(CATALOG_REALM, "", None, after=decode_page_token(page_token),
+                                                 limit=limit)
+        out = []
+        for name in names:
+            entry = await self.store.get_namespace(CATALOG_REALM, "", name)
+            if entry is not None:  # dropped since the listing
+                out.append(catalog_info(name, entry))
+        return out, encode_page_token(names[-1]) if len(names) == limit else None
+
+    async def delete_catalog(self, name: str, force: bool) -> None:
+        await self.get_catalog(name)
+        schemas = await self.store.list_namespaces(REALM, name, None)
+        if schemas and not force:
+            raise NotEmpty(f"Catalog {name} is not empty: it has schemas {', '.join(schemas[:5])}; delete them "
+                           f"or pass force=true", kind="catalog")
+        for schema in schemas:
+            await self.delete_schema(name, schema, force=True)
+        try:
+            await self.store.drop_namespace(CATALOG_REALM, "", name)
+        except NotFound:
+            raise NotFound(f"Catalog does not exist: {name}", kind="catalog") from None
+
+    # -- schemas -----------------------------------------------------------------------------------------------
+
+    async def create_schema(self, body: CreateSchema) -> dict[str, Any]:
+        name = rules.check_name("schema", body.name)
+        entry = _entry(body, "schema_id")
+        await self.get_catalog(body.catalog_name)
+        try:
+            await self.store.create_namespace(REALM, body.catalog_name, name, entry)
+        except AlreadyExists:
+            raise AlreadyExists(f"Schema already exists: {body.catalog_name}.{name}", kind="schema") from None
+        return schema_info(body.catalog_name, name, entry)
+
+    async def get_schema(self, catalog: str, name: str) -> dict[str, Any]:
+        await self.get_catalog(catalog)
+        entry = await self.store.get_namespace(REALM, catalog, name)
+        if entry is None:
+            raise NotFound(f"Schema does not exist: {catalog}.{name}", kind="schema")
+        return schema_info(catalog, name, entry)
+
+    async def list_schemas(self, catalog: str, page_token: str | None, limit: int) -> tuple[list[dict], str | None]:
+        await self.get_catalog(catalog)
+        names = await self.store.list_namespaces(REALM, catalog, None, after=decode_page_token(page_token),
+                                                 limit=limit)
+        out = []
+        for name in names:
+            entry = await self.store.get_namespace(REALM, catalog, name)
+            if entry is not None:
+                out.append(schema_info(catalog, name, entry))
+        return out, encode_page_token(names[-1]) if len(names) == limit else None
+
+    async def delete_schema(self, catalog: str, name: str, force: bool) -> None:
+        await self.get_schema(catalog, name)
+        rows = await self.store.list_tables(REALM, catalog, name)
+        if rows and not force:
+            raise NotEmpty(f"Schema {catalog}.{name} is not empty: it has tables "
+                           f"{', '.join(r.name for r in rows[:5])}; delete them or pass force=true", kind="schema")
+        # Through the actors, not a cascading DELETE: an actor must never hold state for a row that is gone.
+        for row in rows:
+            try:
+                await self.delete_table((catalog, name, row.name))
+            except NotFound:
+                pass
+        try:
+            await self.store.drop_namespace(REALM, catalog, name)
+        except NotFound:
+            raise NotFound(f"Schema does not exist: {catalog}.{name}", kind="schema") from None
+        except NotEmpty:
+            raise NotEmpty(f"Schema {catalog}.{name} is not empty: a table was created while it was being "
+                           f"deleted", kind="schema") from None
+
+    # -- tables ------------------------------------------------------------------------------------------------
+
+    async def _check_new_name(self, catalog: str, schema: str, name: str) -> None:
+        rules.check_name("table", name)
+        await self.get_schema(catalog, schema)
+        if await self.store.find_table(REALM, catalog, schema, name) is not None:
+            raise AlreadyExists(f"Table already exists: {catalog}.{schema}.{name}", kind="table")
+
+    async def create_staging_table(self, body: CreateStagingTable) -> dict[str, Any]:
+        await self._check_new_name(body.catalog_name, body.schema_name, body.name)
+        table_id = uuid.uuid4()
+        location = join(self.managed_root, str(table_id))
+        staging = StagingTable(table_id, body.catalog_name, body.schema_name, body.name, location, now_ms())
+        row = TableRow(table_id=table_id, realm=REALM, catalog=STAGING_CATALOG, namespace="", name=str(table_id),
+                       format=FORMAT, location=location)
+        await self.registry.create(row, state=staging, row_state=staging.row_state())
+        return {"name": body.name, "catalog_name": body.catalog_name, "schema_name": body.schema_name,
+                "id": str(table_id), "staging_location": location}
+
+    def _staging_id(self, location: str) -> uuid.UUID:
+        root = rules.normalize_uri(self.managed_root)
+        loc = rules.normalize_uri(location)
+        parent, _, last = loc.rpartition("/")
+        if parent != root:
+            raise BadRequest(f"storage_location {location!r} of a MANAGED table must be the staging_location "
+                             f"returned by POST /staging-tables (under {self.managed_root})")
+        try:
+            return uuid.UUID(last)
+        except ValueError:
+            raise NotFound(f"Staging table does not exist at {location!r}", kind="table") from None
+
+    async def create_table(self, body: CreateTable) -> dict[str, Any]:
+        await self._check_new_name(body.catalog_name, body.schema_name, body.name)
+        full = (body.catalog_name, body.schema_name, body.name)
+        columns = [c.to_json() for c in body.columns]
+        if body.storage_location is None:
+            raise BadRequest("storage_location is required")
+        if body.data_source_format is None:
+            raise BadRequest("data_source_format is required")
+        if body.table_type == "EXTERNAL":
+            return await self._create_external(body, full, columns)
+        if body.table_type != "MANAGED":
+            raise BadRequest(f"table_type {body.table_type} is not supported: MANAGED or EXTERNAL")
+        if body.data_source_format != "DELTA":
+            raise BadRequest(f"a MANAGED table must have data_source_format DELTA, got {body.data_source_format}")
+        table_id = self._staging_id(body.storage_location)
+        claimed = body.properties.get(rules.TABLE_ID_PROPERTY)
+        if claimed is not None and claimed != str(table_id):
+            raise BadRequest(f"properties.{rules.TABLE_ID_PROPERTY} is {claimed!r} but the staging table at "
+                             f"storage_location has id {table_id}")
+        # Refuse an unknown or used location before reading anything there; the create re-checks (it may race).
+        staging = await self.registry.submit(table_id, CheckStaging(full, body.storage_location))
+        log_file = join(staging.location, "_delta_log", rules.FIRST_COMMIT_FILE)
+        try:
+            data = await self.files.read(log_file)
+        except NotFound:
+            raise BadRequest(f"not a Delta table: {log_file} does not exist; write version 0 at the staging "
+                             f"location before creating the table") from None
+        except OSError as exc:
+            raise Unavailable(f"cannot read {log_file}: {exc}") from None
+        first = rules.check_first_commit(table_id, data)
+        try:
+            table = await self.registry.submit(table_id, CreateFromStaging(
+                full, body.storage_location, first, columns, body.comment, dict(body.properties), now_ms()))
+        except NotFound as exc:
+            if exc.kind == "namespace":  # the schema went away since we looked
+                raise NotFound(f"Schema does not exist: {body.catalog_name}.{body.schema_name}",
+                               kind="schema") from None
+            raise
+        return table_info(table)
+
+    async def _create_external(self, body: CreateTable, full: FullName, columns: list[dict]) -> dict[str, Any]:
+        location = body.storage_location.rstrip("/")
+        if rules.is_within(join(self.config.warehouse_uri, MANAGED_DIR), location):
+            raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must not be inside the managed "
+                             f"storage root")
+        table_id = uuid.uuid4()
+        now = now_ms()
+        info = {"name": body.name, "catalog_name": body.catalog_name, "schema_name": body.schema_name,
+                "table_type": "EXTERNAL", "data_source_format": body.data_source_format, "columns": columns,
+                "storage_location": location, "comment": body.comment, "properties": dict(body.properties),
+                "owner": OWNER, "created_at": now, "created_by": OWNER, "updated_at": now, "updated_by": OWNER,
+                "table_id": str(table_id)}
+        if info["comment"] is None:
+            del info["comment"]
+        table = DeltaTable(table_id, rules.freeze(info), last=-1, published=-1, unpublished=(), newest=None)
+        row = TableRow(table_id=table_id, realm=REALM, catalog=full[0], namespace=full[1], name=full[2],
+                       format=FORMAT, location=location)
+        try:
+            await self.registry.create(row, state=table, row_state=table.row_state())
+        except NotFound:
+            raise NotFound(f"Schema does not exist: {full[0]}.{full[1]}", kind="schema") from None
+        return table_info(table)
+
+    async def _resolve(self, full: FullName) -> uuid.UUID:
+        row = await self.store.find_table(REALM, *full)
+        if row is None:
+            await self.get_schema(full[0], full[1])  # say which level is missing
+            raise NotFound(f"Table does not exist: {'.'.join(full)}", kind="table")
+        return row.table_id
+
+    async def get_table(self, full: FullName) -> dict[str, Any]:
+        table = await self.registry.submit(await self._resolve(full), LoadTable(full))
+        return table_info(table)
+
+    async def list_tables(self, catalog: str, schema: str, page_token: str | None,
+                          limit: int) -> tuple[list[dict], str | None]:
+        await self.get_schema(catalog, schema)
+        rows = await self.store.list_tables(REALM, catalog, schema, kind="table",
+                                            after=decode_page_token(page_token), limit=limit)
+        nxt = encode_page_token(rows[-1].namespace + chr(30) + rows[-1].name) if len(rows) == limit else None
+        return [dict(r.state["info"]) for r in rows if "info" in r.state], nxt
+
+    async def delete_table(self, full: FullName) -> None:
+        table_id = await self._resolve(full)
+
+        async def forget_metrics() -> None:
+            await self.store.delete_delta_reports(table_id)
+
+        # Soft delete, as the catalog-managed RFC allows: the name goes now; the files stay for a purge job.
+        await self.registry.submit(table_id, DropTable(full, forget_metrics))
+
+    # -- commits -----------------------------------------------------------------------------------------------
+
+    async def commit(self, req: CommitRequest) -> None:
+        table_id = parse_table_id(req.table_id)
+        proposal = Commit(req, self.config.delta_max_unpublished_commits, now_ms())
+        try:
+            await self.registry.submit(table_id, proposal)
+        except CommitConflict as exc:
+            if exc.kind != "published":
+                raise
+            # The version was ratified and published long enough ago to have left memory. Ratified commits
+            # never change, so the stored log answers whether this is a replay of that very commit.
+            v = req.commit_info.version
+            entries = await self.store.read_log(table_id, start=v, end=v)
+            if entries and entries[0].payload.get("file_name") == req.commit_info.file_name:
+                return
+            found = entries[0].payload.get("file_name") if entries else "an earlier commit"
+            raise CommitConflict(f"{exc.message}; version {v} was ratified as {found}: rebuild the snapshot and "
+                                 f"retry at a later version") from None
+
+    async def get_commits(self, req: GetCommitsRequest) -> tuple[list[dict], int]:
+        return await self.registry.submit(parse_table_id(req.table_id),
+                                          GetCommits(req, self.config.delta_commits_page_size))
+
+    async def write_metrics(self, req: MetricsRequest) -> None:
+        table_id = parse_table_id(req.table_id)
+        await self.registry.submit(table_id, CheckMetrics(req))
+        report = req.report.commit_report if req.report is not None else None
+        if report is None:
+            return
+        payload = report.model_dump(exclude_none=True)
+        await self.store.add_delta_report(table_id, report.commit_version, payload)
