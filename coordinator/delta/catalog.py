@@ -15,7 +15,6 @@ the database.
 
 from __future__ import annotations
 
-import base64
 import time
 import uuid
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from storage.records import LogEntry, TableRow
 
 from ..actor import Decision
 from ..errors import AlreadyExists, BadRequest, CommitConflict, NotEmpty, NotFound, Unavailable
+from ..paging import decode_page_token, encode_page_token
 from . import rules
 from .models import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
                      GetCommitsRequest, MetricsRequest)
@@ -196,19 +196,6 @@ def _entry(body: CreateCatalog | CreateSchema, id_field: str) -> dict[str, Any]:
     if body.comment is None:
         del entry["comment"]
     return entry
-
-
-def encode_page_token(value: str) -> str:
-    return base64.urlsafe_b64encode(value.encode()).decode()
-
-
-def decode_page_token(token: str | None) -> str | None:
-    if not token:
-        return None
-    try:
-        return base64.urlsafe_b64decode(token.encode()).decode()
-    except Exception:
-        raise BadRequest(f"invalid page_token: {token!r}") from None
 
 
 # -- the catalog -------------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ the compare-and-set.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import time
 import uuid
@@ -22,6 +21,7 @@ from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow
 
 from ..actor import Decision
 from ..errors import BadRequest, NotFound
+from ..paging import decode_page_token, encode_page_token
 from . import apply_commit, new_table_metadata
 
 REALM = "iceberg"
@@ -173,19 +173,6 @@ def _idempotency(key: uuid.UUID | None, route: str, status: int, table: IcebergT
 # -- the catalog ---------------------------------------------------------------------------------------------
 
 
-def encode_page_token(value: str) -> str:
-    return base64.urlsafe_b64encode(value.encode()).decode()
-
-
-def decode_page_token(token: str | None) -> str | None:
-    if not token:
-        return None
-    try:
-        return base64.urlsafe_b64decode(token.encode()).decode()
-    except Exception:
-        raise BadRequest(f"invalid pageToken: {token!r}") from None
-
-
 class IcebergCatalog:
     def __init__(self, coordinator):
         self.c = coordinator
@@ -228,7 +215,7 @@ class IcebergCatalog:
         if parent:
             await self.load_namespace(catalog, parent)
         paths = await self.store.list_namespaces(REALM, catalog, join_namespace(parent),
-                                                 after=decode_page_token(page_token), limit=page_size)
+                                                 after=decode_page_token(page_token, "pageToken"), limit=page_size)
         nxt = encode_page_token(paths[-1]) if page_size and len(paths) == page_size else None
         return [tuple(p.split(NAMESPACE_SEP)) for p in paths], nxt
 
@@ -264,7 +251,7 @@ class IcebergCatalog:
                           page_size: int | None) -> tuple[list[TableIdent], str | None]:
         await self.load_namespace(catalog, namespace)
         rows = await self.store.list_tables(REALM, catalog, join_namespace(namespace), kind="table",
-                                            after=decode_page_token(page_token), limit=page_size)
+                                            after=decode_page_token(page_token, "pageToken"), limit=page_size)
         idents = [TableIdent(catalog, namespace, r.name) for r in rows]
         nxt = None
         if page_size and len(rows) == page_size:
