@@ -20,6 +20,7 @@ from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, Coord
 from coordinator.iceberg import parse_requirements, parse_updates
 from coordinator.idempotency import LIFETIME_S, Answer, parse_key
 from coordinator.iceberg.catalog import IcebergTable, TableIdent
+from coordinator.iceberg.views import parse_view_requirements, parse_view_updates
 
 from .common import empty_response, json_response, parse_model, read_json, read_model
 
@@ -222,6 +223,10 @@ ENDPOINTS = [
     "POST /v1/{prefix}/transactions/commit",
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
     "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
+    "GET /v1/{prefix}/namespaces/{namespace}/views", "POST /v1/{prefix}/namespaces/{namespace}/views",
+    "GET /v1/{prefix}/namespaces/{namespace}/views/{view}", "HEAD /v1/{prefix}/namespaces/{namespace}/views/{view}",
+    "POST /v1/{prefix}/namespaces/{namespace}/views/{view}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/views/{view}", "POST /v1/{prefix}/views/rename",
 ]
 
 
@@ -394,6 +399,81 @@ async def report_metrics(prefix: str, namespace: str, table: str) -> Response:
 @routes("/namespaces/<namespace>/tables/<table>/credentials", ["GET"])
 async def load_credentials(prefix: str, namespace: str, table: str) -> Response:
     return json_response({"storage-credentials": await _catalog().credentials(_ident(prefix, namespace, table))})
+
+
+# -- views ---------------------------------------------------------------------------------------------------
+
+
+class CreateViewRequest(_Body):
+    name: str
+    location: Optional[str] = None
+    schema_: dict[str, Any] = Field(alias="schema")
+    view_version: dict[str, Any] = Field(alias="view-version")
+    properties: dict[str, str]
+
+
+class CommitViewRequest(_Body):
+    identifier: Optional[TableIdentifier] = None
+    requirements: list[Any] = Field(default_factory=list)
+    updates: list[Any]
+
+
+@routes("/namespaces/<namespace>/views", ["GET"])
+async def list_views(prefix: str, namespace: str) -> Response:
+    idents, nxt = await _catalog().list_tables(_prefix(prefix), _namespace(namespace),
+                                               request.args.get("pageToken"), _page_size(), kind="view")
+    body: dict[str, Any] = {"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in idents]}
+    if nxt:
+        body["next-page-token"] = nxt
+    return json_response(body)
+
+
+@routes("/namespaces/<namespace>/views", ["POST"])
+@idempotent("create-view")
+async def create_view(prefix: str, namespace: str) -> Response:
+    body = await read_model(CreateViewRequest)
+    view = await _catalog().create_view(_ident(prefix, namespace, body.name), schema=body.schema_,
+                                        view_version=body.view_version, location=body.location,
+                                        properties=body.properties, idempotency_key=_key())
+    return _load_response(view)
+
+
+@routes("/namespaces/<namespace>/views/<view>", ["GET", "HEAD"])
+async def load_view(prefix: str, namespace: str, view: str) -> Response:
+    loaded = await _catalog().load_view(_ident(prefix, namespace, view))
+    if request.method == "HEAD":
+        return empty_response(204)
+    return _load_response(loaded)
+
+
+@routes("/namespaces/<namespace>/views/<view>", ["POST"])
+@idempotent("replace-view")
+async def replace_view(prefix: str, namespace: str, view: str) -> Response:
+    body = await read_model(CommitViewRequest)
+    ident = _ident(prefix, namespace, view)
+    if body.identifier is not None and (tuple(body.identifier.namespace), body.identifier.name) != (
+            ident.namespace, ident.name):
+        raise BadRequest("identifier in the body does not match the view in the path")
+    replaced = await _catalog().replace_view(ident, parse_view_requirements(body.requirements),
+                                             parse_view_updates(body.updates), _key())
+    return _load_response(replaced)
+
+
+@routes("/namespaces/<namespace>/views/<view>", ["DELETE"])
+@idempotent("drop-view")
+async def drop_view(prefix: str, namespace: str, view: str) -> Response:
+    await _catalog().drop_view(_ident(prefix, namespace, view), _key())
+    return empty_response(204)
+
+
+@routes("/views/rename", ["POST"])
+@idempotent("rename-view")
+async def rename_view(prefix: str) -> Response:
+    body = await read_model(RenameTableRequest)
+    source = TableIdent(_prefix(prefix), tuple(body.source.namespace), body.source.name)
+    dest = TableIdent(_prefix(prefix), tuple(body.destination.namespace), body.destination.name)
+    await _catalog().rename_view(source, dest, _key())
+    return empty_response(204)
 
 
 @routes("/tables/rename", ["POST"])

@@ -127,3 +127,24 @@ def test_metrics_report_is_stored_and_credentials_are_empty_for_local_tables(htt
     assert http.post("/v1/namespaces/db/tables/zz/metrics", json=report).status_code == 404
     r = http.get("/v1/namespaces/db/tables/a/credentials")
     assert r.status_code == 200 and r.json() == {"storage-credentials": []}
+
+
+def test_delete_after_commit_removes_metadata_files_that_fell_off_the_log(http):
+    from storage.files import to_local_path
+    props = {"write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "2"}
+    r = http.post("/v1/namespaces/db/tables", json={"name": "d", "schema": SCHEMA, "properties": props})
+    locations = [r.json()["metadata-location"]]
+    for i in range(4):
+        r = http.post("/v1/namespaces/db/tables/d", json={"requirements": [], "updates": [
+            {"action": "set-properties", "updates": {"i": str(i)}}]})
+        locations.append(r.json()["metadata-location"])
+    meta = http.get("/v1/namespaces/db/tables/d").json()["metadata"]
+    assert [e["metadata-file"] for e in meta["metadata-log"]] == locations[2:4]
+    import time
+    deadline = time.monotonic() + 5  # deletion is best-effort clean-up after the commit is durable
+    while True:
+        exists = [to_local_path(loc).exists() for loc in locations]
+        if exists == [False, False, True, True, True] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert exists == [False, False, True, True, True]

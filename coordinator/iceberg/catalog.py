@@ -23,9 +23,11 @@ from ..actor import Decision
 from ..errors import BadRequest, NotFound
 from ..paging import decode_page_token, encode_page_token
 from . import apply_commit, new_table_metadata
+from .views import apply_view_commit, new_view_metadata
 
 REALM = "iceberg"
 FORMAT = "iceberg"
+VIEW_FORMAT = "iceberg-view"
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,8 @@ class CommitTable:
     updates: list
     idempotency_key: uuid.UUID | None = None
 
+    files: Any = None  # FileIO, for `write.metadata.delete-after-commit.enabled`
+
     def decide(self, state: IcebergTable) -> Decision:
         _check_ident(state, self.ident)
         new = apply_commit(state.metadata, self.requirements, self.updates,
@@ -119,6 +123,7 @@ class CommitTable:
             log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
             files=[(location, data)],
             idempotency=_idempotency(self.idempotency_key, "commit-table", 200, table),
+            after_durable=_delete_after_commit(self.files, state, new),
         )
 
 
@@ -156,6 +161,47 @@ class RenameTable:
                         idempotency=_idempotency(self.idempotency_key, "rename-table", 204, None))
 
 
+@dataclass
+class ReplaceView:
+    ident: TableIdent
+    requirements: list
+    updates: list
+    idempotency_key: uuid.UUID | None = None
+
+    def decide(self, state: IcebergTable) -> Decision:
+        _check_ident(state, self.ident)
+        new = apply_view_commit(state.metadata, self.requirements, self.updates, now_ms=_now_ms())
+        if new is state.metadata:
+            return Decision(state, reply=state)
+        version = metadata_version(state.metadata_location) + 1
+        location = join(new["location"], "metadata", metadata_file_name(version))
+        data = orjson.dumps(new)
+        view = IcebergTable(state.ident, new, location, data)
+        return Decision(view, reply=view, row_state={"metadata-location": location},
+                        log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
+                        files=[(location, data)],
+                        idempotency=_idempotency(self.idempotency_key, "replace-view", 200, view))
+
+
+def _delete_after_commit(fileio, old: IcebergTable, new: dict[str, Any]):
+    """`write.metadata.delete-after-commit.enabled`: once the new metadata is durable, delete the metadata
+    files that fell off the metadata-log (trimmed to `write.metadata.previous-versions-max`)."""
+    if fileio is None or new.get("properties", {}).get("write.metadata.delete-after-commit.enabled",
+                                                       "false").lower() != "true":
+        return None
+    kept = {e["metadata-file"] for e in new.get("metadata-log", [])}
+    dropped = [e["metadata-file"] for e in old.metadata.get("metadata-log", []) if e["metadata-file"] not in kept]
+    if old.metadata_location not in kept:
+        dropped.append(old.metadata_location)
+    if not dropped:
+        return None
+
+    async def delete() -> None:
+        for uri in dropped:
+            await fileio.delete(uri)
+    return delete
+
+
 def _check_ident(state: IcebergTable, ident: TableIdent) -> None:
     # The name was resolved to an id before the request reached the actor; a rename since then means the
     # name no longer denotes this table.
@@ -180,7 +226,8 @@ class IcebergCatalog:
         self.registry = coordinator.registry
         self.files = coordinator.files
         self.registry.register_format(FORMAT, self._load_state)
-        self._ids: dict[TableIdent, uuid.UUID] = {}
+        self.registry.register_format(VIEW_FORMAT, self._load_state)
+        self._ids: dict[tuple[TableIdent, str], uuid.UUID] = {}
 
     @property
     def warehouse(self) -> str:
@@ -248,9 +295,9 @@ class IcebergCatalog:
     # -- tables ------------------------------------------------------------------------------------------------
 
     async def list_tables(self, catalog: str, namespace: tuple[str, ...], page_token: str | None,
-                          page_size: int | None) -> tuple[list[TableIdent], str | None]:
+                          page_size: int | None, kind: str = "table") -> tuple[list[TableIdent], str | None]:
         await self.load_namespace(catalog, namespace)
-        rows = await self.store.list_tables(REALM, catalog, join_namespace(namespace), kind="table",
+        rows = await self.store.list_tables(REALM, catalog, join_namespace(namespace), kind=kind,
                                             after=decode_page_token(page_token, "pageToken"), limit=page_size)
         idents = [TableIdent(catalog, namespace, r.name) for r in rows]
         nxt = None
@@ -258,28 +305,28 @@ class IcebergCatalog:
             nxt = encode_page_token(rows[-1].namespace + chr(30) + rows[-1].name)
         return idents, nxt
 
-    async def _resolve(self, ident: TableIdent) -> uuid.UUID:
-        table_id = self._ids.get(ident)
+    async def _resolve(self, ident: TableIdent, kind: str = "table") -> uuid.UUID:
+        table_id = self._ids.get((ident, kind))
         if table_id is None:
             row = await self.store.find_table(REALM, ident.catalog, ident.ns_path, ident.name)
-            if row is None or row.kind != "table":
-                raise NotFound(f"Table does not exist: {ident}", kind="table")
+            if row is None or row.kind != kind:
+                raise NotFound(f"{kind.capitalize()} does not exist: {ident}", kind=kind)
             table_id = row.table_id
             if len(self._ids) > 100_000:
                 self._ids.clear()
-            self._ids[ident] = table_id
+            self._ids[(ident, kind)] = table_id
         return table_id
 
-    async def _submit(self, ident: TableIdent, make_proposal) -> Any:
+    async def _submit(self, ident: TableIdent, make_proposal, kind: str = "table") -> Any:
         """Resolve the name and hand the proposal to the table's actor; re-resolve once if the name moved."""
         for attempt in (0, 1):
-            table_id = await self._resolve(ident)
+            table_id = await self._resolve(ident, kind)
             try:
                 return await self.registry.submit(table_id, make_proposal())
             except NotFound as exc:
-                self._ids.pop(ident, None)
+                self._ids.pop((ident, kind), None)
                 if attempt or exc.kind not in ("table-moved", "table"):
-                    raise NotFound(f"Table does not exist: {ident}", kind="table") from None
+                    raise NotFound(f"{kind.capitalize()} does not exist: {ident}", kind=kind) from None
 
     async def load_table(self, ident: TableIdent) -> IcebergTable:
         return await self._submit(ident, lambda: LoadTable(ident))
@@ -320,7 +367,7 @@ class IcebergCatalog:
         return await self._insert(ident, metadata, table_uuid, idempotency_key, "create-table")
 
     async def _insert(self, ident: TableIdent, metadata: dict, table_uuid: str, idempotency_key, route: str,
-                      metadata_location: str | None = None) -> IcebergTable:
+                      metadata_location: str | None = None, kind: str = "table") -> IcebergTable:
         data = orjson.dumps(metadata)
         files = []
         if metadata_location is None:
@@ -328,13 +375,14 @@ class IcebergCatalog:
             files = [(metadata_location, data)]
         table = IcebergTable(ident, metadata, metadata_location, data)
         row = TableRow(table_id=uuid.UUID(table_uuid), realm=REALM, catalog=ident.catalog, namespace=ident.ns_path,
-                       name=ident.name, format=FORMAT, location=metadata["location"])
+                       name=ident.name, format=FORMAT if kind == "table" else VIEW_FORMAT,
+                       location=metadata["location"], kind=kind)
         await self.registry.create(
             row, state=table, row_state={"metadata-location": metadata_location},
             log_entries=[LogEntry(max(metadata_version(metadata_location), 0),
                                   {"metadata-location": metadata_location, "previous": None})],
             files=files, idempotency=_idempotency(idempotency_key, route, 200, table))
-        self._ids[ident] = row.table_id
+        self._ids[(ident, kind)] = row.table_id
         return table
 
     async def register_table(self, ident: TableIdent, metadata_location: str,
@@ -356,7 +404,8 @@ class IcebergCatalog:
                            idempotency_key: uuid.UUID | None = None) -> IcebergTable:
         if any(getattr(r, "type", None) == "assert-create" for r in requirements):
             return await self._commit_create(ident, requirements, updates, idempotency_key)
-        return await self._submit(ident, lambda: CommitTable(ident, requirements, updates, idempotency_key))
+        return await self._submit(ident, lambda: CommitTable(ident, requirements, updates, idempotency_key,
+                                                             self.files))
 
     async def _commit_create(self, ident: TableIdent, requirements: list, updates: list,
                              idempotency_key: uuid.UUID | None) -> IcebergTable:
@@ -396,7 +445,8 @@ class IcebergCatalog:
                                       [LogEntry(0, {"metadata-location": location, "previous": None})],
                                       [(location, data)]))
             else:
-                parts.append((await self._resolve(ident), CommitTable(ident, requirements, updates)))
+                parts.append((await self._resolve(ident), CommitTable(ident, requirements, updates,
+                                                                      files=self.files)))
         record = IdempotencyRecord(idempotency_key, "commit-transaction", 204, None) if idempotency_key else None
         try:
             await self.registry.transact(parts, creates=creates, idempotency=record)
@@ -405,7 +455,7 @@ class IcebergCatalog:
                 raise NotFound(str(exc), kind="table") from None
             raise
         for c in creates:
-            self._ids[c.state.ident] = c.row.table_id
+            self._ids[(c.state.ident, "table")] = c.row.table_id
 
     async def report_metrics(self, ident: TableIdent, report: dict[str, Any]) -> None:
         table_id = await self._resolve(ident)
@@ -427,7 +477,7 @@ class IcebergCatalog:
 
     async def drop_table(self, ident: TableIdent, purge: bool, idempotency_key: uuid.UUID | None = None) -> None:
         await self._submit(ident, lambda: DropTable(ident, purge, self.files, idempotency_key))
-        self._ids.pop(ident, None)
+        self._ids.pop((ident, "table"), None)
 
     async def rename_table(self, source: TableIdent, dest: TableIdent,
                            idempotency_key: uuid.UUID | None = None) -> None:
@@ -437,7 +487,42 @@ class IcebergCatalog:
             from ..errors import AlreadyExists
             raise AlreadyExists(f"Table already exists: {dest}", kind="table")
         await self._submit(source, lambda: RenameTable(source, dest, idempotency_key))
-        self._ids.pop(source, None)
+        self._ids.pop((source, "table"), None)
+
+
+    # -- views -------------------------------------------------------------------------------------------------
+
+    async def create_view(self, ident: TableIdent, *, schema: dict, view_version: dict, location: str | None,
+                          properties: dict[str, str], idempotency_key: uuid.UUID | None = None) -> IcebergTable:
+        _check_name(ident.name)
+        await self.load_namespace(ident.catalog, ident.namespace)
+        location = self.check_location(location) if location else self.default_location(ident)
+        view_uuid = str(uuid.uuid4())
+        metadata = new_view_metadata(view_uuid=view_uuid, location=location, schema=schema, version=view_version,
+                                     properties=properties, now_ms=_now_ms())
+        return await self._insert(ident, metadata, view_uuid, idempotency_key, "create-view", kind="view")
+
+    async def load_view(self, ident: TableIdent) -> IcebergTable:
+        return await self._submit(ident, lambda: LoadTable(ident), kind="view")
+
+    async def replace_view(self, ident: TableIdent, requirements: list, updates: list,
+                           idempotency_key: uuid.UUID | None = None) -> IcebergTable:
+        return await self._submit(ident, lambda: ReplaceView(ident, requirements, updates, idempotency_key),
+                                  kind="view")
+
+    async def drop_view(self, ident: TableIdent, idempotency_key: uuid.UUID | None = None) -> None:
+        await self._submit(ident, lambda: DropTable(ident, False, self.files, idempotency_key), kind="view")
+        self._ids.pop((ident, "view"), None)
+
+    async def rename_view(self, source: TableIdent, dest: TableIdent,
+                          idempotency_key: uuid.UUID | None = None) -> None:
+        _check_name(dest.name)
+        await self.load_namespace(dest.catalog, dest.namespace)
+        if await self.store.find_table(REALM, dest.catalog, dest.ns_path, dest.name) is not None:
+            from ..errors import AlreadyExists
+            raise AlreadyExists(f"View or table already exists: {dest}", kind="view")
+        await self._submit(source, lambda: RenameTable(source, dest, idempotency_key), kind="view")
+        self._ids.pop((source, "view"), None)
 
 
 def _format_version(properties: dict[str, str]) -> int | None:
