@@ -246,12 +246,7 @@ class TableActor:
             req.reply.fail(BadRequest(f"cannot apply request: {type(exc).__name__}: {exc}"))
             return
         write = self._table_write([decision])
-        try:
-            with trio.CancelScope(shield=True):
-                await write_files(decision.files, self.registry.files)
-        except Exception as exc:
-            req.reply.fail(Unavailable(f"could not write table files: {exc}"))
-            return
+        # The transaction writes every part's files once all parts are accepted, so a rejected one leaves none.
         req.reply.set((decision, write))
         # Hold the table: nothing else is decided until the transaction's single write has an outcome.
         with trio.CancelScope(shield=True):
@@ -356,15 +351,9 @@ def _advance(row: TableRow, w: TableWrite) -> TableRow:
 
 
 async def write_files(files: list[tuple[str, bytes]], fileio) -> None:
-    """Write (and fsync) all files of a segment concurrently before the row that points at them."""
-    if not files:
-        return
-    if len(files) == 1:
-        await fileio.write(*files[0])
-        return
-    async with trio.open_nursery() as nursery:
-        for uri, data in files:
-            nursery.start_soon(fileio.write, uri, data)
+    """Write (and fsync) all files of a segment before the row that points at them."""
+    if files:
+        await fileio.write_many(files)
 
 
 from .transaction import Participant  # noqa: E402  (transaction builds on this module's Decision)

@@ -57,6 +57,40 @@ class FileIO:
     async def write(self, uri: str, data: bytes) -> None:
         await trio.to_thread.run_sync(self.write_sync, uri, data, False)
 
+    async def write_many(self, files: list[tuple[str, bytes]]) -> None:
+        """Write several files durably with one worker-thread hop. Local files are all written first and fsynced
+        after, each directory once: on ext4 the first fsync commits the journal for all of them, so a batch
+        costs about one fsync instead of two per file."""
+        await trio.to_thread.run_sync(self._write_many_sync, files)
+
+    def _write_many_sync(self, files: list[tuple[str, bytes]]) -> None:
+        local, remote = [], []
+        for uri, data in files:
+            (remote if to_local_path(uri) is None else local).append((uri, data))
+        for uri, data in remote:
+            self._put_object(uri, data, False)
+        fds, dirs = [], set()
+        try:
+            for uri, data in local:
+                path = to_local_path(uri)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fds.append((fd, tmp, path))
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            for fd, _, _ in fds:
+                os.fsync(fd)
+        finally:
+            for fd, _, _ in fds:
+                os.close(fd)
+        for _, tmp, path in fds:
+            os.replace(tmp, path)
+            dirs.add(path.parent)
+        for d in dirs:
+            _fsync_dir(d)
+
     async def put_if_absent(self, uri: str, data: bytes) -> None:
         """Raises AlreadyExists when a file is already there."""
         await trio.to_thread.run_sync(self.write_sync, uri, data, True)
