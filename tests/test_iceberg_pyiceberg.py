@@ -133,3 +133,19 @@ def test_concurrent_appends_lose_nothing(catalog):
     assert len(acknowledged) == 32
     assert table.scan().to_arrow().num_rows == 3 * len(acknowledged)
     assert len(table.metadata.snapshots) == len(acknowledged)
+
+
+def test_create_table_transaction_uses_stage_create_and_assert_create(catalog):
+    """pyiceberg's create transaction: stage-create, then a commit with `assert-create` carrying every update."""
+    catalog.create_namespace("db")
+    with catalog.create_table_transaction("db.staged", schema=SCHEMA, properties={"owner": "ana"}) as tx:
+        tx.append(batch(0, 4))
+        assert not catalog.table_exists("db.staged"), "a staged table must not exist before its commit"
+    table = catalog.load_table("db.staged")
+    assert table.properties["owner"] == "ana"
+    assert table.scan().to_arrow().num_rows == 4
+    # A second create transaction for the same name fails its assert-create.
+    with pytest.raises((CommitFailedException, TableAlreadyExistsError)):
+        with catalog.create_table_transaction("db.staged", schema=SCHEMA) as tx:
+            tx.append(batch(10, 1))
+    assert catalog.load_table("db.staged").scan().to_arrow().num_rows == 4
