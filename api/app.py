@@ -9,10 +9,12 @@ import uuid
 from quart import Response, g, request
 from quart_trio import QuartTrio
 
-from coordinator.errors import CoordinatorError
+from werkzeug.exceptions import HTTPException
+
+from coordinator.errors import BadRequest, CoordinatorError, NotFound
 from coordinator.service import Coordinator
 
-from . import iceberg
+from . import delta, iceberg, lance
 from .common import json_response
 
 log = logging.getLogger("coordinator.http")
@@ -36,8 +38,8 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     app.register_blueprint(iceberg.bp)
-    from . import delta; app.register_blueprint(delta.bp)  # noqa: E702
-    from . import lance; app.register_blueprint(lance.bp)  # noqa: E702
+    app.register_blueprint(delta.bp)
+    app.register_blueprint(lance.bp)
     metrics = coordinator.metrics
 
     @app.before_request
@@ -61,6 +63,21 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
                                        "path": request.path, "status": response.status_code,
                                        "ms": round(elapsed * 1000, 2)})
         return response
+
+    @app.errorhandler(HTTPException)
+    async def _unrouted(exc: HTTPException) -> Response:
+        # No route matched (or a bad method): still answer in the protocol the path belongs to, never HTML.
+        protocol = _protocol(request.path)
+        if protocol == "delta":
+            return await delta._on_http_error(exc)
+        if protocol == "lance":
+            return await lance._on_http_error(exc)
+        message = f"{exc.name}: {request.method} {request.path}"
+        if protocol == "iceberg":
+            err = NotFound(message, kind="route") if exc.code == 404 else BadRequest(message)
+            err.status = exc.code or 400
+            return iceberg.error_response(err)
+        return json_response({"error": {"message": message, "code": exc.code}}, exc.code or 400)
 
     @app.errorhandler(CoordinatorError)
     async def _coordinator_error(exc: CoordinatorError) -> Response:

@@ -86,7 +86,8 @@ class CommitTableRequest(_Body):
 def _error_type(exc: CoordinatorError) -> str:
     kind = exc.kind or ""
     if isinstance(exc, NotFound):
-        return {"namespace": "NoSuchNamespaceException", "view": "NoSuchViewException"}.get(
+        return {"namespace": "NoSuchNamespaceException", "view": "NoSuchViewException",
+                "route": "NotFoundException"}.get(
             kind, "NoSuchTableException")
     if isinstance(exc, NotEmpty):
         return "NamespaceNotEmptyException"
