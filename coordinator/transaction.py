@@ -18,7 +18,7 @@ import trio
 from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
 
 from .actor import Decision, Proposal, write_files
-from .errors import BadRequest, CoordinatorError
+from .errors import BadRequest, CoordinatorError, Unavailable
 
 if TYPE_CHECKING:
     from .registry import Registry
@@ -52,7 +52,7 @@ class Verdict:
 @dataclass
 class Participant:
     """Sent to an actor's mailbox. The actor answers its reply with (Decision, TableWrite) once its part is
-    validated and its files are durable, then waits for `verdict` before serving anything else."""
+    validated, then waits for `verdict` before serving anything else."""
 
     proposal: Proposal
     verdict: Verdict = field(default_factory=Verdict)
@@ -67,14 +67,25 @@ async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, 
         raise BadRequest("a transaction may name each table only once")
     order = sorted(range(len(parts)), key=lambda i: parts[i][0])
     prepared: dict[int, tuple[Participant, Decision, TableWrite]] = {}
+    # Every participant offered gets a verdict, even one whose answer we never waited for (cancelled): its
+    # actor holds its table until it hears one.
+    offered: list[Participant] = []
     try:
         for i in order:
             table_id, proposal = parts[i]
             participant = Participant(proposal)
-            decision, write = await registry.owner(table_id).offer(participant).wait()
+            reply = registry.owner(table_id).offer(participant)
+            offered.append(participant)
+            decision, write = await reply.wait()
             prepared[i] = (participant, decision, write)
-        for c in creates:
-            await write_files(c.files, registry.files)
+        # Files only once every part is accepted: a transaction rejected by its last table leaves none behind.
+        files = [f for i in order for f in prepared[i][1].files] + [f for c in creates for f in c.files]
+        try:
+            await write_files(files, registry.files)
+        except CoordinatorError:
+            raise
+        except Exception as exc:
+            raise Unavailable(f"could not write table files: {exc}") from exc
         writes = [prepared[i][2] for i in order]
         writes += [TableWrite(table_id=c.row.table_id, expected_version=0, epoch=0, state=c.row_state, bump=1,
                               log=list(c.log), insert=c.row) for c in creates]
@@ -83,7 +94,7 @@ async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, 
             result = await registry.store.write(group)
     except BaseException as exc:
         error = exc if isinstance(exc, CoordinatorError) else None
-        for participant, _, _ in prepared.values():
+        for participant in offered:
             participant.verdict.decide(False, error)
         raise
     if not result.applied:

@@ -1,0 +1,431 @@
+"""Lance Namespace REST routes (`/v1/namespace/{id}/...`, `/v1/table/{id}/...`): parse, call the catalog, map.
+
+Spec: lance-namespace-rest-open-api.yaml with lance-namespace-rest-catalog.md. `{id}` is the object's levels
+joined by the `delimiter` query parameter (default `$`); the delimiter alone is the root namespace. Errors use
+the spec's ErrorResponse (`{"error", "code", "detail", "instance"}`) with its codes 0-23 and the HTTP status the
+spec maps each code to. These routes share `/v1` with Iceberg's, which reserves the prefixes "namespace",
+"table" and "transaction" so that every Lance path is unambiguous.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ValidationError
+from quart import Blueprint, Response, current_app, request
+from werkzeug.exceptions import HTTPException
+
+from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
+                                NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
+from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersionsRequest,
+                               BatchDeleteTableVersionsRequest, CreateNamespaceRequest, CreateTableVersionRequest,
+                               DeclareTableRequest, DeregisterTableRequest, DescribeNamespaceRequest,
+                               DescribeTableRequest, DescribeTableVersionRequest, DropNamespaceRequest,
+                               DropTableRequest, LanceTable, Page, RegisterTableRequest, TableExistsRequest,
+                               TableVersion)
+
+from .common import describe_validation_error, json_response
+
+log = logging.getLogger(__name__)
+
+bp = Blueprint("lance", __name__)
+
+DEFAULT_DELIMITER = "$"
+
+# -- errors: one translation, at this boundary ----------------------------------------------------------------
+
+# Spec, "Error Code to HTTP Status Mapping".
+STATUS_OF_CODE = {0: 406, 1: 404, 2: 409, 3: 409, 4: 404, 5: 409, 6: 404, 7: 409, 8: 404, 9: 409, 10: 404,
+                  11: 404, 12: 404, 13: 400, 14: 409, 15: 403, 16: 401, 17: 503, 18: 500, 19: 409, 20: 400,
+                  21: 429, 22: 404, 23: 409}
+
+
+def error_code(exc: CoordinatorError) -> int:
+    kind = exc.kind or ""
+    if kind == "unsupported":
+        return 0
+    if isinstance(exc, NotFound):
+        return {"namespace": 1, "version": 11, "transaction": 10}.get(kind, 4)
+    if isinstance(exc, AlreadyExists):
+        return 2 if kind == "namespace" else 5
+    if isinstance(exc, NotEmpty):
+        return 3
+    if isinstance(exc, CommitConflict):
+        return 19 if kind == "invalid-state" else 14
+    if isinstance(exc, BadRequest):
+        return 13
+    if isinstance(exc, Unauthorized):
+        return 16
+    if isinstance(exc, Forbidden):
+        return 15
+    if isinstance(exc, TooManyRequests):
+        return 21
+    if isinstance(exc, Unavailable):
+        return 17
+    return 18
+
+
+def _detail(exc: CoordinatorError) -> str:
+    """Whether the request changed anything: the one thing a client must know to recover."""
+    if isinstance(exc, OutcomeUnknown):
+        return "the commit may or may not have been applied: describe the version to find out"
+    if isinstance(exc, Unavailable):
+        return "nothing was applied; retry"
+    return "nothing was applied"
+
+
+def error_response(exc: CoordinatorError) -> Response:
+    code = error_code(exc)
+    body = {"error": exc.message, "code": code, "detail": _detail(exc), "instance": request.path}
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
+    return json_response(body, STATUS_OF_CODE[code], headers)
+
+
+@bp.errorhandler(CoordinatorError)
+async def _on_error(exc: CoordinatorError) -> Response:
+    return error_response(exc)
+
+
+@bp.errorhandler(HTTPException)
+async def _on_http_error(exc: HTTPException) -> Response:
+    code = {404: 4, 405: 0, 413: 13}.get(exc.code or 400, 13)
+    return json_response({"error": exc.description or exc.name, "code": code, "detail": "nothing was applied",
+                          "instance": request.path}, STATUS_OF_CODE[code])
+
+
+# -- request plumbing ------------------------------------------------------------------------------------------
+
+
+def _catalog():
+    return current_app.config["COORDINATOR"].lance
+
+
+@bp.before_request
+async def _identity() -> None:
+    """Identity arrives as `x-api-key` or `Authorization: Bearer <token>` (spec: Identity Header Mapping). There
+    is no authorization model yet, so any well-formed credential (or none) is accepted; a malformed one is
+    refused rather than silently ignored."""
+    auth = request.headers.get("Authorization")
+    if auth is not None:
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("Authorization must use the Bearer scheme: 'Authorization: Bearer <token>'")
+
+
+def _delimiter() -> str:
+    value = request.args.get("delimiter", DEFAULT_DELIMITER)
+    if not value:
+        raise BadRequest("delimiter must not be empty")
+    return value
+
+
+def _levels(raw: str) -> tuple[str, ...]:
+    delimiter = _delimiter()
+    if raw == delimiter:
+        return ()
+    levels = tuple(raw.split(delimiter))
+    if any(not level for level in levels):
+        raise BadRequest(f"invalid identifier {raw!r}: empty level (delimiter {delimiter!r})")
+    return levels
+
+
+def _table(raw: str) -> tuple[str, ...]:
+    levels = _levels(raw)
+    if not levels:
+        raise BadRequest("a table identifier cannot be the root namespace")
+    return levels
+
+
+async def _body(model: type[BaseModel], levels: tuple[str, ...] | None = None) -> Any:
+    """The JSON body as `model`. A missing body (pylance sends none for some operations) or JSON `null` reads
+    as `{}`. An `id` in the body must agree with the route (spec: "Standard Operations")."""
+    data = await request.get_data()
+    try:
+        value = orjson.loads(data) if data.strip() else {}
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise BadRequest("request body must be a JSON object")
+    try:
+        body = model.model_validate(value)
+    except ValidationError as exc:
+        raise BadRequest(f"invalid request: {describe_validation_error(exc)}") from None
+    body_id = getattr(body, "id", None)
+    if levels is not None and body_id is not None and tuple(body_id) != levels:
+        raise BadRequest(f"the id in the body {body_id!r} does not match the id in the route {list(levels)!r}")
+    return body
+
+
+def _arg_bool(name: str, default: bool | None = None) -> bool | None:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    low = raw.lower()
+    if low in ("true", "1"):
+        return True
+    if low in ("false", "0"):
+        return False
+    raise BadRequest(f"query parameter {name} must be true or false, got {raw!r}")
+
+
+def _arg_int(name: str, minimum: int) -> int | None:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"query parameter {name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise BadRequest(f"query parameter {name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _limit() -> int | None:
+    limit = _arg_int("limit", 1)
+    return min(limit, 10_000) if limit is not None else None
+
+
+def _page(key: str, page: Page, items: list[Any]) -> Response:
+    body: dict[str, Any] = {key: items}
+    if page.next_token:
+        body["page_token"] = page.next_token
+    return json_response(body)
+
+
+def _ok() -> Response:
+    return Response(b"", status=200)
+
+
+# -- response shapes (spec names) ------------------------------------------------------------------------------
+
+
+def declare_response(t: LanceTable) -> dict[str, Any]:
+    return {"location": t.location, "storage_options": {}, "properties": dict(t.properties),
+            "managed_versioning": True}
+
+
+def removed_response(t: LanceTable) -> dict[str, Any]:
+    return {"id": t.ident, "location": t.location, "properties": dict(t.properties)}
+
+
+def version_response(v: TableVersion) -> dict[str, Any]:
+    return {"version": v.to_spec()}
+
+
+# -- namespaces --------------------------------------------------------------------------------------------------
+
+
+@bp.post("/v1/namespace/<id>/create")
+async def create_namespace(id: str) -> Response:
+    ns = _levels(id)
+    body = await _body(CreateNamespaceRequest, ns)
+    props = await _catalog().create_namespace(ns, body.mode, body.properties)
+    return json_response({"properties": props})
+
+
+@bp.route("/v1/namespace/<id>/list", methods=["GET", "POST"])
+async def list_namespaces(id: str) -> Response:
+    page = await _catalog().list_namespaces(_levels(id), request.args.get("page_token"), _limit())
+    return _page("namespaces", page, page.items)
+
+
+@bp.post("/v1/namespace/<id>/describe")
+async def describe_namespace(id: str) -> Response:
+    ns = _levels(id)
+    await _body(DescribeNamespaceRequest, ns)
+    return json_response({"properties": await _catalog().describe_namespace(ns)})
+
+
+@bp.post("/v1/namespace/<id>/exists")
+async def namespace_exists(id: str) -> Response:
+    ns = _levels(id)
+    await _body(DescribeNamespaceRequest, ns)
+    await _catalog().describe_namespace(ns)
+    return _ok()
+
+
+@bp.post("/v1/namespace/<id>/drop")
+async def drop_namespace(id: str) -> Response:
+    ns = _levels(id)
+    body = await _body(DropNamespaceRequest, ns)
+    props = await _catalog().drop_namespace(ns, body.mode, body.behavior)
+    return json_response({"properties": props})
+
+
+@bp.route("/v1/namespace/<id>/table/list", methods=["GET", "POST"])
+async def list_tables(id: str) -> Response:
+    page = await _catalog().list_tables(_levels(id), request.args.get("page_token"), _limit(),
+                                        _arg_bool("include_declared", True))
+    return _page("tables", page, page.items)
+
+
+# -- tables ------------------------------------------------------------------------------------------------------
+
+
+@bp.route("/v1/table", methods=["GET"])
+@bp.route("/v1/table/", methods=["GET"])
+@bp.route("/v1/table/list", methods=["GET"])
+async def list_all_tables() -> Response:
+    delimiter = _delimiter()
+    page = await _catalog().list_tables(None, request.args.get("page_token"), _limit(),
+                                        _arg_bool("include_declared", True))
+    return _page("tables", page, [delimiter.join(ident) for ident in page.items])
+
+
+@bp.post("/v1/table/<id>/declare")
+async def declare_table(id: str) -> Response:
+    ident = _table(id)
+    body = await _body(DeclareTableRequest, ident)
+    table = await _catalog().declare_table(ident, body.location, body.properties)
+    return json_response(declare_response(table))
+
+
+@bp.post("/v1/table/<id>/describe")
+async def describe_table(id: str) -> Response:
+    ident = _table(id)
+    body = await _body(DescribeTableRequest, ident)
+    with_uri = _arg_bool("with_table_uri", body.with_table_uri or False)
+    check_declared = _arg_bool("check_declared", body.check_declared or False)
+    if _arg_bool("load_detailed_metadata", body.load_detailed_metadata or False):
+        raise BadRequest("load_detailed_metadata: this server tracks versions and does not open datasets; "
+                         "open the table with Lance for its schema and statistics", kind="unsupported")
+    if body.tag is not None:
+        raise BadRequest("describe by tag: tags live in the dataset (_refs/tags); resolve the tag with Lance",
+                         kind="unsupported")
+    if body.branch not in (None, "", "main"):
+        raise BadRequest(f"branch {body.branch!r}: this server manages the main branch only", kind="unsupported")
+    table = await _catalog().describe_table(ident, body.version)
+    out: dict[str, Any] = {"table": table.name, "namespace": list(table.namespace), "location": table.location,
+                           "storage_options": {}, "properties": dict(table.properties), "managed_versioning": True}
+    if body.version is not None:
+        out["version"] = body.version
+    if with_uri:
+        out["table_uri"] = table.location
+    if check_declared:
+        out["is_only_declared"] = table.only_declared
+    return json_response(out)
+
+
+@bp.post("/v1/table/<id>/exists")
+async def table_exists(id: str) -> Response:
+    ident = _table(id)
+    body = await _body(TableExistsRequest, ident)
+    await _catalog().describe_table(ident, body.version)
+    return _ok()
+
+
+@bp.post("/v1/table/<id>/register")
+async def register_table(id: str) -> Response:
+    ident = _table(id)
+    body = await _body(RegisterTableRequest, ident)
+    table = await _catalog().register_table(ident, body.location, body.mode, body.properties)
+    return json_response({"location": table.location, "properties": dict(table.properties)})
+
+
+@bp.post("/v1/table/<id>/deregister")
+async def deregister_table(id: str) -> Response:
+    ident = _table(id)
+    await _body(DeregisterTableRequest, ident)
+    return json_response(removed_response(await _catalog().deregister_table(ident)))
+
+
+@bp.post("/v1/table/<id>/drop")
+async def drop_table(id: str) -> Response:
+    ident = _table(id)
+    await _body(DropTableRequest, ident)
+    return json_response(removed_response(await _catalog().drop_table(ident)))
+
+
+# -- versions ----------------------------------------------------------------------------------------------------
+
+
+@bp.post("/v1/table/<id>/version/create")
+async def create_table_version(id: str) -> Response:
+    ident = _table(id)
+    body = await _body(CreateTableVersionRequest, ident)
+    return json_response(version_response(await _catalog().create_table_version(ident, body)))
+
+
+@bp.post("/v1/table/<id>/version/describe")
+async def describe_table_version(id: str) -> Response:
+    ident = _table(id)
+    body = await _body(DescribeTableVersionRequest, ident)
+    return json_response(version_response(await _catalog().describe_table_version(ident, body.version,
+                                                                                  body.branch)))
+
+
+@bp.route("/v1/table/<id>/version/list", methods=["GET", "POST"])
+async def list_table_versions(id: str) -> Response:
+    ident = _table(id)
+    page = await _catalog().list_table_versions(ident, _limit(), request.args.get("page_token"),
+                                                _arg_bool("descending", False), request.args.get("branch"))
+    return _page("versions", page, [v.to_spec() for v in page.items])
+
+
+@bp.post("/v1/table/<id>/version/delete")
+async def delete_table_versions(id: str) -> Response:
+    ident = _table(id)
+    body = await _body(BatchDeleteTableVersionsRequest, ident)
+    ranges = [(r.start_version, r.end_version) for r in body.ranges]
+    count = await _catalog().delete_table_versions(ident, ranges, body.branch)
+    return json_response({"deleted_count": count})
+
+
+@bp.post("/v1/table/version/batch-create")
+async def batch_create_table_versions() -> Response:
+    body = await _body(BatchCreateTableVersionsRequest)
+    entries = [(tuple(e.id), CreateTableVersionRequest.model_validate(e.model_dump())) for e in body.entries]
+    versions = await _catalog().batch_create_versions(entries)
+    return json_response({"versions": [v.to_spec() for v in versions]})
+
+
+@bp.post("/v1/table/batch-commit")
+async def batch_commit() -> Response:
+    body = await _body(BatchCommitTablesRequest)
+    ops = []
+    for i, op in enumerate(body.operations):
+        if not op.request.id:
+            raise BadRequest(f"operation {i} ({op.kind}): id is required")
+        ops.append((op.kind, tuple(op.request.id), op.request))
+    results = await _catalog().batch_commit(ops)
+    return json_response({"results": [{kind: _result(kind, reply)} for kind, reply in results]})
+
+
+def _result(kind: str, reply: Any) -> dict[str, Any]:
+    if kind == "declare_table":
+        return declare_response(reply)
+    if kind == "create_table_version":
+        return version_response(reply)
+    if kind == "delete_table_versions":
+        return {"deleted_count": reply}
+    return removed_response(reply)
+
+
+# -- everything else under the Lance prefixes --------------------------------------------------------------------
+
+
+@bp.post("/v1/transaction/<id>/describe")
+@bp.post("/v1/transaction/<id>/alter")
+async def transaction(id: str) -> Response:
+    raise NotFound(f"no transaction {id!r}: this server applies every commit synchronously and issues no "
+                   f"transaction ids", kind="transaction")
+
+
+SERVED = {"create", "list", "describe", "exists", "drop", "table/list", "declare", "register", "deregister",
+          "version/create", "version/describe", "version/list", "version/delete"}
+
+
+@bp.route("/v1/table/<id>/<path:operation>", methods=["GET", "POST"])
+@bp.route("/v1/namespace/<id>/<path:operation>", methods=["GET", "POST"])
+async def unsupported(id: str, operation: str) -> Response:
+    if operation in SERVED:
+        raise BadRequest(f"{operation} is served with another method: see the spec (lists take GET, others "
+                         f"POST)")
+    raise BadRequest(f"operation {operation!r} is not supported: this server is the commit authority for "
+                     f"Lance tables (namespaces, tables, versions); read and write data with Lance itself",
+                     kind="unsupported")

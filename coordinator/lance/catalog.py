@@ -1,0 +1,592 @@
+"""The Lance Namespace catalog: namespaces in PostgreSQL, one table actor per table, versions in its commit log.
+
+Names live in realm "lance" (catalog ""), separate from Iceberg's and Unity Catalog's. Namespaces are rows of
+the shared `namespaces` table; a table is a `tables` row whose small state is its properties and version
+high-water mark, and whose versions are its commit-log entries (`coordinator.lance.table.TableVersion`).
+
+Everything that changes a table goes through its actor; a batch commit goes through the core's multi-table
+transaction (`Registry.transact`), so single and batched commits share one path.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import trio
+
+from storage.files import is_within, join
+from storage.records import LogEntry, TableRow, join_namespace, split_namespace
+
+from ..actor import Proposal
+from ..errors import AlreadyExists, BadRequest, NotEmpty, NotFound, Unavailable
+from ..transaction import Create
+from . import storage as lance_storage
+from .models import CreateTableVersionRequest, parse_mode
+from .rules import CreateVersion, DeleteVersions, ReadTable, RemoveTable, Steps, show
+from .table import (MANIFEST_MAGIC, NAMING_SCHEMES, LanceTable, TableVersion, check_staging_path, infer_scheme,
+                    manifest_uri, resolve_path, version_of_manifest_name)
+
+log = logging.getLogger(__name__)
+
+REALM = "lance"
+CATALOG = ""
+FORMAT = "lance"
+Ident = tuple[str, ...]   # namespace levels + table name
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """What a name resolves to. A Lance table is never renamed, so (id, location) is fixed for the row's life."""
+
+    table_id: uuid.UUID
+    location: str
+
+
+@dataclass
+class Page:
+    items: list[Any]
+    next_token: str | None
+
+
+class LanceCatalog:
+    def __init__(self, coordinator):
+        self.c = coordinator
+        self.store = coordinator.store
+        self.registry = coordinator.registry
+        self.files = coordinator.files
+        self.registry.register_format(FORMAT, self._load_state)
+        self._refs: dict[Ident, TableRef] = {}
+
+    @property
+    def warehouse(self) -> str:
+        return self.c.config.warehouse_uri
+
+    async def _load_state(self, row: TableRow) -> LanceTable:
+        entries = await self.store.read_log(row.table_id)
+        versions = tuple(TableVersion.from_payload(e.version, e.payload) for e in entries)
+        high = max(int(row.state.get("high_water", 0)), versions[-1].version if versions else 0)
+        state = LanceTable(split_namespace(row.namespace), row.name, row.location or "",
+                           dict(row.state.get("properties") or {}), versions, high)
+        await self._remove_unrecorded_manifests(row, state)
+        return state
+
+    async def _remove_unrecorded_manifests(self, row: TableRow, state: LanceTable) -> None:
+        """A final manifest is written before its version is recorded; if the recording never happened (crash,
+        database failure) the file stays behind. Lance probes final paths before committing, so such a file
+        would make every writer skip a version we then refuse. The actor (re)loads exactly after those events
+        and before serving, so it removes them here: files for versions above the high-water mark are ours
+        (a declared location must hold no manifests) and were never acknowledged."""
+        orphans = []
+        version = state.high_water + 1
+        while True:
+            found = [manifest_uri(state.location, version, s) for s in NAMING_SCHEMES]
+            found = [uri for uri in found if await self.files.exists(uri)]
+            if not found:
+                break
+            orphans += found
+            version += 1
+        if not orphans:
+            return
+        # Wait out a transaction that may still be writing this row (a lost connection): its outcome decides
+        # whether these files are orphans. FOR UPDATE blocks until it has committed or rolled back.
+        current = await self.store._call(lambda con: con.fetchval(
+            "SELECT row_version FROM tables WHERE table_id=$1 FOR UPDATE", row.table_id))
+        if current != row.row_version:
+            raise Unavailable(f"table {show(state.ident)} changed while it was loading; retry")
+        for uri in orphans:
+            log.warning("removing manifest %s: its version was never recorded", uri)
+            await self.files.delete(uri)
+
+    # -- namespaces --------------------------------------------------------------------------------------------
+
+    async def create_namespace(self, ns: Ident, mode: str | None, properties: dict[str, str] | None
+                               ) -> dict[str, str]:
+        mode = parse_mode(mode, ("create", "existok", "overwrite"), "create", "mode")
+        _check_levels(ns, "namespace")
+        if not ns:
+            if mode == "create":
+                raise AlreadyExists("the root namespace always exists", kind="namespace")
+            return {}
+        props = dict(properties or {})
+        if len(ns) > 1:
+            await self.describe_namespace(ns[:-1])
+        try:
+            await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props)
+        except AlreadyExists:
+            if mode == "create":
+                raise
+            if mode == "existok":
+                return await self.describe_namespace(ns)
+            # Overwrite: "the existing namespace is dropped and a new empty namespace with this name is created".
+            await self.drop_namespace(ns, None, "cascade")
+            await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props)
+        return props
+
+    async def describe_namespace(self, ns: Ident) -> dict[str, str]:
+        _check_levels(ns, "namespace")
+        if not ns:
+            return {}
+        props = await self.store.get_namespace(REALM, CATALOG, join_namespace(ns))
+        if props is None:
+            raise NotFound(f"Namespace does not exist: {show(ns)}", kind="namespace")
+        return props
+
+    async def list_namespaces(self, ns: Ident, page_token: str | None, limit: int | None) -> Page:
+        await self.describe_namespace(ns)
+        paths = await self.store.list_namespaces(REALM, CATALOG, join_namespace(ns), after=_decode(page_token),
+                                                 limit=limit)
+        nxt = _encode(paths[-1]) if limit and len(paths) == limit else None
+        return Page([split_namespace(p)[-1] for p in paths], nxt)
+
+    async def drop_namespace(self, ns: Ident, mode: str | None, behavior: str | None) -> dict[str, str]:
+        mode = parse_mode(mode, ("fail", "skip"), "fail", "mode")
+        behavior = parse_mode(behavior, ("restrict", "cascade"), "restrict", "behavior")
+        _check_levels(ns, "namespace")
+        if not ns:
+            raise BadRequest("the root namespace cannot be dropped")
+        path = join_namespace(ns)
+        try:
+            props = await self.describe_namespace(ns)
+            if behavior == "cascade":
+                # Tables go through their actors (so none keeps serving from memory), then the namespaces.
+                for child in [path] + await self.store.list_namespaces(REALM, CATALOG, path, recursive=True):
+                    for row in await self.store.list_tables(REALM, CATALOG, child):
+                        try:
+                            await self.drop_table((*split_namespace(row.namespace), row.name))
+                        except NotFound:
+                            pass
+            await self.store.drop_namespace(REALM, CATALOG, path, cascade=behavior == "cascade")
+        except NotFound as exc:
+            if mode == "skip" and exc.kind == "namespace":
+                return {}
+            raise
+        except NotEmpty:
+            raise NotEmpty(f"Namespace is not empty: {show(ns)}; drop its tables and namespaces first or use "
+                           f"behavior Cascade", kind="namespace") from None
+        return props
+
+    # -- tables: resolution ----------------------------------------------------------------------------------
+
+    async def _resolve(self, ident: Ident) -> TableRef:
+        ref = self._refs.get(ident)
+        if ref is None:
+            ns, name = ident[:-1], ident[-1]
+            row = await self.store.find_table(REALM, CATALOG, join_namespace(ns), name)
+            if row is None:
+                await self.describe_namespace(ns)   # say "namespace" when that is what is missing
+                raise NotFound(f"Table does not exist: {show(ident)}", kind="table")
+            ref = TableRef(row.table_id, row.location or "")
+            if len(self._refs) > 100_000:
+                self._refs.clear()
+            self._refs[ident] = ref
+        return ref
+
+    async def _submit(self, ident: Ident, make: Callable[[TableRef], Awaitable[Proposal]]) -> Any:
+        """Resolve the name, build the proposal (it may read files) and hand it to the table's actor. A cached
+        name whose table has since gone is resolved once more (it may have been declared again)."""
+        _check_table_ident(ident)
+        for attempt in (0, 1):
+            ref = await self._resolve(ident)
+            try:
+                return await self.registry.submit(ref.table_id, await make(ref))
+            except NotFound as exc:
+                if exc.kind != "table":
+                    raise
+                self._refs.pop(ident, None)
+                if attempt:
+                    raise NotFound(f"Table does not exist: {show(ident)}", kind="table") from None
+
+    async def _read(self, ident: Ident) -> LanceTable:
+        async def make(_ref: TableRef) -> Proposal:
+            return ReadTable()
+        return await self._submit(ident, make)
+
+    # -- tables ------------------------------------------------------------------------------------------------
+
+    def default_location(self, ident: Ident, table_id: uuid.UUID) -> str:
+        return join(self.warehouse, *(_safe(level) for level in ident[:-1]), f"{_safe(ident[-1])}-{table_id.hex}")
+
+    def check_location(self, location: str) -> str:
+        location = location.rstrip("/")
+        if not location or not is_within(self.warehouse, location) or _same(location, self.warehouse):
+            raise BadRequest(f"location {location!r} must be below the warehouse {self.warehouse!r}")
+        return location
+
+    async def check_unused(self, location: str) -> None:
+        """A declared table starts with no versions, so its location must hold none (use register for that)."""
+        if await trio.to_thread.run_sync(lance_storage.list_manifests, self.files, location):
+            raise BadRequest(f"location {location} already holds a Lance table: register it instead of declaring")
+
+    def _new_table(self, ident: Ident, location: str | None, properties: dict[str, str] | None
+                   ) -> tuple[TableRow, LanceTable]:
+        _check_table_ident(ident)
+        table_id = uuid.uuid4()
+        loc = self.check_location(location) if location else self.default_location(ident, table_id)
+        state = LanceTable(ident[:-1], ident[-1], loc, dict(properties or {}))
+        row = TableRow(table_id=table_id, realm=REALM, catalog=CATALOG, namespace=join_namespace(ident[:-1]),
+                       name=ident[-1], format=FORMAT, location=loc)
+        return row, state
+
+    async def declare_table(self, ident: Ident, location: str | None, properties: dict[str, str] | None
+                            ) -> LanceTable:
+        row, state = self._new_table(ident, location, properties)
+        await self.describe_namespace(ident[:-1])
+        if location:
+            await self.check_unused(row.location)
+        try:
+            await self.registry.create(row, state=state, row_state=state.row_state())
+        except AlreadyExists:
+            raise AlreadyExists(f"Table already exists: {show(ident)}", kind="table") from None
+        self._refs[ident] = TableRef(row.table_id, row.location)
+        return state
+
+    async def describe_table(self, ident: Ident, version: int | None = None) -> LanceTable:
+        state = await self._read(ident)
+        if version is not None and state.find(version) is None:
+            raise NotFound(f"version {version} of table {show(ident)} does not exist", kind="version")
+        return state
+
+    async def register_table(self, ident: Ident, location: str, mode: str | None,
+                             properties: dict[str, str] | None) -> LanceTable:
+        mode = parse_mode(mode, ("create", "overwrite"), "create", "mode")
+        row, state = self._new_table(ident, location, properties)
+        await self.describe_namespace(ident[:-1])
+        existing = await self.store.find_table(REALM, CATALOG, row.namespace, row.name)
+        if existing is not None and mode == "create":
+            raise AlreadyExists(f"Table already exists: {show(ident)}", kind="table")
+        found = await trio.to_thread.run_sync(lance_storage.list_manifests, self.files, row.location)
+        if not found:
+            raise BadRequest(f"no Lance table at {row.location}: its _versions/ directory holds no manifest")
+        tail = (await self.files.read(found[-1].uri))[-len(MANIFEST_MAGIC):]
+        if tail != MANIFEST_MAGIC:
+            raise BadRequest(f"no Lance table at {row.location}: {found[-1].uri} is not a Lance manifest")
+        versions = tuple(TableVersion(m.version, m.uri, m.size, m.mtime_ms, m.scheme) for m in found)
+        state = LanceTable(state.namespace, state.name, state.location, state.properties, versions,
+                           versions[-1].version)
+        entries = [LogEntry(v.version, v.payload()) for v in versions]
+        if existing is not None and mode == "overwrite":
+            # Replace the registration atomically: deregister the old row and insert the new in one transaction.
+            await self.registry.transact([(existing.table_id, RemoveTable())],
+                                         creates=[Create(row, state, state.row_state(), entries)])
+        else:
+            try:
+                await self.registry.create(row, state=state, row_state=state.row_state(), log_entries=entries)
+            except AlreadyExists:
+                raise AlreadyExists(f"Table already exists: {show(ident)}", kind="table") from None
+        self._refs[ident] = TableRef(row.table_id, row.location)
+        return state
+
+    async def deregister_table(self, ident: Ident) -> LanceTable:
+        async def make(_ref: TableRef) -> Proposal:
+            return RemoveTable()
+        state = await self._submit(ident, make)
+        self._refs.pop(ident, None)
+        return state
+
+    async def drop_table(self, ident: Ident) -> LanceTable:
+        files = self.files
+
+        async def make(ref: TableRef) -> Proposal:
+            async def purge() -> None:
+                await trio.to_thread.run_sync(lance_storage.delete_tree, files, ref.location)
+            # Only what lies in our warehouse is ours to delete.
+            return RemoveTable(purge if is_within(self.warehouse, ref.location) else None)
+        state = await self._submit(ident, make)
+        self._refs.pop(ident, None)
+        return state
+
+    async def list_tables(self, ns: Ident | None, page_token: str | None, limit: int | None,
+                          include_declared: bool = True) -> Page:
+        """Tables of one namespace (names), or of all namespaces (`ns` None: full identifiers)."""
+        if ns is not None:
+            await self.describe_namespace(ns)
+        rows = await self.store.list_tables(REALM, CATALOG, None if ns is None else join_namespace(ns),
+                                            after=_decode(page_token), limit=limit)
+        nxt = _encode(rows[-1].namespace + chr(30) + rows[-1].name) if limit and len(rows) == limit else None
+        if not include_declared:
+            rows = [r for r in rows if int(r.state.get("high_water", 0)) > 0]
+        items = [r.name if ns is not None else (*split_namespace(r.namespace), r.name) for r in rows]
+        return Page(items, nxt)
+
+    # -- versions ----------------------------------------------------------------------------------------------
+
+    async def _prepare_version(self, location: str, req: CreateTableVersionRequest | Any) -> CreateVersion:
+        """Read the staged manifest (outside the actor: I/O) and check it, so the rule itself stays pure."""
+        _no_branch(req.branch)
+        if req.naming_scheme is not None and req.naming_scheme not in NAMING_SCHEMES:
+            raise BadRequest(f"naming_scheme must be one of {', '.join(NAMING_SCHEMES)}, got {req.naming_scheme!r}")
+        staging = resolve_path(location, req.manifest_path)
+        name = check_staging_path(location, staging, req.version)
+        scheme = req.naming_scheme or infer_scheme(name, req.version) or "V2"
+        try:
+            data = await self.files.read(staging)
+        except NotFound:
+            data = None
+        sha = None
+        if data is not None:
+            if req.manifest_size is not None and req.manifest_size != len(data):
+                raise BadRequest(f"manifest_size {req.manifest_size} does not match the staged manifest "
+                                 f"({len(data)} bytes at {req.manifest_path})")
+            if data[-len(MANIFEST_MAGIC):] != MANIFEST_MAGIC:
+                raise BadRequest(f"{req.manifest_path} is not a Lance manifest (no {MANIFEST_MAGIC!r} footer)")
+            sha = hashlib.sha256(data).hexdigest()
+        # A client that hands in a final manifest name (not a staged one) keeps that file.
+        remove = None if version_of_manifest_name(name) else self.files.delete
+        return CreateVersion(req.version, staging, data, sha, scheme, int(time.time() * 1000), req.metadata, remove)
+
+    async def create_table_version(self, ident: Ident, req: CreateTableVersionRequest) -> TableVersion:
+        async def make(ref: TableRef) -> Proposal:
+            return await self._prepare_version(ref.location, req)
+        return await self._submit(ident, make)
+
+    async def describe_table_version(self, ident: Ident, version: int | None, branch: str | None = None
+                                     ) -> TableVersion:
+        _no_branch(branch)
+        state = await self._read(ident)
+        entry = state.latest if version is None else state.find(version)
+        if entry is None:
+            what = "has no versions" if version is None else f"has no version {version}"
+            raise NotFound(f"table {show(ident)} {what}", kind="version")
+        return entry
+
+    async def list_table_versions(self, ident: Ident, limit: int | None, page_token: str | None,
+                                  descending: bool, branch: str | None = None) -> Page:
+        _no_branch(branch)
+        state = await self._read(ident)
+        after = None
+        if page_token:
+            try:
+                after = int(page_token)
+            except ValueError:
+                raise BadRequest(f"invalid page_token: {page_token!r}") from None
+        versions = list(reversed(state.versions)) if descending else list(state.versions)
+        if after is not None:
+            versions = [v for v in versions if (v.version < after if descending else v.version > after)]
+        nxt = None
+        if limit is not None and len(versions) > limit:
+            versions = versions[:limit]
+            nxt = str(versions[-1].version) if versions else None
+        return Page(versions, nxt)
+
+    async def delete_table_versions(self, ident: Ident, ranges: list[tuple[int, int]],
+                                    branch: str | None = None) -> int:
+        _no_branch(branch)
+
+        async def make(_ref: TableRef) -> Proposal:
+            return DeleteVersions(ranges)
+        return await self._submit(ident, make)
+
+    # -- batches -----------------------------------------------------------------------------------------------
+
+    async def batch_create_versions(self, entries: list[tuple[Ident, CreateTableVersionRequest]]
+                                    ) -> list[TableVersion]:
+        return [reply for _, reply in await self.batch_commit([("create_table_version", ident, req)
+                                                                for ident, req in entries])]
+
+    async def batch_commit(self, operations: list[tuple[str, Ident, Any]]) -> list[tuple[str, Any]]:
+        """Apply every operation (kind, table identifier, spec request), across any tables, atomically or not at
+        all; (kind, reply) in request order. See `_Batch` for the semantics."""
+        ops = [_Op(kind, tuple(ident), request) for kind, ident, request in operations]
+        try:
+            return await _Batch(self, ops).run()
+        except _StaleName:
+            # A cached name whose table has gone (dropped, maybe declared again): forget and plan once more.
+            for op in ops:
+                self._refs.pop(op.ident, None)
+        try:
+            return await _Batch(self, ops).run()
+        except _StaleName:
+            raise NotFound("a table of this batch was dropped while the batch was being applied; nothing was "
+                           "applied", kind="table") from None
+
+
+class _StaleName(Exception):
+    """An actor found its table gone although the batch had just resolved its name."""
+
+
+@dataclass
+class _Op:
+    kind: str            # one of models.OPERATION_KINDS
+    ident: Ident
+    request: Any
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {show(self.ident)}"
+
+
+@dataclass
+class _Target:
+    """One table as the batch sees it: an existing row, or one the batch declares."""
+
+    ident: Ident
+    ref: TableRef | None = None
+    new: tuple[TableRow, LanceTable] | None = None
+    declared_by: int | None = None
+    steps: list[tuple[int, str, Proposal]] = field(default_factory=list)
+
+
+class _Batch:
+    """BatchCommitTables semantics:
+
+    - Operations apply in request order; each sees the effects of those before it (a version created by an
+      earlier operation exists for a later one; a table deregistered earlier is gone for later ones; a name
+      deregistered earlier may be declared again).
+    - All or nothing: every table's part is validated by its actor and all rows are written in one database
+      transaction (`Registry.transact`). Any rejection rejects the whole batch with that operation's error
+      (its message names the operation index); nothing is applied.
+    - Operations on a table declared in the same batch are folded into its creation; deregistering a table the
+      same batch declared is refused as pointless.
+    - Staged manifests are read before anything is decided; their final copies are written before the commit
+      (like every version/create) and staging files are removed after it.
+    """
+
+    def __init__(self, catalog: LanceCatalog, ops: list[_Op]):
+        self.catalog = catalog
+        self.ops = ops
+        self.live: dict[Ident, _Target | None] = {}
+        self.targets: list[_Target] = []
+
+    async def _target(self, index: int, op: _Op) -> _Target:
+        if op.ident in self.live:
+            target = self.live[op.ident]
+            if target is None:
+                raise NotFound(f"operation {index} ({op.label}): the table was deregistered by an earlier operation "
+                               f"of this batch", kind="table")
+            return target
+        try:
+            ref = await self.catalog._resolve(op.ident)
+        except NotFound as exc:
+            exc.message = f"operation {index} ({op.label}): {exc.message}"
+            exc.args = (exc.message,)
+            raise
+        target = _Target(op.ident, ref=ref)
+        self.live[op.ident] = target
+        self.targets.append(target)
+        return target
+
+    async def _plan(self) -> None:
+        cat = self.catalog
+        for index, op in enumerate(self.ops):
+            try:
+                _check_table_ident(op.ident)
+            except BadRequest as exc:
+                raise BadRequest(f"operation {index} ({op.kind}): {exc.message}") from None
+            if op.kind == "declare_table":
+                current = self.live.get(op.ident)
+                if current is None and op.ident not in self.live:
+                    if await cat.store.find_table(REALM, CATALOG, join_namespace(op.ident[:-1]), op.ident[-1]):
+                        current = True  # exists outside the batch
+                if current is not None:
+                    raise AlreadyExists(f"operation {index} ({op.label}): Table already exists: {show(op.ident)}",
+                                        kind="table")
+                await cat.describe_namespace(op.ident[:-1])
+                target = _Target(op.ident, new=cat._new_table(op.ident, op.request.location, op.request.properties),
+                                 declared_by=index)
+                if op.request.location:
+                    await cat.check_unused(target.new[1].location)
+                self.live[op.ident] = target
+                self.targets.append(target)
+                continue
+            target = await self._target(index, op)
+            location = target.ref.location if target.ref else target.new[1].location
+            if op.kind == "create_table_version":
+                proposal = await cat._prepare_version(location, op.request)
+            elif op.kind == "delete_table_versions":
+                _no_branch(op.request.branch)
+                proposal = DeleteVersions([(r.start_version, r.end_version) for r in op.request.ranges])
+            else:  # deregister_table
+                if target.new is not None:
+                    raise BadRequest(f"operation {index} ({op.label}): the table is declared by operation "
+                                     f"{target.declared_by} of this same batch; leave out both operations")
+                proposal = RemoveTable()
+                self.live[op.ident] = None
+            target.steps.append((index, op.label, proposal))
+
+    async def run(self) -> list[Any]:
+        await self._plan()
+        cat = self.catalog
+        parts, creates, replies, after = [], [], {}, []
+        for t in self.targets:
+            if t.new is None:
+                parts.append((t.ref.table_id, Steps(t.steps)))
+                continue
+            row, initial = t.new
+            d = Steps(t.steps).decide(initial)   # pure; raises (nothing applied) like an actor would
+            replies.update(d.reply)
+            replies[t.declared_by] = d.state
+            creates.append(Create(row, d.state, d.state.row_state(), d.log, d.files))
+            if d.after_durable is not None:
+                after.append(d.after_durable)
+        try:
+            part_replies = await cat.registry.transact(parts, creates=creates)
+        except NotFound as exc:
+            if exc.kind == "table" and not exc.message.startswith("operation "):
+                raise _StaleName() from exc
+            raise
+        for r in part_replies:
+            replies.update(r)
+        for t in self.targets:
+            if t.new is not None:
+                cat._refs[t.ident] = TableRef(t.new[0].table_id, t.new[0].location)
+            elif any(isinstance(p, RemoveTable) for _, _, p in t.steps):
+                cat._refs.pop(t.ident, None)
+        for fn in after:
+            try:
+                await fn()
+            except Exception as exc:  # clean-up only
+                log.warning("removing staged manifests after a batch commit failed: %s", exc)
+        return [(op.kind, replies[i]) for i, op in enumerate(self.ops)]
+
+
+# -- helpers -----------------------------------------------------------------------------------------------------
+
+
+def _check_levels(levels: Ident, what: str) -> None:
+    for level in levels:
+        if not level or "\x1f" in level or "\x1e" in level or "\x00" in level:
+            raise BadRequest(f"invalid {what} identifier {list(levels)!r}: empty level or control character")
+
+
+def _check_table_ident(ident: Ident) -> None:
+    if not ident:
+        raise BadRequest("a table identifier needs at least a table name")
+    _check_levels(ident, "table")
+
+
+def _no_branch(branch: str | None) -> None:
+    if branch not in (None, "", "main"):
+        raise BadRequest(f"branch {branch!r}: this server manages the main branch only", kind="unsupported")
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def _safe(level: str) -> str:
+    """A directory name for a namespace level or table name: readable, and harmless in a URI and to Lance."""
+    cleaned = _UNSAFE.sub("_", level).strip(".") or "_"
+    return cleaned[:100]
+
+
+def _same(a: str, b: str) -> bool:
+    return is_within(a, b) and is_within(b, a)
+
+
+def _encode(value: str) -> str:
+    return base64.urlsafe_b64encode(value.encode()).decode()
+
+
+def _decode(token: str | None) -> str | None:
+    if not token:
+        return None
+    try:
+        return base64.b64decode(token.encode(), altchars=b"-_", validate=True).decode()
+    except Exception:
+        raise BadRequest(f"invalid page_token: {token!r}") from None

@@ -1,0 +1,183 @@
+"""Lance commit rules: pure `decide(state) -> Decision` proposals for the table actor.
+
+The coordinator is Lance's external manifest store (spec: "External Manifest Store"; `managed_versioning`).
+A writer stages its manifest itself and asks for version N; the server FINALIZES: the staged bytes become
+`_versions/<final name>` (written durably before the row), the version is recorded in the commit log, and the
+staging file is removed afterwards (best effort). Everything that needs I/O (reading the staged manifest) is done
+by the catalog before the proposal reaches the actor, so these rules can be re-decided and composed freely.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from storage.records import LogEntry
+
+from ..actor import Decision, Proposal
+from ..errors import BadRequest, CommitConflict, CoordinatorError, NotFound
+from .table import LanceTable, TableVersion, manifest_uri
+
+log = logging.getLogger(__name__)
+
+AfterDurable = Callable[[], Awaitable[None]]
+
+
+def show(ident: list[str] | tuple[str, ...]) -> str:
+    return ".".join(ident)
+
+
+@dataclass
+class ReadTable:
+    """A read: answered from the actor's memory with the immutable table snapshot."""
+
+    def decide(self, state: LanceTable) -> Decision:
+        return Decision(state, reply=state)
+
+
+@dataclass
+class CreateVersion:
+    """CreateTableVersion with put-if-not-exists semantics (spec: `/v1/table/{id}/version/create`).
+
+    - The next version is always `high_water + 1`; a number once recorded (even if its record was deleted) is
+      never handed out again, so a reader can never see two different manifests under one version.
+    - An existing version is a conflict (409, ConcurrentModification: the writer rebases and retries) unless it
+      is the same commit again (same staged path, or byte-identical manifest): then it is answered again (200),
+      so a client whose first answer was lost learns that its commit landed.
+    """
+
+    version: int
+    staging_uri: str
+    data: bytes | None            # the staged manifest; None when it no longer exists
+    sha256: str | None
+    scheme: str
+    timestamp_ms: int
+    metadata: dict[str, str] | None = None
+    remove_staging: Callable[[str], Awaitable[None]] | None = None
+
+    def decide(self, state: LanceTable) -> Decision:
+        existing = state.find(self.version)
+        if existing is not None:
+            if existing.staging_uri == self.staging_uri or (self.sha256 and existing.sha256 == self.sha256):
+                return Decision(state, reply=existing)
+            raise CommitConflict(f"version {self.version} of table {show(state.ident)} already exists; the latest "
+                                 f"version is {state.latest.version}: rebase and retry", kind="version-exists")
+        if self.version == 0:
+            raise BadRequest("version must be >= 1: Lance versions start at 1")
+        if self.version <= state.high_water:
+            raise CommitConflict(f"version {self.version} of table {show(state.ident)} was recorded before and its "
+                                 f"record deleted; version numbers are never reused: the next version is "
+                                 f"{state.high_water + 1}", kind="version-exists")
+        if self.version != state.high_water + 1:
+            # A writer whose view is ahead of the table (it saw a manifest that was never recorded): a conflict,
+            # so that it rebases on the recorded latest version and retries.
+            raise CommitConflict(f"version {self.version} is not the next version of table {show(state.ident)}: "
+                                 f"the next version is {state.high_water + 1}; rebase and retry",
+                                 kind="version-exists")
+        if self.data is None:
+            raise BadRequest(f"the staged manifest {self.staging_uri} does not exist: write it before creating "
+                             f"version {self.version}")
+        final = manifest_uri(state.location, self.version, self.scheme)
+        entry = TableVersion(self.version, final, len(self.data), self.timestamp_ms, self.scheme,
+                             self.staging_uri, self.sha256, None, self.metadata or None)
+        new = state.with_version(entry)
+        after = None
+        if self.remove_staging is not None and self.staging_uri != final:
+            remove, staging = self.remove_staging, self.staging_uri
+
+            async def after() -> None:
+                await remove(staging)
+        return Decision(new, reply=entry, row_state=new.row_state(), log=[LogEntry(self.version, entry.payload())],
+                        files=[(final, self.data)], after_durable=after)
+
+
+@dataclass
+class DeleteVersions:
+    """BatchDeleteTableVersions: drop version RECORDS in [start, end) ranges (end -1 = through the latest). The
+    manifests and data stay on storage (spec: "deletes version tracking records, NOT the actual table data")."""
+
+    ranges: list[tuple[int, int]]
+
+    def decide(self, state: LanceTable) -> Decision:
+        new, count = state.without_ranges(self.ranges)
+        if count == 0:
+            return Decision(state, reply=0)
+        return Decision(new, reply=count, row_state=new.row_state(), log_delete=list(self.ranges))
+
+
+@dataclass
+class RemoveTable:
+    """Deregister (`purge` None: the files stay) or drop (`purge` deletes the table's files once the row is gone).
+    The reply is the table as it was."""
+
+    purge: Callable[[], Awaitable[None]] | None = None
+
+    def decide(self, state: LanceTable) -> Decision:
+        return Decision(None, reply=state, delete=True, after_durable=self.purge)
+
+
+@dataclass
+class Steps:
+    """Several operations of one batch on one table, applied in request order, each seeing the ones before it.
+
+    One Decision for the whole sequence (the multi-table transaction takes one per table). The reply maps each
+    operation's index in the batch to its own reply. An error names the operation it came from.
+    """
+
+    steps: list[tuple[int, str, Proposal]] = field(default_factory=list)
+
+    def decide(self, state: LanceTable) -> Decision:
+        replies: dict[int, Any] = {}
+        current = state
+        created: list[tuple[LogEntry, list[tuple[str, bytes]]]] = []
+        deleted_ranges: list[tuple[int, int]] = []
+        afters: list[AfterDurable] = []
+        removed_by: int | None = None
+        for index, label, proposal in self.steps:
+            if removed_by is not None:
+                raise NotFound(f"operation {index} ({label}): the table was deregistered by operation {removed_by} "
+                               f"of this batch", kind="table")
+            try:
+                d = proposal.decide(current)
+            except CoordinatorError as exc:
+                exc.message = f"operation {index} ({label}): {exc.message}"
+                exc.args = (exc.message,)
+                raise
+            replies[index] = d.reply
+            if d.after_durable is not None:
+                afters.append(d.after_durable)
+            if d.delete:
+                removed_by = index
+                current = d.state
+                continue
+            if d.log_delete:
+                # The store applies deletions before inserts; a version this batch created and a later operation
+                # deletes must therefore not be inserted at all (nor its manifest written).
+                created = [(e, f) for e, f in created if not _in_ranges(e.version, d.log_delete)]
+                deleted_ranges.extend(d.log_delete)
+            if d.log:
+                created.extend((e, d.files if i == 0 else []) for i, e in enumerate(d.log))
+            current = d.state
+        after = _chain(afters)
+        if removed_by is not None:
+            return Decision(None, reply=replies, delete=True, after_durable=after)
+        return Decision(current, reply=replies, row_state=current.row_state(), log=[e for e, _ in created],
+                        log_delete=deleted_ranges, files=[f for _, fs in created for f in fs], after_durable=after)
+
+
+def _in_ranges(n: int, ranges: list[tuple[int, int]]) -> bool:
+    return any(n >= start and (end < 0 or n < end) for start, end in ranges)
+
+
+def _chain(afters: list[AfterDurable]) -> AfterDurable | None:
+    if not afters:
+        return None
+
+    async def run() -> None:
+        for fn in afters:
+            try:
+                await fn()
+            except Exception as exc:  # clean-up only: the commit already stands
+                log.warning("lance clean-up after commit failed: %s", exc)
+    return run

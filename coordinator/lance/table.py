@@ -1,0 +1,200 @@
+"""A Lance table as the coordinator holds it: its location and its version list (the external manifest store).
+
+Pure values and pure path arithmetic, no I/O. The state is immutable so a commit rule can build the next state
+without touching the current one, and so the actor can hand a snapshot to readers.
+
+Paths. Lance speaks in object-store paths without a scheme ("tmp/wh/t.lance/_versions/1.manifest": relative to
+the root of a local filesystem, or to the bucket on S3); the coordinator keeps full URIs. `object_path` and
+`resolve_path` translate at the protocol edge, relative to the table's own location so a client can never point
+us at a file outside the table.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from storage.files import is_within, join, to_local_path
+
+from ..errors import BadRequest
+
+U64_MAX = 2**64 - 1
+NAMING_SCHEMES = ("V1", "V2")
+VERSIONS_DIR = "_versions"
+MANIFEST_MAGIC = b"LANC"  # the last four bytes of every Lance manifest (and data) file
+_FINAL_NAME = re.compile(r"^(\d+)\.manifest$")
+
+
+def manifest_name(version: int, scheme: str) -> str:
+    """V1: `{version}.manifest`; V2: `{u64::MAX - version}.manifest`, zero-padded to 20 digits so that a
+    lexicographic listing finds the latest first (spec: ManifestNamingScheme)."""
+    if scheme == "V1":
+        return f"{version}.manifest"
+    return f"{U64_MAX - version:020d}.manifest"
+
+
+def version_of_manifest_name(name: str) -> tuple[int, str] | None:
+    """(version, scheme) for a final manifest file name, None for anything else (staging files, hints)."""
+    m = _FINAL_NAME.match(name)
+    if not m:
+        return None
+    digits = m.group(1)
+    n = int(digits)
+    if len(digits) == 20 and n > U64_MAX // 2:
+        return U64_MAX - n, "V2"
+    return n, "V1"
+
+
+def infer_scheme(staging_name: str, version: int) -> str | None:
+    for scheme in NAMING_SCHEMES:
+        if staging_name.startswith(manifest_name(version, scheme)):
+            return scheme
+    return None
+
+
+# -- paths -----------------------------------------------------------------------------------------------------
+
+
+def _store_root(location: str) -> tuple[str, str]:
+    """(scheme, bucket) of the object store a location lives in; bucket is "" for local files."""
+    if to_local_path(location) is not None:
+        return "file", ""
+    p = urlparse(location)
+    return p.scheme, p.netloc
+
+
+def object_path(uri: str) -> str:
+    """The object-store path Lance expects for a URI: no scheme, no bucket, no leading slash."""
+    local = to_local_path(uri)
+    if local is not None:
+        return str(local).lstrip("/")
+    return urlparse(uri).path.lstrip("/")
+
+
+def resolve_path(location: str, path: str) -> str:
+    """The URI for a path a client sent: an object-store path (as pylance sends) or a full URI."""
+    if not path or "\x00" in path:
+        raise BadRequest(f"invalid path: {path!r}")
+    if "://" in path:
+        return path
+    scheme, bucket = _store_root(location)
+    if scheme == "file":
+        return Path("/" + path.lstrip("/")).as_uri()
+    return f"{scheme}://{bucket}/{path.lstrip('/')}"
+
+
+def versions_dir(location: str) -> str:
+    return join(location, VERSIONS_DIR)
+
+
+def manifest_uri(location: str, version: int, scheme: str) -> str:
+    return join(location, VERSIONS_DIR, manifest_name(version, scheme))
+
+
+def check_staging_path(location: str, uri: str, version: int) -> str:
+    """A staged manifest must sit directly in the table's `_versions/` directory: the server deletes it once the
+    version is committed, so it must never be allowed to name a data file, another version's final manifest,
+    or anything outside the table."""
+    directory = versions_dir(location)
+    parent, _, name = uri.rstrip("/").rpartition("/")
+    if not name or not (is_within(directory, parent) and is_within(parent, directory)):
+        raise BadRequest(f"manifest_path {object_path(uri)!r} must name a file in the table's "
+                         f"{VERSIONS_DIR}/ directory ({object_path(directory)}/)")
+    final = version_of_manifest_name(name)
+    if final is not None and final[0] != version:
+        raise BadRequest(f"manifest_path {name!r} is the final manifest of version {final[0]}, not a staged "
+                         f"manifest for version {version}")
+    return name
+
+
+# -- state -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TableVersion:
+    """One committed version: where its final manifest is, and what the commit that made it carried (so that
+    a resubmission of the same commit can be recognised and answered again instead of refused)."""
+
+    version: int
+    manifest_uri: str
+    size: int | None
+    timestamp_ms: int
+    scheme: str = "V2"
+    staging_uri: str | None = None
+    sha256: str | None = None
+    e_tag: str | None = None
+    metadata: dict[str, str] | None = None
+
+    def payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"manifest": self.manifest_uri, "size": self.size, "ts": self.timestamp_ms,
+                               "scheme": self.scheme}
+        for key, value in (("staging", self.staging_uri), ("sha256", self.sha256), ("e_tag", self.e_tag),
+                           ("metadata", self.metadata)):
+            if value is not None:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_payload(cls, version: int, p: dict[str, Any]) -> "TableVersion":
+        return cls(version, p["manifest"], p.get("size"), p.get("ts", 0), p.get("scheme", "V2"), p.get("staging"),
+                   p.get("sha256"), p.get("e_tag"), p.get("metadata"))
+
+    def to_spec(self) -> dict[str, Any]:
+        """The spec's TableVersion."""
+        out: dict[str, Any] = {"version": self.version, "manifest_path": object_path(self.manifest_uri),
+                               "timestamp_millis": self.timestamp_ms}
+        if self.size is not None:
+            out["manifest_size"] = self.size
+        if self.e_tag is not None:
+            out["e_tag"] = self.e_tag
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
+        return out
+
+
+@dataclass(frozen=True)
+class LanceTable:
+    namespace: tuple[str, ...]
+    name: str
+    location: str
+    properties: dict[str, str] = field(default_factory=dict)
+    versions: tuple[TableVersion, ...] = ()   # ascending by version
+    high_water: int = 0                         # highest version ever recorded: numbers are never reused
+
+    @property
+    def ident(self) -> list[str]:
+        return [*self.namespace, self.name]
+
+    @property
+    def latest(self) -> TableVersion | None:
+        return self.versions[-1] if self.versions else None
+
+    @property
+    def only_declared(self) -> bool:
+        """Declared but never committed: no data on storage that we know of."""
+        return self.high_water == 0
+
+    def find(self, version: int) -> TableVersion | None:
+        i = bisect.bisect_left(self.versions, version, key=lambda v: v.version)
+        if i < len(self.versions) and self.versions[i].version == version:
+            return self.versions[i]
+        return None
+
+    def with_version(self, v: TableVersion) -> "LanceTable":
+        if self.versions and v.version <= self.versions[-1].version:
+            raise ValueError("versions are appended in order")
+        return replace(self, versions=self.versions + (v,), high_water=max(self.high_water, v.version))
+
+    def without_ranges(self, ranges: list[tuple[int, int]]) -> tuple["LanceTable", int]:
+        def gone(n: int) -> bool:
+            return any(n >= start and (end < 0 or n < end) for start, end in ranges)
+        kept = tuple(v for v in self.versions if not gone(v.version))
+        return replace(self, versions=kept), len(self.versions) - len(kept)
+
+    def row_state(self) -> dict[str, Any]:
+        """The small JSON kept in the table row; the versions themselves are the commit log."""
+        return {"properties": self.properties, "high_water": self.high_water}
