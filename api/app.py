@@ -25,7 +25,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 def _protocol(path: str) -> str:
     if path.startswith("/api/2.1/unity-catalog"):
         return "delta"
-    if path.startswith("/v1/namespace/") or path.startswith("/v1/table/") or path.startswith("/v1/transaction/"):
+    if path == "/v1/table" or path.startswith(("/v1/namespace/", "/v1/table/", "/v1/transaction/")):
         return "lance"
     if path.startswith("/v1/"):
         return "iceberg"

@@ -23,7 +23,8 @@ import trio
 
 from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
 
-from .errors import AlreadyExists, BadRequest, CommitConflict, CoordinatorError, NotFound, OutcomeUnknown, Unavailable
+from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, NotFound, OutcomeUnknown,
+                     Unavailable)
 
 if TYPE_CHECKING:
     from .registry import Registry
@@ -103,6 +104,29 @@ class Request:
     proposal: Proposal
     reply: Reply = field(default_factory=Reply)
     enqueued_at: float = field(default_factory=time.perf_counter)
+
+
+class Verdict:
+    """The transaction's outcome as seen by one participant: applied, or not (with the error to raise)."""
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.applied = False
+        self.error: CoordinatorError | None = None
+
+    def decide(self, applied: bool, error: CoordinatorError | None = None) -> None:
+        if not self.event.is_set():
+            self.applied, self.error = applied, error
+            self.event.set()
+
+
+@dataclass
+class Participant:
+    """Sent to an actor's mailbox. The actor answers its reply with (Decision, TableWrite) once its part is
+    validated, then waits for `verdict` before serving anything else."""
+
+    proposal: Proposal
+    verdict: Verdict = field(default_factory=Verdict)
 
 
 @dataclass
@@ -355,5 +379,3 @@ async def write_files(files: list[tuple[str, bytes]], fileio) -> None:
     if files:
         await fileio.write_many(files)
 
-
-from .transaction import Participant  # noqa: E402  (transaction builds on this module's Decision)

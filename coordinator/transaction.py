@@ -17,7 +17,7 @@ import trio
 
 from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
 
-from .actor import Decision, Proposal, write_files
+from .actor import Decision, Participant, Proposal, write_files
 from .errors import BadRequest, CoordinatorError, Unavailable
 
 if TYPE_CHECKING:
@@ -33,29 +33,6 @@ class Create:
     row_state: dict[str, Any]
     log: list[LogEntry] = field(default_factory=list)
     files: list[tuple[str, bytes]] = field(default_factory=list)
-
-
-class Verdict:
-    """The transaction's outcome as seen by one participant: applied, or not (with the error to raise)."""
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.applied = False
-        self.error: CoordinatorError | None = None
-
-    def decide(self, applied: bool, error: CoordinatorError | None = None) -> None:
-        if not self.event.is_set():
-            self.applied, self.error = applied, error
-            self.event.set()
-
-
-@dataclass
-class Participant:
-    """Sent to an actor's mailbox. The actor answers its reply with (Decision, TableWrite) once its part is
-    validated, then waits for `verdict` before serving anything else."""
-
-    proposal: Proposal
-    verdict: Verdict = field(default_factory=Verdict)
 
 
 async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, creates: list[Create] = (),

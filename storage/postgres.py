@@ -236,8 +236,9 @@ class GroupCommitWriter:
                                       " ON CONFLICT (key) DO NOTHING", k.key, k.route, k.status, k.body)
         except NotApplied as na:
             return WriteResult(False, na.reason)
-        except asyncpg.UniqueViolationError:
-            return WriteResult(False, "exists")
+        except asyncpg.UniqueViolationError as exc:
+            # A duplicate name is a lost race for that name; a duplicate commit-log version means our row moved.
+            return WriteResult(False, "stale" if exc.constraint_name == "commits_pkey" else "exists")
         return WriteResult(True)
 
     async def _write_one(self, con: asyncpg.Connection, w: TableWrite) -> None:
