@@ -137,7 +137,7 @@ class FileIO:
         path = to_local_path(uri)
         if path is None:
             import obstore
-            store, key = self._store_for(uri)
+            store, key = self.object_store(uri)
             try:
                 return bytes(obstore.get(store, key).bytes())
             except FileNotFoundError:
@@ -153,7 +153,7 @@ class FileIO:
         path = to_local_path(uri)
         if path is None:
             import obstore
-            store, key = self._store_for(uri)
+            store, key = self.object_store(uri)
             obstore.delete(store, key)
             return
         path.unlink(missing_ok=True)
@@ -162,7 +162,7 @@ class FileIO:
         path = to_local_path(uri)
         if path is None:
             import obstore
-            store, key = self._store_for(uri)
+            store, key = self.object_store(uri)
             try:
                 obstore.head(store, key)
                 return True
@@ -172,7 +172,8 @@ class FileIO:
 
     # -- object stores ----------------------------------------------------------------------------------------
 
-    def _store_for(self, uri: str):
+    def object_store(self, uri: str):
+        """(obstore store, key) for an s3:// URI: the one place credentials and endpoints are configured."""
         parsed = urlparse(uri)
         if parsed.scheme not in ("s3", "s3a"):
             raise BadRequest(f"unsupported storage scheme {parsed.scheme!r} in {uri}; use file:// or s3://")
@@ -186,7 +187,7 @@ class FileIO:
 
     def _put_object(self, uri: str, data: bytes, exclusive: bool) -> None:
         import obstore
-        store, key = self._store_for(uri)
+        store, key = self.object_store(uri)
         try:
             obstore.put(store, key, data, mode="create" if exclusive else "overwrite")
         except Exception as exc:  # obstore raises AlreadyExistsError for a failed conditional PUT

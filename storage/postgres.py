@@ -461,6 +461,12 @@ class PostgresStore:
                                                       table_id))
         return _row(r) if r else None
 
+    async def settled_row_version(self, table_id: UUID) -> int | None:
+        """The row's version once no transaction is writing it: FOR UPDATE waits for a writer whose connection
+        was lost mid-commit to commit or roll back, so the answer is final."""
+        return await self._call(lambda con: con.fetchval(
+            "SELECT row_version FROM tables WHERE table_id=$1 FOR UPDATE", table_id))
+
     async def list_tables(self, realm: str, catalog: str, namespace: str | None, *, kind: str | None = None,
                           after: str | None = None, limit: int | None = None) -> list[TableRow]:
         """Tables of one namespace (or of all namespaces when `namespace` is None), ordered by (namespace, name)."""

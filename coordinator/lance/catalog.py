@@ -96,8 +96,7 @@ class LanceCatalog:
             return
         # Wait out a transaction that may still be writing this row (a lost connection): its outcome decides
         # whether these files are orphans. FOR UPDATE blocks until it has committed or rolled back.
-        current = await self.store._call(lambda con: con.fetchval(
-            "SELECT row_version FROM tables WHERE table_id=$1 FOR UPDATE", row.table_id))
+        current = await self.store.settled_row_version(row.table_id)
         if current != row.row_version:
             raise Unavailable(f"table {show(state.ident)} changed while it was loading; retry")
         for uri in orphans:

@@ -44,7 +44,7 @@ def list_manifests(files: FileIO, location: str) -> list[FoundManifest]:
                                        int(st.st_mtime * 1000)))
     else:
         import obstore
-        store, key = files._store_for(location)
+        store, key = files.object_store(location)
         prefix = key.rstrip("/") + f"/{VERSIONS_DIR}/"
         scheme, bucket = urlparse(location).scheme, urlparse(location).netloc
         for chunk in obstore.list(store, prefix=prefix):
@@ -70,7 +70,7 @@ def delete_tree(files: FileIO, location: str) -> None:
         shutil.rmtree(local, ignore_errors=True)
         return
     import obstore
-    store, key = files._store_for(location)
+    store, key = files.object_store(location)
     for chunk in obstore.list(store, prefix=key.rstrip("/") + "/"):
         paths = [meta["path"] for meta in chunk]
         if paths:
