@@ -1,0 +1,498 @@
+"""The commit flows real clients run, for the raw trio load generator (the locustfiles run the same flows).
+
+* Iceberg (Java/pyiceberg append): load the table once, then commit `add-snapshot` + `set-snapshot-ref main`
+  guarded by `assert-ref-snapshot-id` (the snapshot the writer last saw); on 409 reload the table and retry.
+* Delta (catalog-managed, UC commit coordinator): commit the staged commit as version last+1 via
+  `POST /delta/preview/commits`; every `BACKFILL_EVERY` versions, report the backfill
+  (`latest_backfilled_version`); on 409 read `latest_table_version` and retry, on 429 backfill and retry.
+* Lance (external manifest store): `version/list` limit 1 (descending) for the latest version, stage a
+  manifest, `version/create` at latest+1; on 409 list again and retry; on any other error describe the table.
+
+Client-side file I/O that the coordinator never reads is skipped (Iceberg manifest lists, Delta staged commit
+files and their backfilled copies): it would load the machine without exercising the service. Lance staged
+manifests ARE written, because the server reads them and writes the final manifest.
+
+Each writer is one keep-alive connection; `commit()` is one logical commit including its retries, so its
+duration is what the user waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import orjson
+import trio
+
+from .http import HttpConnection
+
+UC = "/api/2.1/unity-catalog"
+BACKFILL_EVERY = 5
+SETUP_CONCURRENCY = 16
+U64_MAX = 2**64 - 1
+
+ICEBERG_SCHEMA = {"type": "struct", "schema-id": 0,
+                  "fields": [{"id": 1, "name": "id", "type": "long", "required": False},
+                             {"id": 2, "name": "data", "type": "string", "required": False}]}
+
+
+class SetupError(SystemExit):
+    pass
+
+
+def _check(status: int, body: bytes, what: str, ok: tuple[int, ...] = (200,)) -> bytes:
+    if status not in ok:
+        raise SetupError(f"{what} failed with HTTP {status}: {body[:500]!r}; is the service healthy (see its log)?")
+    return body
+
+
+@dataclass
+class Stats:
+    """What one run observed, across all writers."""
+
+    commits: int = 0            # logical commits that succeeded
+    writes: int = 0             # successful write requests (commits + Delta backfill reports)
+    requests: int = 0           # every request sent, reloads and retries included
+    conflicts: int = 0          # 409s
+    errors: int = 0             # anything else that was not 2xx
+    error_samples: list[str] = field(default_factory=list)
+    latencies_s: list[float] = field(default_factory=list)   # per logical commit, retries included
+    late: int = 0               # open loop: due in the window but not started before it ended
+
+    def error(self, status: int, body: bytes) -> None:
+        self.errors += 1
+        if len(self.error_samples) < 5:
+            self.error_samples.append(f"{status}: {body[:200].decode(errors='replace')}")
+
+
+class Writer:
+    """One client: a keep-alive connection and what it believes the table's state is."""
+
+    def __init__(self, base: str, table: Any, stats: Stats):
+        self.conn = HttpConnection(base)
+        self.table = table
+        self.stats = stats
+        self.rng = random.Random()
+
+    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        self.stats.requests += 1
+        with trio.fail_after(60):
+            return await self.conn.request(method, path, body)
+
+    async def start(self) -> None:
+        """Connect and read the table's state, as a client does before its first commit."""
+
+    async def commit(self, deadline: float) -> bool:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+    async def _backoff(self, status: int, body: bytes) -> None:
+        self.stats.error(status, body)
+        await trio.sleep(0.01 + 0.02 * self.rng.random())
+
+
+class Flow:
+    name: str
+
+    async def prepare(self, base: str, count: int, tag: str) -> list[Any]:
+        """Create `count` fresh tables through the API; returns what writers need to address them."""
+        raise NotImplementedError
+
+    def writer(self, base: str, table: Any, stats: Stats) -> Writer:
+        raise NotImplementedError
+
+    def sample_request(self) -> tuple[str, Any]:
+        """(path, body) of one commit request as the flow sends it: the bare app parses exactly this."""
+        raise NotImplementedError
+
+
+async def parallel(base: str, items: list[Any], fn: Callable[[HttpConnection, Any], Awaitable[Any]],
+                   concurrency: int = SETUP_CONCURRENCY) -> list[Any]:
+    """Run fn(conn, item) for every item over `concurrency` keep-alive connections; results in item order."""
+    results: list[Any] = [None] * len(items)
+    send, receive = trio.open_memory_channel[tuple[int, Any]](len(items))
+    for pair in enumerate(items):
+        send.send_nowait(pair)
+    send.close()
+
+    async def worker() -> None:
+        conn = HttpConnection(base)
+        try:
+            async for i, item in receive:
+                results[i] = await fn(conn, item)
+        finally:
+            await conn.close()
+
+    async with trio.open_nursery() as n:
+        for _ in range(min(concurrency, max(len(items), 1))):
+            n.start_soon(worker)
+    return results
+
+
+# -- Iceberg ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IcebergTable:
+    namespace: str
+    name: str
+
+    @property
+    def path(self) -> str:
+        return f"/v1/namespaces/{self.namespace}/tables/{self.name}"
+
+
+def iceberg_commit_body(parent: int | None, new_id: int, seq: int) -> dict:
+    snap = {"snapshot-id": new_id, "sequence-number": seq, "timestamp-ms": int(time.time() * 1000),
+            "manifest-list": f"file:///tmp/loadtest/snap-{new_id}-{uuid.uuid4()}.avro",
+            "summary": {"operation": "append", "added-data-files": "1", "added-records": "100",
+                        "added-files-size": "4096"},
+            "schema-id": 0}
+    if parent is not None:
+        snap["parent-snapshot-id"] = parent
+    return {"requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent}],
+            "updates": [{"action": "add-snapshot", "snapshot": snap},
+                        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": new_id}]}
+
+
+def iceberg_state(body: bytes) -> tuple[int | None, int]:
+    meta = orjson.loads(body)["metadata"]
+    current = meta.get("current-snapshot-id")
+    return (None if current in (None, -1) else current), meta.get("last-sequence-number", 0)
+
+
+class IcebergWriter(Writer):
+    snapshot_id: int | None = None
+    seq: int = 0
+
+    async def reload(self) -> None:
+        status, body = await self.request("GET", self.table.path)
+        _check(status, body, f"loading Iceberg table {self.table.name}")
+        self.snapshot_id, self.seq = iceberg_state(body)
+
+    async def start(self) -> None:
+        await self.reload()
+
+    async def commit(self, deadline: float) -> bool:
+        while time.perf_counter() < deadline:
+            new_id = self.rng.getrandbits(62)
+            status, body = await self.request("POST", self.table.path,
+                                              iceberg_commit_body(self.snapshot_id, new_id, self.seq + 1))
+            if status == 200:
+                self.snapshot_id, self.seq = new_id, self.seq + 1
+                self.stats.writes += 1
+                return True
+            if status == 409:
+                self.stats.conflicts += 1
+                await self.reload()
+            else:
+                await self._backoff(status, body)
+        return False
+
+
+class IcebergFlow(Flow):
+    name = "iceberg"
+
+    async def prepare(self, base: str, count: int, tag: str) -> list[IcebergTable]:
+        conn = HttpConnection(base)
+        status, body = await conn.request("POST", "/v1/namespaces", {"namespace": [tag]})
+        await conn.close()
+        _check(status, body, f"creating Iceberg namespace {tag}")
+
+        async def create(c: HttpConnection, i: int) -> IcebergTable:
+            t = IcebergTable(tag, f"t{i}")
+            s, b = await c.request("POST", f"/v1/namespaces/{tag}/tables", {"name": t.name, "schema": ICEBERG_SCHEMA})
+            _check(s, b, f"creating Iceberg table {tag}.{t.name}")
+            return t
+        return await parallel(base, list(range(count)), create)
+
+    def writer(self, base: str, table: IcebergTable, stats: Stats) -> IcebergWriter:
+        return IcebergWriter(base, table, stats)
+
+    def sample_request(self) -> tuple[str, Any]:
+        rng = random.Random()
+        return "/v1/namespaces/bench/tables/t0", iceberg_commit_body(rng.getrandbits(62), rng.getrandbits(62), 7)
+
+
+class IcebergPropsWriter(IcebergWriter):
+    """`set-properties` with no requirement: never conflicts, so it measures the coordinator's raw commit rate
+    on a table (not a client flow)."""
+
+    async def commit(self, deadline: float) -> bool:
+        while time.perf_counter() < deadline:
+            status, body = await self.request("POST", self.table.path, {
+                "requirements": [], "updates": [{"action": "set-properties",
+                                                 "updates": {"k": str(self.rng.getrandbits(32))}}]})
+            if status == 200:
+                self.stats.writes += 1
+                return True
+            await self._backoff(status, body)
+        return False
+
+
+class IcebergPropsFlow(IcebergFlow):
+    name = "iceberg-props"
+
+    def writer(self, base: str, table: IcebergTable, stats: Stats) -> IcebergPropsWriter:
+        return IcebergPropsWriter(base, table, stats)
+
+
+# -- Delta (Unity Catalog catalog-managed commits) -------------------------------------------------------------
+
+DELTA_SCHEMA_STRING = json.dumps({"type": "struct", "fields": [
+    {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+    {"name": "data", "type": "string", "nullable": True, "metadata": {}}]})
+DELTA_COLUMNS = [
+    {"name": "id", "type_text": "bigint", "type_name": "LONG", "position": 0, "nullable": True,
+     "type_json": '{"name":"id","type":"long","nullable":true,"metadata":{}}'},
+    {"name": "data", "type_text": "string", "type_name": "STRING", "position": 1, "nullable": True,
+     "type_json": '{"name":"data","type":"string","nullable":true,"metadata":{}}'},
+]
+
+
+def delta_first_commit(table_id: str) -> bytes:
+    """`_delta_log/00000000000000000000.json` of a catalog-managed table, as Delta writes it."""
+    now = int(time.time() * 1000)
+    actions = [
+        {"commitInfo": {"inCommitTimestamp": now, "timestamp": now, "operation": "CREATE TABLE",
+                        "operationParameters": {}, "isBlindAppend": True, "txnId": str(uuid.uuid4()),
+                        "engineInfo": "coordinator-loadtest"}},
+        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
+                      "readerFeatures": ["catalogManaged", "vacuumProtocolCheck"],
+                      "writerFeatures": ["catalogManaged", "inCommitTimestamp", "vacuumProtocolCheck"]}},
+        {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
+                      "schemaString": DELTA_SCHEMA_STRING, "partitionColumns": [],
+                      "configuration": {"delta.enableInCommitTimestamps": "true", "io.unitycatalog.tableId": table_id},
+                      "createdTime": now}},
+    ]
+    return b"".join(orjson.dumps(a) + b"\n" for a in actions)
+
+
+def delta_properties(table_id: str) -> dict[str, str]:
+    return {"delta.minReaderVersion": "3", "delta.minWriterVersion": "7",
+            "delta.enableInCommitTimestamps": "true", "delta.feature.inCommitTimestamp": "supported",
+            "delta.feature.vacuumProtocolCheck": "supported", "delta.feature.catalogManaged": "supported",
+            "io.unitycatalog.tableId": table_id, "delta.lastUpdateVersion": "0"}
+
+
+def local_path(uri: str) -> str:
+    p = urlparse(uri)
+    if p.scheme not in ("", "file"):
+        raise SetupError(f"table location {uri} is not on the local filesystem: the load generator writes the "
+                         f"files a client writes (Delta's first commit, Lance's staged manifests), so run the "
+                         f"service with a local warehouse")
+    return unquote(p.path) if p.scheme else uri
+
+
+@dataclass(frozen=True)
+class DeltaTable:
+    table_id: str
+    uri: str
+
+
+def delta_commit_body(table: DeltaTable, version: int) -> dict:
+    now = int(time.time() * 1000)
+    return {"table_id": table.table_id, "table_uri": table.uri,
+            "commit_info": {"version": version, "timestamp": now, "file_name": f"{version:020d}.{uuid.uuid4()}.json",
+                            "file_size": 2048, "file_modification_timestamp": now}}
+
+
+class DeltaWriter(Writer):
+    last: int = 0
+
+    @property
+    def _ident(self) -> dict:
+        return {"table_id": self.table.table_id, "table_uri": self.table.uri}
+
+    async def refresh(self) -> None:
+        """GET commits (body as Delta's client sends it): the latest ratified version."""
+        status, body = await self.request("GET", f"{UC}/delta/preview/commits",
+                                          {**self._ident, "start_version": self.last + 1})
+        _check(status, body, f"reading commits of Delta table {self.table.table_id}")
+        self.last = orjson.loads(body)["latest_table_version"]
+
+    async def start(self) -> None:
+        await self.refresh()
+
+    async def backfill(self, version: int) -> None:
+        """The writer published versions <= `version` as `_delta_log/<v>.json` (skipped here) and says so."""
+        status, body = await self.request("POST", f"{UC}/delta/preview/commits",
+                                          {**self._ident, "latest_backfilled_version": version})
+        if status == 200:
+            self.stats.writes += 1
+        else:
+            self.stats.error(status, body)
+
+    async def commit(self, deadline: float) -> bool:
+        while time.perf_counter() < deadline:
+            v = self.last + 1
+            status, body = await self.request("POST", f"{UC}/delta/preview/commits", delta_commit_body(self.table, v))
+            if status == 200:
+                self.last = v
+                self.stats.writes += 1
+                if v % BACKFILL_EVERY == 0:
+                    await self.backfill(v)
+                return True
+            if status == 409:
+                self.stats.conflicts += 1
+                await self.refresh()
+            elif status == 429:
+                # Too many unpublished commits (a backfilling writer is behind): publish up to the latest.
+                self.stats.error(status, body)
+                await self.refresh()
+                await self.backfill(self.last)
+            else:
+                await self._backoff(status, body)
+        return False
+
+
+class DeltaFlow(Flow):
+    name = "delta"
+    catalog = "bench"
+
+    async def prepare(self, base: str, count: int, tag: str) -> list[DeltaTable]:
+        conn = HttpConnection(base)
+        s, b = await conn.request("POST", f"{UC}/catalogs", {"name": self.catalog})
+        _check(s, b, "creating the UC catalog", (200, 409))
+        s, b = await conn.request("POST", f"{UC}/schemas", {"name": tag, "catalog_name": self.catalog})
+        _check(s, b, f"creating UC schema {tag}")
+        await conn.close()
+
+        async def create(c: HttpConnection, i: int) -> DeltaTable:
+            name = f"t{i}"
+            s, b = await c.request("POST", f"{UC}/staging-tables",
+                                   {"name": name, "catalog_name": self.catalog, "schema_name": tag})
+            staging = orjson.loads(_check(s, b, f"creating staging table {name}"))
+            location = staging["staging_location"]
+            path = os.path.join(local_path(location), "_delta_log")
+            os.makedirs(path, exist_ok=True)
+            # Blocking I/O in the load generator on purpose: a small local file, and its CPU is in loadgen CPU.
+            with open(os.path.join(path, "00000000000000000000.json"), "wb") as f:  # noqa: ASYNC230
+                f.write(delta_first_commit(staging["id"]))
+            s, b = await c.request("POST", f"{UC}/tables", {
+                "name": name, "catalog_name": self.catalog, "schema_name": tag, "table_type": "MANAGED",
+                "data_source_format": "DELTA", "columns": DELTA_COLUMNS, "storage_location": location,
+                "properties": delta_properties(staging["id"])})
+            info = orjson.loads(_check(s, b, f"creating Delta table {name}"))
+            return DeltaTable(info["table_id"], info["storage_location"])
+        return await parallel(base, list(range(count)), create)
+
+    def writer(self, base: str, table: DeltaTable, stats: Stats) -> DeltaWriter:
+        return DeltaWriter(base, table, stats)
+
+    def sample_request(self) -> tuple[str, Any]:
+        t = DeltaTable(str(uuid.uuid4()), f"file:///tmp/warehouse/bench/{uuid.uuid4()}")
+        return f"{UC}/delta/preview/commits", delta_commit_body(t, 7)
+
+
+# -- Lance (Lance Namespace REST, external manifest store) -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LanceTable:
+    ident: str          # levels joined by "$", as in the route
+    levels: tuple[str, ...]
+    location: str       # local directory
+
+    @property
+    def route(self) -> str:
+        return "/v1/table/" + self.ident
+
+
+def lance_manifest_name(version: int) -> str:
+    """V2 naming: u64::MAX - version, zero-padded (what Lance writes for new tables)."""
+    return f"{U64_MAX - version:020d}.manifest"
+
+
+def stage_manifest(location: str, version: int) -> str:
+    """Write a staged manifest the way Lance does (`_versions/<final name>-<uuid>`); returns its object path."""
+    path = os.path.join(location, "_versions", f"{lance_manifest_name(version)}-{uuid.uuid4()}")
+    with open(path, "wb") as f:
+        # Unique content ending in Lance's magic: the server checks the footer and keeps the bytes.
+        f.write(b"loadtest manifest " + uuid.uuid4().bytes + os.urandom(64) + b"LANC")
+    return path.lstrip("/")
+
+
+def lance_create_body(table: LanceTable, version: int, manifest_path: str) -> dict:
+    return {"id": list(table.levels), "version": version, "manifest_path": manifest_path}
+
+
+class LanceWriter(Writer):
+    latest: int = 0
+
+    async def refresh(self) -> None:
+        status, body = await self.request("POST", f"{self.table.route}/version/list?limit=1&descending=true",
+                                          {"id": list(self.table.levels)})
+        _check(status, body, f"listing versions of Lance table {self.table.ident}")
+        versions = orjson.loads(body).get("versions") or []
+        self.latest = versions[0]["version"] if versions else 0
+
+    async def start(self) -> None:
+        await self.refresh()
+
+    async def commit(self, deadline: float) -> bool:
+        while time.perf_counter() < deadline:
+            v = self.latest + 1
+            staged = stage_manifest(self.table.location, v)
+            status, body = await self.request("POST", f"{self.table.route}/version/create",
+                                              lance_create_body(self.table, v, staged))
+            if status == 200:
+                self.latest = v
+                self.stats.writes += 1
+                return True
+            _remove("/" + staged)
+            if status == 409:
+                self.stats.conflicts += 1
+                await self.refresh()
+            else:
+                # What pylance does on an unexpected answer: find out whether the table is still there.
+                await self._backoff(status, body)
+                await self.request("POST", f"{self.table.route}/describe", {"id": list(self.table.levels)})
+                await self.refresh()
+        return False
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class LanceFlow(Flow):
+    name = "lance"
+
+    async def prepare(self, base: str, count: int, tag: str) -> list[LanceTable]:
+        conn = HttpConnection(base)
+        s, b = await conn.request("POST", f"/v1/namespace/{tag}/create", {"id": [tag]})
+        await conn.close()
+        _check(s, b, f"creating Lance namespace {tag}")
+
+        async def declare(c: HttpConnection, i: int) -> LanceTable:
+            levels = (tag, f"t{i}")
+            ident = "$".join(levels)
+            s, b = await c.request("POST", f"/v1/table/{ident}/declare", {"id": list(levels)})
+            location = local_path(orjson.loads(_check(s, b, f"declaring Lance table {ident}"))["location"])
+            os.makedirs(os.path.join(location, "_versions"), exist_ok=True)
+            return LanceTable(ident, levels, location)
+        return await parallel(base, list(range(count)), declare)
+
+    def writer(self, base: str, table: LanceTable, stats: Stats) -> LanceWriter:
+        return LanceWriter(base, table, stats)
+
+    def sample_request(self) -> tuple[str, Any]:
+        t = LanceTable("bench$t0", ("bench", "t0"), "/tmp/warehouse/bench/t0")
+        path = f"tmp/warehouse/bench/t0/_versions/{lance_manifest_name(7)}-{uuid.uuid4()}"
+        return f"{t.route}/version/create", lance_create_body(t, 7, path)
+
+
+FLOWS: dict[str, Flow] = {f.name: f for f in (IcebergFlow(), DeltaFlow(), LanceFlow(), IcebergPropsFlow())}

@@ -1,0 +1,178 @@
+"""Processes the benchmark starts and measures: the service, the bare app, baseline servers; CPU and RSS from /proc.
+
+CPU is read from `/proc/<pid>/stat` (utime + stime of every thread of the process), so a figure such as "server
+CPU ms per request" covers the HTTP loop, the actors and the asyncpg thread together. PostgreSQL's CPU is the sum
+over the postmaster's children, read the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu_s(pid: int, reaped_children: bool = False) -> float:
+    """User + system CPU seconds of one process (all its threads); 0.0 once it is gone. `reaped_children` adds
+    the CPU of its children that have exited (cutime + cstime)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            parts = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    ticks = int(parts[11]) + int(parts[12])
+    if reaped_children:
+        ticks += int(parts[13]) + int(parts[14])
+    return ticks / CLK_TCK
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+        if ppid == pid:
+            out.append(int(entry))
+    return out
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU of a process and its direct children, live or exited (PostgreSQL: postmaster, backends, walwriter...;
+    the postmaster reaps its backends, so their CPU stays counted after they exit)."""
+    return proc_cpu_s(pid, reaped_children=True) + sum(proc_cpu_s(c) for c in children(pid))
+
+
+def self_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def postmaster_pid(pgdata: Path) -> int | None:
+    try:
+        return int((Path(pgdata) / "postmaster.pid").read_text().split()[0])
+    except (FileNotFoundError, ValueError, IndexError, PermissionError):
+        return None
+
+
+@dataclass
+class CpuWindow:
+    """CPU seconds spent by the server, PostgreSQL and this process (the load generator) over one window."""
+
+    server_s: float = 0.0
+    pg_s: float = 0.0
+    loadgen_s: float = 0.0
+    wall_s: float = 0.0
+
+
+class CpuMeter:
+    def __init__(self, server_pid: int | None, pg_pid: int | None):
+        self.server_pid, self.pg_pid = server_pid, pg_pid
+        self._start: tuple[float, float, float, float] | None = None
+
+    def _read(self) -> tuple[float, float, float, float]:
+        return (proc_cpu_s(self.server_pid) if self.server_pid else 0.0,
+                tree_cpu_s(self.pg_pid) if self.pg_pid else 0.0, self_cpu_s(), time.perf_counter())
+
+    def start(self) -> None:
+        self._start = self._read()
+
+    def stop(self) -> CpuWindow:
+        end = self._read()
+        s = self._start or end
+        return CpuWindow(end[0] - s[0], end[1] - s[1], end[2] - s[2], end[3] - s[3])
+
+
+def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def wait_ready(url: str, proc: subprocess.Popen | None, what: str, log: Path | None, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text()[-3000:] if log and log.exists() else ""
+            raise SystemExit(f"{what} exited with code {proc.returncode} before it was ready; its log ({log}) "
+                             f"ends with:\n{tail}")
+        try:
+            if http_get(url, timeout=1)[0] < 500:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{what} did not answer {url} within {timeout_s:.0f} s; see {log}")
+
+
+class Child:
+    """A server subprocess with its output in a log file; `stop()` interrupts it, then kills after a grace."""
+
+    def __init__(self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None,
+                 stop_signal: int = signal.SIGINT):
+        self.name, self.argv, self.log, self.stop_signal = name, argv, log, stop_signal
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def launch(self) -> Child:
+        """Start without waiting (its imports can overlap other work); `start` or `wait_ready` later."""
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as out:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env)
+        return self
+
+    def start(self, ready_url: str, timeout_s: float = 60) -> Child:
+        if self.proc is None:
+            self.launch()
+        wait_ready(ready_url, self.proc, self.name, self.log, timeout_s)
+        return self
+
+    def stop(self, grace_s: float = 15) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(self.stop_signal)
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def service(port: int, database_url: str, data_dir: Path, log: Path) -> Child:
+    """`coordinator serve` as a real OS process, against the benchmark's PostgreSQL."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "api.cli", "serve", "--port", str(port), "--database-url", database_url,
+            "--data-dir", str(data_dir), "--warehouse", str(data_dir / "warehouse"), "--log-level", "warning"]
+    # SIGTERM ends it at once (it installs no handler), which loses nothing: every answered commit is durable.
+    # SIGINT would be the clean path, but today a service that has served requests does not exit on it (the
+    # KeyboardInterrupt lands in a connection task, which hypercorn logs and swallows).
+    return Child("the coordinator service", argv, log, stop_signal=signal.SIGTERM)

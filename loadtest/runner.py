@@ -1,0 +1,204 @@
+"""Driving writers: closed loop (each writer commits again as soon as it is answered: the peak) and open loop
+(commits arrive on a Poisson schedule at a fixed offered rate, latency measured from the scheduled time so a
+slow server cannot hide its queueing: no coordinated omission)."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import trio
+
+from .flows import Flow, Stats, Writer
+from .http import HttpConnection
+from .procs import CpuMeter
+
+START_CONCURRENCY = 64
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return math.nan
+    values = sorted(values)
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
+
+
+async def scrape(base: str | None) -> dict[str, float]:
+    """The service's group-commit counters from /metrics (empty for servers that have none)."""
+    if base is None:
+        return {}
+    conn = HttpConnection(base)
+    try:
+        status, body = await conn.request("GET", "/metrics")
+    finally:
+        await conn.close()
+    out: dict[str, float] = {}
+    if status != 200:
+        return out
+    for line in body.decode().splitlines():
+        if line.startswith(("coordinator_db_flushes_total ", "coordinator_db_groups_total ")):
+            name, value = line.split()
+            out[name] = float(value)
+    return out
+
+
+@dataclass
+class RunResult:
+    protocol: str
+    scenario: str
+    tables: int
+    writers_per_table: int
+    duration_s: float
+    commits: int
+    writes: int
+    requests: int
+    conflicts: int
+    errors: int
+    commits_per_s: float
+    p50_ms: float
+    p99_ms: float
+    server_cpu_ms_per_request: float | None
+    server_cpu_ms_per_commit: float | None
+    server_cpu_pct: float | None
+    pg_cpu_ms_per_commit: float | None
+    loadgen_cpu_pct: float
+    db_transactions: float | None = None
+    writes_per_db_txn: float | None = None
+    actor_batches_per_db_txn: float | None = None
+    offered_per_s: float | None = None
+    late: int = 0                 # open loop: commits due in the window that could not even start in it
+    error_samples: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def _start_all(writers: list[Writer]) -> None:
+    limiter = trio.CapacityLimiter(START_CONCURRENCY)
+
+    async def start(w: Writer) -> None:
+        async with limiter:
+            await w.start()
+
+    async with trio.open_nursery() as n:
+        for w in writers:
+            n.start_soon(start, w)
+
+
+async def run(flow: Flow, base: str, tables: list[Any], writers_per_table: int, duration_s: float, *,
+              meter: CpuMeter, metrics_base: str | None, scenario: str, rate_per_s: float | None = None,
+              on_start: Callable[[], None] | None = None) -> RunResult:
+    """All writers connect and read their table first; then the measured window of `duration_s` starts."""
+    stats = Stats()
+    writers = [flow.writer(base, t, stats) for t in tables for _ in range(writers_per_table)]
+    try:
+        await _start_all(writers)
+        # Only the window counts: forget the start-up reads.
+        stats.requests = stats.conflicts = stats.errors = stats.writes = 0
+        before = await scrape(metrics_base)
+        meter.start()
+        if on_start is not None:
+            on_start()
+        t0 = time.perf_counter()
+        deadline = t0 + duration_s
+
+        async def closed(w: Writer) -> None:
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                if await w.commit(deadline):
+                    stats.commits += 1
+                    stats.latencies_s.append(time.perf_counter() - started)
+
+        async def opened(w: Writer, rate_w: float) -> None:
+            rng = random.Random()
+            due = t0 + rng.expovariate(rate_w)
+            while due < deadline:
+                now = time.perf_counter()
+                if now >= deadline:
+                    # Overloaded: commits due but never started are counted, not silently dropped.
+                    while due < deadline:
+                        stats.late += 1
+                        due += rng.expovariate(rate_w)
+                    break
+                if due > now:
+                    await trio.sleep(due - now)
+                # A commit already late still counts from when it was due: that is what its user waits.
+                if await w.commit(deadline + 10):
+                    stats.commits += 1
+                    stats.latencies_s.append(time.perf_counter() - due)
+                due += rng.expovariate(rate_w)
+
+        async with trio.open_nursery() as n:
+            for w in writers:
+                if rate_per_s is None:
+                    n.start_soon(closed, w)
+                else:
+                    n.start_soon(opened, w, rate_per_s / len(writers))
+        cpu = meter.stop()
+        after = await scrape(metrics_base)
+    finally:
+        with trio.CancelScope(shield=True):
+            for w in writers:
+                await w.close()
+    elapsed = cpu.wall_s
+    flushes = groups = None
+    if before and after:
+        flushes = after["coordinator_db_flushes_total"] - before["coordinator_db_flushes_total"]
+        groups = after["coordinator_db_groups_total"] - before["coordinator_db_groups_total"]
+    server = meter.server_pid is not None
+    return RunResult(
+        protocol=flow.name, scenario=scenario, tables=len(tables), writers_per_table=writers_per_table,
+        duration_s=round(elapsed, 2), commits=stats.commits, writes=stats.writes, requests=stats.requests,
+        conflicts=stats.conflicts, errors=stats.errors, commits_per_s=round(stats.commits / elapsed, 1),
+        p50_ms=round(pct(stats.latencies_s, 50) * 1000, 2), p99_ms=round(pct(stats.latencies_s, 99) * 1000, 2),
+        server_cpu_ms_per_request=round(1000 * cpu.server_s / max(stats.requests, 1), 3) if server else None,
+        server_cpu_ms_per_commit=round(1000 * cpu.server_s / max(stats.commits, 1), 3) if server else None,
+        server_cpu_pct=round(100 * cpu.server_s / elapsed, 1) if server else None,
+        pg_cpu_ms_per_commit=round(1000 * cpu.pg_s / max(stats.commits, 1), 3) if meter.pg_pid else None,
+        loadgen_cpu_pct=round(100 * cpu.loadgen_s / elapsed, 1),
+        db_transactions=flushes,
+        writes_per_db_txn=round(stats.writes / flushes, 2) if flushes else None,
+        actor_batches_per_db_txn=round(groups / flushes, 2) if flushes else None,
+        offered_per_s=rate_per_s, late=stats.late, error_samples=stats.error_samples)
+
+
+async def hammer(base: str, path: str, body: Any, connections: int, duration_s: float, meter: CpuMeter
+                 ) -> dict[str, float]:
+    """The same request over and over on `connections` keep-alive connections (for the bare app)."""
+    import orjson
+    data = orjson.dumps(body)
+    count = 0
+    bad = 0
+    latencies: list[float] = []
+    meter.start()
+    deadline = time.perf_counter() + duration_s
+
+    async def loop() -> None:
+        nonlocal count, bad
+        conn = HttpConnection(base)
+        try:
+            while time.perf_counter() < deadline:
+                t = time.perf_counter()
+                status, _ = await conn.request("POST", path, data)
+                latencies.append(time.perf_counter() - t)
+                count += 1
+                bad += status != 200
+        finally:
+            await conn.close()
+
+    async with trio.open_nursery() as n:
+        for _ in range(connections):
+            n.start_soon(loop)
+    cpu = meter.stop()
+    if bad:
+        raise SystemExit(f"the bare app answered {bad} of {count} requests to {path} with an error; "
+                         f"see its log")
+    return {"requests": count, "requests_per_s": round(count / cpu.wall_s, 1),
+            "server_cpu_ms_per_request": round(1000 * cpu.server_s / max(count, 1), 4),
+            "server_cpu_pct": round(100 * cpu.server_s / cpu.wall_s, 1),
+            "loadgen_cpu_pct": round(100 * cpu.loadgen_s / cpu.wall_s, 1),
+            "p50_ms": round(pct(latencies, 50) * 1000, 2), "p99_ms": round(pct(latencies, 99) * 1000, 2)}
