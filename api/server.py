@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -83,17 +84,27 @@ def serve(config: Config) -> None:
     """Blocking: start the database (embedded unless configured), then serve until interrupted."""
     coordinator = Coordinator(config)
     coordinator.open()
-    try:
-        async def main() -> None:
+
+    async def main() -> None:
+        shutdown = trio.Event()
+        # SIGINT/SIGTERM start a graceful stop. Without this, Ctrl-C raises KeyboardInterrupt in whichever
+        # connection task happens to run, where hypercorn logs and swallows it.
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                binds = await nursery.start(serve_coordinator, coordinator)
+                binds = await nursery.start(lambda task_status: serve_coordinator(
+                    coordinator, shutdown=shutdown, task_status=task_status))
                 log.info("coordinator serving on %s (Iceberg REST: %s, Lance REST: %s, Unity Catalog: %s)",
                          binds, binds[0], binds[0], f"{binds[0]}/api/2.1/unity-catalog")
+                async for signum in signals:
+                    log.info("received %s: shutting down", signal.Signals(signum).name)
+                    shutdown.set()
+                    break
+    try:
         trio.run(main)
-    except KeyboardInterrupt:
-        pass
     finally:
-        coordinator.close()
+        # A graceful stop also stops the embedded database; after a crash it keeps running and the restarted
+        # service reuses it.
+        coordinator.close(stop_embedded=True)
 
 
 class EmbeddedService:
