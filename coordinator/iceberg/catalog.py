@@ -9,9 +9,11 @@ the compare-and-set.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import operator
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -44,15 +46,52 @@ class TableIdent:
         return ".".join([*self.namespace, self.name])
 
 
+# The metadata lists that grow with every commit. Their JSON is kept between commits and extended by appending
+# only the new entries, so a commit to a table with 10,000 snapshots copies bytes instead of re-serializing them.
+GROWING_LISTS = ("snapshots", "snapshot-log")
+
+
+def _list_json(new: list, old: list | None, old_json: bytes | None) -> bytes:
+    if old is not None and old_json is not None:
+        if new is old:
+            return old_json
+        n = len(old)
+        # Entries are never edited in place (copy-on-write), so "same objects in front" means "same JSON".
+        if n and len(new) > n and all(map(operator.is_, itertools.islice(new, n), old)):
+            tail = orjson.dumps(new[n:])
+            return b"".join([old_json[:-1], b",", tail[1:]])
+    return orjson.dumps(new)
+
+
+def serialize_metadata(metadata: dict[str, Any], previous: "IcebergTable | None") -> tuple[bytes, dict]:
+    """The metadata file's bytes, plus the per-list JSON to keep for the next commit. Lists are shared with the
+    previous state by copy-on-write, so identity tells which entries are old."""
+    cache: dict[str, tuple[list, bytes]] = {}
+    parts = []
+    for key in GROWING_LISTS:
+        value = metadata.get(key)
+        if isinstance(value, list) and value:
+            old = previous.list_json.get(key) if previous is not None else None
+            data = _list_json(value, *(old if old else (None, None)))
+            cache[key] = (value, data)
+            parts.append(b'"' + key.encode() + b'":' + data)
+    if not parts:
+        return orjson.dumps(metadata), cache
+    head = orjson.dumps({k: v for k, v in metadata.items() if k not in cache})
+    sep = b"," if len(head) > 2 else b""
+    return b"".join([head[:-1], sep, b",".join(parts), b"}"]), cache
+
+
 @dataclass(frozen=True)
 class IcebergTable:
     """A table's in-memory state: its current metadata, where it was written, and its serialized JSON (kept so
-    loads never re-serialize)."""
+    loads never re-serialize). `list_json` holds the JSON of the growing lists for the next commit."""
 
     ident: TableIdent
     metadata: dict[str, Any]
     metadata_location: str
     metadata_json: bytes
+    list_json: dict[str, tuple[list, bytes]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def etag(self) -> str:
@@ -116,8 +155,8 @@ class CommitTable:
             return Decision(state, reply=state)  # nothing changed: no new metadata file
         version = metadata_version(state.metadata_location) + 1
         location = join(new["location"], "metadata", metadata_file_name(version))
-        data = orjson.dumps(new)
-        table = IcebergTable(state.ident, new, location, data)
+        data, list_json = serialize_metadata(new, state)
+        table = IcebergTable(state.ident, new, location, data, list_json)
         return Decision(
             table, reply=table, row_state={"metadata-location": location},
             log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
