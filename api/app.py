@@ -2,24 +2,37 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
+from importlib import resources
 
 from quart import Response, g, request
 from quart_trio import QuartTrio
 
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
 
 from coordinator.errors import BadRequest, CoordinatorError, NotFound
 from coordinator.service import Coordinator
 
 from . import delta, iceberg, lance
 from .common import json_response
+from .transport import HTTPConnection, Request
 
 log = logging.getLogger("coordinator.http")
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+
+# `GET /openapi/<name>.yaml`: the reference spec of each protocol (Iceberg, Lance: unchanged copies of
+# shared/specs), and for Unity Catalog a document of exactly the routes api/delta.py serves. Service-level paths,
+# so they collide with no protocol's `/v1/...` routes.
+OPENAPI_DOCUMENTS = ("iceberg", "lance", "delta")
+
+
+@functools.cache
+def openapi_document(name: str) -> bytes:
+    return resources.files(__package__).joinpath("openapi", f"{name}.yaml").read_bytes()
 
 
 def _protocol(path: str) -> str:
@@ -34,8 +47,11 @@ def _protocol(path: str) -> str:
 
 def create_app(coordinator: Coordinator) -> QuartTrio:
     app = QuartTrio(__name__)
+    app.asgi_http_class = HTTPConnection
+    app.request_class = Request
     app.config["COORDINATOR"] = coordinator
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.config["BODY_TIMEOUT"] = coordinator.config.http_body_timeout_s
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     app.register_blueprint(iceberg.bp)
     app.register_blueprint(delta.bp)
@@ -46,10 +62,19 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     async def _start() -> None:
         g.request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
         g.started = time.perf_counter()
-        # Always consume the body, even when a handler rejects the request early: an unread body left on a
-        # keep-alive connection stalls the client's next request.
-        if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+        # Always consume the body, whatever the method and even when a handler rejects the request early: an
+        # unread body left on a keep-alive connection stalls the client's next request, and reading it here puts
+        # every body under BODY_TIMEOUT (a GET whose body trickles in would otherwise hold its connection).
+        try:
             await request.get_data()
+        except RequestEntityTooLarge:
+            raise RequestEntityTooLarge(f"request body too large: the limit is {MAX_BODY_BYTES} bytes") from None
+        except RequestTimeout:
+            raise RequestTimeout(f"request body did not arrive within {coordinator.config.http_body_timeout_s:g} "
+                                 f"s") from None
+        # A NUL (%00) can name nothing: PostgreSQL text cannot hold it and the OS cannot open a path with it.
+        if "\x00" in request.path or any("\x00" in k or "\x00" in v for k, v in request.args.items(multi=True)):
+            raise BadRequest("the path or a query parameter has a NUL character (%00)")
 
     @app.after_request
     async def _finish(response: Response) -> Response:
@@ -73,6 +98,8 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         if protocol == "lance":
             return await lance._on_http_error(exc)
         message = f"{exc.name}: {request.method} {request.path}"
+        if isinstance(exc, (RequestEntityTooLarge, RequestTimeout)):
+            message = f"{message}: {exc.description}"
         if protocol == "iceberg":
             err = NotFound(message, kind="route") if exc.code == 404 else BadRequest(message)
             err.status = exc.code or 400
@@ -81,7 +108,15 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
 
     @app.errorhandler(CoordinatorError)
     async def _coordinator_error(exc: CoordinatorError) -> Response:
-        # Protocol blueprints translate their own errors; this covers service routes.
+        # Protocol blueprints translate the errors of their own routes; this covers the rest (service routes, and
+        # requests refused before any route was matched), in the protocol the path belongs to.
+        protocol = _protocol(request.path)
+        if protocol == "delta":
+            return await delta._on_error(exc)
+        if protocol == "lance":
+            return lance.error_response(exc)
+        if protocol == "iceberg":
+            return iceberg.error_response(exc)
         return json_response({"error": {"message": exc.message, "code": exc.status}}, exc.status)
 
     @app.get("/healthz")
@@ -95,6 +130,12 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         except CoordinatorError as exc:
             return json_response({"status": "unavailable", "reason": exc.message}, 503)
         return json_response({"status": "ready"})
+
+    @app.get("/openapi/<name>.yaml")
+    async def openapi(name: str) -> Response:
+        if name not in OPENAPI_DOCUMENTS:
+            raise NotFound(f"no OpenAPI document {name!r}: there is one for each of {', '.join(OPENAPI_DOCUMENTS)}")
+        return Response(openapi_document(name), content_type="application/yaml")
 
     @app.get("/metrics")
     async def prometheus() -> Response:

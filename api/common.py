@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
 import orjson
@@ -32,16 +33,62 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+# Deepest nesting of arrays and objects a request body may have. orjson reads up to 1024 levels but writes at most
+# 255, and what a request carries is written back (metadata files, jsonb, idempotent answers) a few levels deeper:
+# a body deeper than that would be accepted and then fail to be stored, for every request batched with it. Real
+# bodies are far shallower (an Iceberg schema nests 3 levels per struct).
+MAX_JSON_DEPTH = 128
+# Every integer in these protocols is a signed 64-bit one (Iceberg's long, Lance's and Unity Catalog's int64).
+# orjson reads integers up to 2**64 - 1; one above 2**63 - 1 taken into a table's metadata would make the table
+# unreadable to every Java client (Spark, Trino, Flink), so none is taken.
+INT64_MAX = 2**63 - 1
+_NINETEEN_DIGITS = re.compile(rb"\d{19}")
+
+
+def parse_json(data: bytes) -> Any:
+    """A request body's JSON. orjson refuses numbers beyond a double and nesting deeper than 1024 levels (so a
+    hostile body cannot exhaust the stack); nesting deeper than MAX_JSON_DEPTH is refused here. So is a NUL in
+    a string: no name, property or path can hold one, PostgreSQL's text and jsonb cannot store one and the OS
+    cannot open a path with one, so it would otherwise fail deep inside a commit."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    # Cheap tests first: most bodies have no escaped NUL, no number of 19 digits and too few brackets to be deep.
+    may_nest = data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH
+    if may_nest or b"\\u0000" in data or _NINETEEN_DIGITS.search(data):
+        _check_value(value)
+    return value
+
+
+def _check_value(value: Any) -> None:
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, str):
+            if "\x00" in v:
+                raise BadRequest("request body has a NUL character (\\u0000) in a string; names, properties and "
+                                 "locations cannot contain one")
+        elif isinstance(v, int) and v > INT64_MAX:
+            raise BadRequest(f"request body has the integer {v}, beyond the signed 64-bit range of every integer "
+                             f"in this API")
+        elif isinstance(v, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise BadRequest(f"request body is nested deeper than {MAX_JSON_DEPTH} levels")
+            if isinstance(v, dict):
+                stack.extend((k, depth) for k in v)
+                stack.extend((x, depth + 1) for x in v.values())
+            else:
+                stack.extend((x, depth + 1) for x in v)
+
+
 async def read_json(allow_empty: bool = False) -> Any:
     data = await request.get_data()
     if not data:
         if allow_empty:
             return {}
         raise BadRequest("request body is empty; expected a JSON object")
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    return parse_json(data)
 
 
 def parse_model(model: type[M], value: Any) -> M:

@@ -19,7 +19,7 @@ from coordinator.delta.rules import split_full_name
 from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
 
-from .common import json_response, parse_model, read_json, read_model
+from .common import INT64_MAX, json_response, parse_model, read_json, read_model
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +234,8 @@ async def _get_commits_request() -> GetCommitsRequest:
                 value = int(raw)
             except ValueError:
                 raise BadRequest(f"{key} must be an integer, got {raw!r}") from None
+            if not -INT64_MAX - 1 <= value <= INT64_MAX:
+                raise BadRequest(f"{key} {raw} is beyond the signed 64-bit range")
         if key in body and body[key] != value:
             raise BadRequest(f"{key} is given twice, as {body[key]!r} in the body and {raw!r} in the query")
         body[key] = value

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import orjson
 from pydantic import BaseModel, ValidationError
 from quart import Blueprint, Response, current_app, request
 from werkzeug.exceptions import HTTPException
@@ -26,7 +25,7 @@ from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersion
                                DropTableRequest, LanceTable, Page, RegisterTableRequest, TableExistsRequest,
                                TableVersion)
 
-from .common import describe_validation_error, json_response
+from .common import describe_validation_error, json_response, parse_json
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +141,7 @@ async def _body(model: type[BaseModel], levels: tuple[str, ...] | None = None) -
     """The JSON body as `model`. A missing body (pylance sends none for some operations) or JSON `null` reads
     as `{}`. An `id` in the body must agree with the route (spec: "Standard Operations")."""
     data = await request.get_data()
-    try:
-        value = orjson.loads(data) if data.strip() else {}
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    value = parse_json(data) if data.strip() else {}
     if value is None:
         value = {}
     if not isinstance(value, dict):

@@ -59,7 +59,7 @@ def hypercorn_config(config: Config) -> HyperConfig:
     hc.bind = [f"{config.host}:{config.port}"]
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")
-    hc.keep_alive_timeout = 75
+    hc.keep_alive_timeout = config.http_keep_alive_s  # also bounds slow headers: hypercorn resets it per request
     hc.graceful_timeout = config.shutdown_grace_s
     hc.h11_max_incomplete_size = 64 * 1024
     return hc

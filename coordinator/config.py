@@ -22,6 +22,11 @@ class Config:
     warehouse: str | None = None
     log_level: str = "info"
     shutdown_grace_s: float = 5.0    # how long a stopping server lets in-flight requests finish
+    # Slow clients (slowloris) cannot hold a connection: an idle connection is closed after `http_keep_alive_s`,
+    # which is also the deadline for a request's line and headers (trickled bytes do not extend it), and a
+    # request's whole body must arrive within `http_body_timeout_s` (408 otherwise).
+    http_keep_alive_s: float = 75.0
+    http_body_timeout_s: float = 60.0
 
     # Table actors
     mailbox_size: int = 256          # requests queued per table before 503 + Retry-After

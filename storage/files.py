@@ -10,7 +10,9 @@ usual AWS environment, and no boto stack. Local files use the OS directly so we 
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -34,8 +36,39 @@ def join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
 
 
+# What no location a client gives may hold, raw or percent-encoded: control characters (URL parsers drop tabs and
+# newlines, the OS cannot open a NUL), backslashes (WHATWG URL parsers, Rust's `url` among them, read them as `/`
+# in file:// URIs), `?` and `#` (a query or fragment would cut the path short), and encoded `.` or `/` (`%2e%2e`
+# is a `..` segment to some readers and a plain name to others). Refusing them means that every reader of a
+# location, our file I/O and every client, resolves it to the same place.
+_UNSAFE_IN_LOCATION = re.compile(r"[\x00-\x1f\x7f\\?#]|%(?:[01][0-9a-f]|7f|2e|2f|5c|3f|23)", re.IGNORECASE)
+
+
+def unsafe_location(uri: str) -> str | None:
+    """Why a client-given location is refused whatever the root (see `_UNSAFE_IN_LOCATION`), or None."""
+    m = _UNSAFE_IN_LOCATION.search(uri)
+    if m is None:
+        return None
+    return (f"it holds {m.group()!r}: locations cannot hold control characters, backslashes, '?' or '#', nor "
+            f"percent-encode '.', '/', '\\\\', '?', '#' or control characters")
+
+
+_UNSAFE_IN_SEGMENT = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def path_segment(name: str) -> str:
+    """A directory name for a namespace level or table name: readable, harmless in a URI and to every client,
+    and never `.` or `..` (so a name like `..` or `%2e%2e` cannot move a default location out of its root)."""
+    cleaned = _UNSAFE_IN_SEGMENT.sub("_", name).strip(".") or "_"
+    return cleaned[:100]
+
+
 def is_within(root: str, uri: str) -> bool:
-    """True if `uri` names `root` itself or a path below it (after normalising `..` and slashes)."""
+    """True if `uri` names `root` itself or a path below it (after normalising `..` and slashes), read the same
+    way by every client: a `uri` that `unsafe_location` refuses is never within."""
+    if unsafe_location(uri) is not None:
+        return False
+
     def norm(u: str) -> tuple[str, str]:
         local = to_local_path(u)
         if local is not None:
@@ -144,10 +177,14 @@ class FileIO:
                 raise NotFound(f"file not found: {uri}") from None
         try:
             return path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise NotFound(f"file not found: {uri}") from None
         except IsADirectoryError:
             raise BadRequest(f"not a file: {uri}") from None
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                raise BadRequest(f"path too long: {uri[:200]}...") from None
+            raise
 
     def delete_sync(self, uri: str) -> None:
         path = to_local_path(uri)

@@ -19,8 +19,9 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
+from urllib.parse import urlparse
 
-from storage.files import join
+from storage.files import join, unsafe_location
 from storage.records import LogEntry, TableRow
 
 from ..actor import Decision
@@ -335,6 +336,9 @@ class DeltaCatalog:
                 "id": str(table_id), "staging_location": location}
 
     def _staging_id(self, location: str) -> uuid.UUID:
+        unsafe = unsafe_location(location)
+        if unsafe is not None:
+            raise BadRequest(f"storage_location {location!r} is refused: {unsafe}")
         root = rules.normalize_uri(self.managed_root)
         loc = rules.normalize_uri(location)
         parent, _, last = loc.rpartition("/")
@@ -388,6 +392,13 @@ class DeltaCatalog:
 
     async def _create_external(self, body: CreateTable, full: FullName, columns: list[dict]) -> dict[str, Any]:
         location = body.storage_location.rstrip("/")
+        # The client's own location, but spelled so that every reader resolves it to the same absolute place.
+        unsafe = unsafe_location(location)
+        if unsafe is not None:
+            raise BadRequest(f"storage_location {location!r} is refused: {unsafe}")
+        parsed = urlparse(location)
+        if not (parsed.path.startswith("/") or (parsed.scheme and parsed.netloc)):
+            raise BadRequest(f"storage_location {location!r} must be an absolute path or a URI")
         if rules.is_within(join(self.config.warehouse_uri, MANAGED_DIR), location):
             raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must not be inside the managed "
                              f"storage root")

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from storage.files import is_within, join
+from storage.files import is_within, join, path_segment, unsafe_location
 from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace
 
 from ..actor import Decision
@@ -146,6 +146,7 @@ class CommitTable:
     idempotency_key: uuid.UUID | None = None
 
     files: Any = None  # FileIO, for `write.metadata.delete-after-commit.enabled`
+    warehouse: str | None = None  # where `set-location` may move the table, and what clean-up may delete
 
     def decide(self, state: IcebergTable) -> Decision:
         _check_ident(state, self.ident)
@@ -153,6 +154,7 @@ class CommitTable:
                            base_location=state.metadata_location, now_ms=_now_ms())
         if new is state.metadata:
             return Decision(state, reply=state)  # nothing changed: no new metadata file
+        _check_moved(self.warehouse, state.metadata, new)
         version = metadata_version(state.metadata_location) + 1
         location = join(new["location"], "metadata", metadata_file_name(version))
         data, list_json = serialize_metadata(new, state)
@@ -162,7 +164,7 @@ class CommitTable:
             log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
             files=[(location, data)],
             idempotency=_idempotency(self.idempotency_key, "commit-table", 200, table),
-            after_durable=_delete_after_commit(self.files, state, new),
+            after_durable=_delete_after_commit(self.files, state, new, self.warehouse),
         )
 
 
@@ -172,17 +174,20 @@ class DropTable:
     purge: bool
     files: Any
     idempotency_key: uuid.UUID | None = None
+    warehouse: str | None = None  # purge deletes only what lies below it
 
     def decide(self, state: IcebergTable) -> Decision:
         _check_ident(state, self.ident)
         after = None
         if self.purge:
-            fileio, old = self.files, state
+            fileio, old, warehouse = self.files, state, self.warehouse
 
             async def after() -> None:
-                await fileio.delete(old.metadata_location)
-                for entry in old.metadata.get("metadata-log", []):
-                    await fileio.delete(entry["metadata-file"])
+                # A registered table's metadata-log may name any file: only what lies in our warehouse is ours.
+                log = [e["metadata-file"] for e in old.metadata.get("metadata-log", [])]
+                for uri in [old.metadata_location, *log]:
+                    if warehouse is not None and is_within(warehouse, uri):
+                        await fileio.delete(uri)
         return Decision(None, reply=None, delete=True, after_durable=after,
                         idempotency=_idempotency(self.idempotency_key, "drop-table", 204, None))
 
@@ -207,11 +212,14 @@ class ReplaceView:
     updates: list
     idempotency_key: uuid.UUID | None = None
 
+    warehouse: str | None = None  # where `set-location` may move the view
+
     def decide(self, state: IcebergTable) -> Decision:
         _check_ident(state, self.ident)
         new = apply_view_commit(state.metadata, self.requirements, self.updates, now_ms=_now_ms())
         if new is state.metadata:
             return Decision(state, reply=state)
+        _check_moved(self.warehouse, state.metadata, new)
         version = metadata_version(state.metadata_location) + 1
         location = join(new["location"], "metadata", metadata_file_name(version))
         data = orjson.dumps(new)
@@ -222,9 +230,19 @@ class ReplaceView:
                         idempotency=_idempotency(self.idempotency_key, "replace-view", 200, view))
 
 
-def _delete_after_commit(fileio, old: IcebergTable, new: dict[str, Any]):
+def _check_moved(warehouse: str | None, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """`set-location` moves where the next metadata files are written: only to a place below the warehouse."""
+    location = new.get("location")
+    if warehouse is not None and location != old.get("location") and not is_within(warehouse, location or ""):
+        why = unsafe_location(location or "")
+        raise BadRequest(f"location {location!r} is refused: {why}" if why else
+                         f"location {location!r} is outside the warehouse {warehouse!r}")
+
+
+def _delete_after_commit(fileio, old: IcebergTable, new: dict[str, Any], warehouse: str | None = None):
     """`write.metadata.delete-after-commit.enabled`: once the new metadata is durable, delete the metadata
-    files that fell off the metadata-log (trimmed to `write.metadata.previous-versions-max`)."""
+    files that fell off the metadata-log (trimmed to `write.metadata.previous-versions-max`), those in our
+    warehouse only (a registered table's log may name anything)."""
     if fileio is None or new.get("properties", {}).get("write.metadata.delete-after-commit.enabled",
                                                        "false").lower() != "true":
         return None
@@ -232,6 +250,7 @@ def _delete_after_commit(fileio, old: IcebergTable, new: dict[str, Any]):
     dropped = [e["metadata-file"] for e in old.metadata.get("metadata-log", []) if e["metadata-file"] not in kept]
     if old.metadata_location not in kept:
         dropped.append(old.metadata_location)
+    dropped = [uri for uri in dropped if warehouse is not None and is_within(warehouse, uri)]
     if not dropped:
         return None
 
@@ -378,13 +397,17 @@ class IcebergCatalog:
             return False
 
     def default_location(self, ident: TableIdent) -> str:
-        base = self.warehouse
-        if ident.catalog:
-            base = join(base, ident.catalog)
-        return join(base, *ident.namespace, f"{ident.name}-{uuid.uuid4().hex}")
+        # Names become directory names only through path_segment: a namespace `..` or a prefix `%2e%2e` must not
+        # lead out of the warehouse, and `?` or `#` must not cut the URI short.
+        levels = [ident.catalog] if ident.catalog else []
+        levels += [*ident.namespace, f"{ident.name}-{uuid.uuid4().hex}"]
+        return self.check_location(join(self.warehouse, *(path_segment(level) for level in levels)))
 
     def check_location(self, location: str) -> str:
         location = location.rstrip("/")
+        unsafe = unsafe_location(location)
+        if unsafe is not None:
+            raise BadRequest(f"location {location!r} is refused: {unsafe}")
         if not is_within(self.warehouse, location):
             raise BadRequest(f"location {location!r} is outside the warehouse {self.warehouse!r}")
         return location
@@ -428,14 +451,23 @@ class IcebergCatalog:
                              idempotency_key: uuid.UUID | None = None) -> IcebergTable:
         _check_name(ident.name)
         await self.load_namespace(ident.catalog, ident.namespace)
+        # Only files in the warehouse are read (the answer would otherwise tell which files exist anywhere the
+        # service can read), and only tables located there are taken (their commits write metadata there).
+        self.check_location(metadata_location)
         try:
             metadata = orjson.loads(await self.files.read(metadata_location))
         except NotFound:
             raise BadRequest(f"metadata-location does not exist: {metadata_location}") from None
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"metadata-location is not valid JSON: {exc}") from None
-        if not isinstance(metadata, dict) or "table-uuid" not in metadata or "location" not in metadata:
+        if not isinstance(metadata, dict) or not isinstance(metadata.get("table-uuid"), str) \
+                or not isinstance(metadata.get("location"), str):
             raise BadRequest("metadata-location does not hold Iceberg table metadata")
+        try:
+            uuid.UUID(metadata["table-uuid"])
+        except ValueError:
+            raise BadRequest(f"table-uuid {metadata['table-uuid']!r} in metadata-location is not a UUID") from None
+        self.check_location(metadata["location"])
         return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key, "register-table",
                                   metadata_location=metadata_location)
 
@@ -444,7 +476,7 @@ class IcebergCatalog:
         if any(getattr(r, "type", None) == "assert-create" for r in requirements):
             return await self._commit_create(ident, requirements, updates, idempotency_key)
         return await self._submit(ident, lambda: CommitTable(ident, requirements, updates, idempotency_key,
-                                                             self.files))
+                                                             self.files, self.warehouse))
 
     async def _commit_create(self, ident: TableIdent, requirements: list, updates: list,
                              idempotency_key: uuid.UUID | None) -> IcebergTable:
@@ -485,7 +517,7 @@ class IcebergCatalog:
                                       [(location, data)]))
             else:
                 parts.append((await self._resolve(ident), CommitTable(ident, requirements, updates,
-                                                                      files=self.files)))
+                                                                      files=self.files, warehouse=self.warehouse)))
         record = IdempotencyRecord(idempotency_key, "commit-transaction", 204, None) if idempotency_key else None
         try:
             await self.registry.transact(parts, creates=creates, idempotency=record)
@@ -515,7 +547,7 @@ class IcebergCatalog:
         return [{"prefix": location, "config": config}]
 
     async def drop_table(self, ident: TableIdent, purge: bool, idempotency_key: uuid.UUID | None = None) -> None:
-        await self._submit(ident, lambda: DropTable(ident, purge, self.files, idempotency_key))
+        await self._submit(ident, lambda: DropTable(ident, purge, self.files, idempotency_key, self.warehouse))
         self._ids.pop((ident, "table"), None)
 
     async def rename_table(self, source: TableIdent, dest: TableIdent,
@@ -546,7 +578,8 @@ class IcebergCatalog:
 
     async def replace_view(self, ident: TableIdent, requirements: list, updates: list,
                            idempotency_key: uuid.UUID | None = None) -> IcebergTable:
-        return await self._submit(ident, lambda: ReplaceView(ident, requirements, updates, idempotency_key),
+        return await self._submit(ident, lambda: ReplaceView(ident, requirements, updates, idempotency_key,
+                                                             self.warehouse),
                                   kind="view")
 
     async def drop_view(self, ident: TableIdent, idempotency_key: uuid.UUID | None = None) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from storage.files import is_within, join
+from storage.files import is_within, join, path_segment, unsafe_location
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Proposal
@@ -214,6 +213,9 @@ class LanceCatalog:
 
     def check_location(self, location: str) -> str:
         location = location.rstrip("/")
+        unsafe = unsafe_location(location)
+        if unsafe is not None:
+            raise BadRequest(f"location {location!r} is refused: {unsafe}")
         if not location or not is_within(self.warehouse, location) or _same(location, self.warehouse):
             raise BadRequest(f"location {location!r} must be below the warehouse {self.warehouse!r}")
         return location
@@ -565,13 +567,7 @@ def _no_branch(branch: str | None) -> None:
         raise BadRequest(f"branch {branch!r}: this server manages the main branch only", kind="unsupported")
 
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def _safe(level: str) -> str:
-    """A directory name for a namespace level or table name: readable, and harmless in a URI and to Lance."""
-    cleaned = _UNSAFE.sub("_", level).strip(".") or "_"
-    return cleaned[:100]
+_safe = path_segment
 
 
 def _same(a: str, b: str) -> bool:

@@ -1,0 +1,287 @@
+"""Schemathesis against all three protocols over real HTTP: no 5xx, and every error in the protocol's own format.
+
+Issue 7, "Hostile and broken input": "run schemathesis against all three ... zero 5xx, every error in the
+protocol's format". Each protocol's OpenAPI document is read from the running service (`GET /openapi/<name>.yaml`)
+and narrowed to what the service serves: for Iceberg the endpoints `/v1/config` advertises; for Lance the routes
+of api/lance.py (an unserved Lance operation answers 406 "Unsupported" by design, which is not what is tested
+here); for Unity Catalog the whole document, which lists only served routes.
+
+Some state is created first (a namespace, a table, a view; a catalog, a schema, a managed table) so that requests
+get past "no such namespace" into the commit rules. Each operation gets a sample of Schemathesis's coverage cases
+(boundary values, then each constraint broken in turn; every other one aimed at the seeded state) and random
+cases aimed at the seeded state, valid and invalid (positive and negative modes). Generation is derandomized,
+so a CI failure reproduces; every failure is collected (with a curl command) and reported together. A dropped
+connection or a timeout counts as a failure: like a 5xx, it leaves the client not knowing what happened.
+
+Sized for CI's 2-core machine (about a minute for the three): `COORDINATOR_FUZZ_COVERAGE_CASES` (30) coverage
+cases and `COORDINATOR_FUZZ_EXAMPLES` (5) random cases per mode for each operation; raise them for a deeper run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import httpx
+import pytest
+import requests
+import schemathesis
+import yaml
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.core.failures import FailureGroup
+
+from .delta.conftest import COLUMNS, FIRST, first_commit, table_properties, write_log_file
+
+EXAMPLES = int(os.environ.get("COORDINATOR_FUZZ_EXAMPLES", "5"))
+COVERAGE_CASES = int(os.environ.get("COORDINATOR_FUZZ_COVERAGE_CASES", "30"))
+UC = "/api/2.1/unity-catalog"
+
+
+# -- the protocols' error formats (custom checks) ----------------------------------------------------------------
+
+
+def _error_body(response, case) -> dict | None:
+    """The JSON error body to check, or None when there is nothing to check (a success, or HEAD: no body)."""
+    if response.status_code < 400 or case.method.upper() == "HEAD":
+        return None
+    content_type = (response.headers.get("content-type") or [""])[0]   # lower-case keys, list values
+    assert content_type.startswith("application/json"), f"error with Content-Type {content_type!r}, not JSON"
+    try:
+        body = response.json()
+    except ValueError:
+        raise AssertionError(f"error body is not JSON: {response.text[:200]!r}") from None
+    assert isinstance(body, dict), f"error body is not a JSON object: {response.text[:200]!r}"
+    return body
+
+
+def iceberg_error_format(ctx, response, case) -> None:
+    """Iceberg REST `IcebergErrorResponse`: `{"error": {"message", "type", "code"}}`, code = the HTTP status."""
+    body = _error_body(response, case)
+    if body is None:
+        return
+    err = body.get("error")
+    assert set(body) == {"error"} and isinstance(err, dict), f"not an IcebergErrorResponse: {body}"
+    assert isinstance(err.get("message"), str) and isinstance(err.get("type"), str), f"ErrorModel: {err}"
+    assert err.get("code") == response.status_code, f"ErrorModel.code {err.get('code')} != {response.status_code}"
+
+
+# Lance spec, "Error Code to HTTP Status Mapping".
+LANCE_STATUS = {0: 406, 1: 404, 2: 409, 3: 409, 4: 404, 5: 409, 6: 404, 7: 409, 8: 404, 9: 409, 10: 404, 11: 404,
+                12: 404, 13: 400, 14: 409, 15: 403, 16: 401, 17: 503, 18: 500, 19: 409, 20: 400, 21: 429, 22: 404,
+                23: 409}
+
+
+def lance_error_format(ctx, response, case) -> None:
+    """Lance `ErrorResponse`: `{"error", "code", "detail", "instance"}`, with the status the spec maps `code` to."""
+    body = _error_body(response, case)
+    if body is None:
+        return
+    assert {"error", "code", "detail", "instance"} <= set(body), f"not a Lance ErrorResponse: {body}"
+    assert isinstance(body["error"], str) and isinstance(body["code"], int), f"ErrorResponse types: {body}"
+    assert LANCE_STATUS.get(body["code"]) == response.status_code, (
+        f"code {body['code']} maps to {LANCE_STATUS.get(body['code'])}, answered {response.status_code}")
+
+
+def uc_error_format(ctx, response, case) -> None:
+    """Unity Catalog: `{"error_code", "message"}` (with `details`)."""
+    body = _error_body(response, case)
+    if body is None:
+        return
+    assert isinstance(body.get("error_code"), str) and isinstance(body.get("message"), str), (
+        f"not a Unity Catalog error: {body}")
+
+
+# -- what each protocol serves, and the state the fuzzer aims at ----------------------------------------------------
+
+
+# api/lance.py's routes (method, spec path). The spec's other operations answer 406 Unsupported by design.
+LANCE_SERVED = {
+    ("POST", "/v1/namespace/{id}/create"), ("GET", "/v1/namespace/{id}/list"),
+    ("POST", "/v1/namespace/{id}/describe"), ("POST", "/v1/namespace/{id}/exists"),
+    ("POST", "/v1/namespace/{id}/drop"), ("GET", "/v1/namespace/{id}/table/list"), ("GET", "/v1/table"),
+    ("POST", "/v1/table/{id}/declare"), ("POST", "/v1/table/{id}/describe"), ("POST", "/v1/table/{id}/exists"),
+    ("POST", "/v1/table/{id}/register"), ("POST", "/v1/table/{id}/deregister"), ("POST", "/v1/table/{id}/drop"),
+    ("POST", "/v1/table/{id}/version/create"), ("POST", "/v1/table/{id}/version/describe"),
+    ("POST", "/v1/table/{id}/version/list"), ("POST", "/v1/table/{id}/version/delete"),
+    ("POST", "/v1/table/version/batch-create"), ("POST", "/v1/table/batch-commit"),
+    ("POST", "/v1/transaction/{id}/describe"), ("POST", "/v1/transaction/{id}/alter"),
+}
+
+ICEBERG_PREFIX = "fuzz"
+SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+
+
+def seed_iceberg(http: httpx.Client) -> dict[str, str]:
+    base = f"/v1/{ICEBERG_PREFIX}/namespaces"
+    _ok(http.post(base, json={"namespace": ["fuzz_ns"]}))
+    _ok(http.post(f"{base}/fuzz_ns/tables", json={"name": "fuzz_t", "schema": SCHEMA}))
+    _ok(http.post(f"{base}/fuzz_ns/views", json={
+        "name": "fuzz_v", "schema": SCHEMA, "properties": {},
+        "view-version": {"version-id": 1, "timestamp-ms": int(time.time() * 1000), "schema-id": 0, "summary": {},
+                         "default-namespace": ["fuzz_ns"],
+                         "representations": [{"type": "sql", "sql": "select 1 as id", "dialect": "spark"}]}}))
+    return {"prefix": ICEBERG_PREFIX, "namespace": "fuzz_ns", "table": "fuzz_t", "view": "fuzz_v"}
+
+
+def seed_lance(http: httpx.Client) -> dict[str, str]:
+    _ok(http.post("/v1/namespace/fuzz_ns/create", json={}))
+    _ok(http.post("/v1/table/fuzz_ns$fuzz_t/declare", json={}))
+    return {"id": "fuzz_ns$fuzz_t"}
+
+
+def seed_delta(http: httpx.Client) -> dict[str, str]:
+    _ok(http.post(f"{UC}/catalogs", json={"name": "fuzzcat"}))
+    _ok(http.post(f"{UC}/schemas", json={"name": "fuzzschema", "catalog_name": "fuzzcat"}))
+    staging = _ok(http.post(f"{UC}/staging-tables", json={"name": "fuzztable", "catalog_name": "fuzzcat",
+                                                           "schema_name": "fuzzschema"}))
+    write_log_file(staging["staging_location"], FIRST, first_commit(staging["id"]))
+    _ok(http.post(f"{UC}/tables", json={
+        "name": "fuzztable", "catalog_name": "fuzzcat", "schema_name": "fuzzschema", "table_type": "MANAGED",
+        "data_source_format": "DELTA", "columns": COLUMNS, "storage_location": staging["staging_location"],
+        "properties": table_properties(staging["id"])}))
+    return {"name": "fuzzcat", "full_name": "fuzzcat.fuzzschema.fuzztable"}
+
+
+def _ok(r: httpx.Response) -> Any:
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@dataclass
+class Protocol:
+    name: str
+    base_path: str
+    check: Callable
+    seed: Callable[[httpx.Client], dict[str, str]]
+    serves: Callable[[str, str, httpx.Client], bool]
+    fixed: dict[str, str] = field(default_factory=dict)   # path parameters every case uses
+    aimed_headers: dict[str, str] = field(default_factory=dict)   # headers of the cases aimed at the seed
+
+
+def _iceberg_serves(method: str, path: str, http: httpx.Client) -> bool:
+    advertised = set(http.get("/v1/config").json()["endpoints"]) | {"GET /v1/config"}
+    return f"{method} {path}" in advertised
+
+
+PROTOCOLS = {
+    "iceberg": Protocol("iceberg", "", iceberg_error_format, seed_iceberg, _iceberg_serves,
+                        fixed={"prefix": ICEBERG_PREFIX}),
+    # Lance declares `Authorization` and `x-api-key` parameters; a malformed one is refused with 401, so the aimed
+    # cases carry a well-formed one to get past that.
+    "lance": Protocol("lance", "", lance_error_format, seed_lance,
+                      lambda method, path, http: (method, path) in LANCE_SERVED,
+                      aimed_headers={"Authorization": "Bearer fuzz", "x-api-key": "fuzz"}),
+    "delta": Protocol("delta", UC, uc_error_format, seed_delta, lambda method, path, http: True),
+}
+
+
+# -- the run ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    operations: int = 0
+    cases: int = 0
+    unsendable: int = 0
+    statuses: dict[int, int] = field(default_factory=dict)
+    failures: dict[tuple[str, str], str] = field(default_factory=dict)   # (operation, first line) -> report
+    unbreakable: list[str] = field(default_factory=list)
+
+
+def _order(op) -> tuple[int, str]:
+    # Destructive operations last, so the seeded state serves the others first.
+    destructive = op.method.upper() == "DELETE" or op.path.endswith(("/drop", "/deregister", "/version/delete"))
+    return (1 if destructive else 0, op.label)
+
+
+def fuzz(protocol: Protocol, base_url: str, http: httpx.Client, seeded: dict[str, str]) -> Tally:
+    schema = schemathesis.openapi.from_dict(yaml.safe_load(http.get(f"/openapi/{protocol.name}.yaml").text))
+    operations = sorted((r.ok() for r in schema.get_all_operations()), key=_order)
+    operations = [op for op in operations if protocol.serves(op.method.upper(), op.path, http)]
+    tally = Tally(operations=len(operations))
+    session = requests.Session()
+    target = base_url + protocol.base_path
+    for op in operations:
+        names = {p.name for p in op.path_parameters}
+        fixed = {k: v for k, v in protocol.fixed.items() if k in names}
+        aimed = {**fixed, **{k: v for k, v in seeded.items() if k in names}}
+        # Schemathesis's coverage phase: boundary values and each constraint broken in turn, a sample of them.
+        for i, case in enumerate(_coverage_sample(schema, op)):
+            case.path_parameters = {**(case.path_parameters or {}), **(aimed if i % 2 else fixed)}
+            if i % 2 and protocol.aimed_headers:
+                case.headers = {**(case.headers or {}), **protocol.aimed_headers}
+            _send(case, op, protocol, target, session, tally)
+        # Then random cases, valid and invalid, aimed at the seeded state (the coverage cases above that are not
+        # aimed already try paths that name nothing).
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            _fuzz(op, mode, aimed, protocol.aimed_headers, protocol, target, session, tally)
+    return tally
+
+
+def _coverage_sample(schema, op) -> list:
+    """Every k-th coverage case, so the sample spans all parameters (the phase yields them parameter by
+    parameter); generation stops at 10x the sample, which bounds its cost for the biggest bodies."""
+    generated = schema.iter_coverage_cases(op, generation_modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
+                                           generation_config=schema.config.generation_for(operation=op))
+    cases = list(itertools.islice(generated, 10 * COVERAGE_CASES))
+    step = max(1.0, len(cases) / COVERAGE_CASES)
+    return [cases[int(i * step)] for i in range(min(COVERAGE_CASES, len(cases)))]
+
+
+def _fuzz(op, mode, path_parameters, headers, protocol, target, session, tally) -> None:
+    @given(case=op.as_strategy(generation_mode=mode, path_parameters=path_parameters or None,
+                               headers=headers or None))
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck), print_blob=False)
+    def one(case) -> None:
+        _send(case, op, protocol, target, session, tally)
+
+    try:
+        one()
+    except Unsatisfiable:
+        # Nothing to break: every input of the operation is fixed (e.g. its only parameter aims at the seed).
+        tally.unbreakable.append(f"{op.label} {mode.value} {sorted(path_parameters)}")
+
+
+def _send(case, op, protocol, target, session, tally) -> None:
+    try:
+        response = case.call(base_url=target, session=session, timeout=30)
+    except (requests.ConnectionError, requests.Timeout) as exc:
+        # The server dropped the connection or never answered: the client cannot know what happened, as for a 5xx.
+        tally.cases += 1
+        tally.failures.setdefault((op.label, type(exc).__name__), f"{exc}\n{case.as_curl_command()}")
+        return
+    except (requests.RequestException, ValueError, UnicodeError):
+        tally.unsendable += 1   # a header or URL no HTTP client can put on the wire
+        return
+    tally.cases += 1
+    tally.statuses[response.status_code] = tally.statuses.get(response.status_code, 0) + 1
+    try:
+        case.validate_response(response, checks=[not_a_server_error, protocol.check])
+    except FailureGroup as exc:
+        report = str(exc)
+        first = next((line for line in report.splitlines() if line.strip()), report)
+        tally.failures.setdefault((op.label, f"{response.status_code} {first}"), report)
+
+
+@pytest.mark.parametrize("name", list(PROTOCOLS))
+def test_fuzz(service, name):
+    protocol = PROTOCOLS[name]
+    with httpx.Client(base_url=service, timeout=30) as http:
+        seeded = protocol.seed(http)
+        started = time.monotonic()
+        tally = fuzz(protocol, service, http, seeded)
+    elapsed = time.monotonic() - started
+    print(f"\n{name}: {tally.operations} operations, {tally.cases} cases ({tally.unsendable} unsendable) in "
+          f"{elapsed:.1f}s, statuses "
+          f"{dict(sorted(tally.statuses.items()))}, failures {len(tally.failures)}")
+    assert tally.operations > 0 and tally.cases > 0
+    assert not tally.failures, "\n\n".join(f"== {op}: {first}\n{report[:3000]}"
+                                           for (op, first), report in tally.failures.items())
+    assert not any(status >= 500 for status in tally.statuses), tally.statuses
