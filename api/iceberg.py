@@ -467,12 +467,16 @@ async def drop_view(prefix: str, namespace: str, view: str) -> Response:
     return empty_response(204)
 
 
+async def _rename_idents(prefix: str) -> tuple[TableIdent, TableIdent]:
+    body = await read_model(RenameTableRequest)
+    return (TableIdent(_prefix(prefix), tuple(body.source.namespace), body.source.name),
+            TableIdent(_prefix(prefix), tuple(body.destination.namespace), body.destination.name))
+
+
 @routes("/views/rename", ["POST"])
 @idempotent("rename-view")
 async def rename_view(prefix: str) -> Response:
-    body = await read_model(RenameTableRequest)
-    source = TableIdent(_prefix(prefix), tuple(body.source.namespace), body.source.name)
-    dest = TableIdent(_prefix(prefix), tuple(body.destination.namespace), body.destination.name)
+    source, dest = await _rename_idents(prefix)
     await _catalog().rename_view(source, dest, _key())
     return empty_response(204)
 
@@ -480,9 +484,7 @@ async def rename_view(prefix: str) -> Response:
 @routes("/tables/rename", ["POST"])
 @idempotent("rename-table")
 async def rename_table(prefix: str) -> Response:
-    body = await read_model(RenameTableRequest)
-    source = TableIdent(_prefix(prefix), tuple(body.source.namespace), body.source.name)
-    dest = TableIdent(_prefix(prefix), tuple(body.destination.namespace), body.destination.name)
+    source, dest = await _rename_idents(prefix)
     await _catalog().rename_table(source, dest, _key())
     return empty_response(204)
 

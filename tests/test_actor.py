@@ -36,12 +36,17 @@ class Read:
         return Decision(state, reply=state.n)
 
 
-@pytest.fixture
-async def coord(config, nursery):
+async def _open(config, nursery) -> Coordinator:
     c = Coordinator(config)
     await trio.to_thread.run_sync(c.open)
     c.registry.register_format("counter", _load_counter)
     await nursery.start(c.run)
+    return c
+
+
+@pytest.fixture
+async def coord(config, nursery):
+    c = await _open(config, nursery)
     yield c
     await _close(c, nursery)
 
@@ -102,10 +107,7 @@ async def test_rejection_does_not_poison_the_batch(coord):
 
 async def test_full_mailbox_answers_unavailable_and_applies_nothing(config, nursery):
     config.mailbox_size = 2
-    c = Coordinator(config)
-    await trio.to_thread.run_sync(c.open)
-    c.registry.register_format("counter", _load_counter)
-    await nursery.start(c.run)
+    c = await _open(config, nursery)
     try:
         table_id = await new_counter(c)
         actor = c.registry.owner(table_id)
@@ -121,10 +123,7 @@ async def test_full_mailbox_answers_unavailable_and_applies_nothing(config, nurs
 
 async def test_idle_actor_retires_and_reloads_from_store(config, nursery):
     config.actor_idle_s = 0.05
-    c = Coordinator(config)
-    await trio.to_thread.run_sync(c.open)
-    c.registry.register_format("counter", _load_counter)
-    await nursery.start(c.run)
+    c = await _open(config, nursery)
     try:
         table_id = await new_counter(c)
         assert await c.registry.submit(table_id, Increment()) == 1
