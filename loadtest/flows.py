@@ -23,6 +23,7 @@ import os
 import random
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,7 +73,7 @@ class Stats:
             self.error_samples.append(f"{status}: {body[:200].decode(errors='replace')}")
 
 
-class Writer:
+class Writer(ABC):
     """One client: a keep-alive connection and what it believes the table's state is."""
 
     def __init__(self, base: str, table: Any, stats: Stats):
@@ -89,8 +90,9 @@ class Writer:
     async def start(self) -> None:
         """Connect and read the table's state, as a client does before its first commit."""
 
+    @abstractmethod
     async def commit(self, deadline: float) -> bool:
-        raise NotImplementedError
+        """One commit, retried as the protocol's real client would; True if it landed before `deadline`."""
 
     async def close(self) -> None:
         await self.conn.close()
@@ -100,19 +102,20 @@ class Writer:
         await trio.sleep(0.01 + 0.02 * self.rng.random())
 
 
-class Flow:
+class Flow(ABC):
     name: str
 
+    @abstractmethod
     async def prepare(self, base: str, count: int, tag: str) -> list[Any]:
         """Create `count` fresh tables through the API; returns what writers need to address them."""
-        raise NotImplementedError
 
+    @abstractmethod
     def writer(self, base: str, table: Any, stats: Stats) -> Writer:
-        raise NotImplementedError
+        """A writer for one table."""
 
+    @abstractmethod
     def sample_request(self) -> tuple[str, Any]:
         """(path, body) of one commit request as the flow sends it: the bare app parses exactly this."""
-        raise NotImplementedError
 
 
 async def parallel(base: str, items: list[Any], fn: Callable[[HttpConnection, Any], Awaitable[Any]],
