@@ -288,8 +288,13 @@ async def update_namespace_properties(prefix: str, namespace: str) -> Response:
 
 @routes("/namespaces/<namespace>/tables", ["GET"])
 async def list_tables(prefix: str, namespace: str) -> Response:
+    return await _list_identifiers(prefix, namespace, "table")
+
+
+async def _list_identifiers(prefix: str, namespace: str, kind: str) -> Response:
+    """ListTablesResponse for tables or views: one page of identifiers and the next page's token."""
     idents, nxt = await _catalog().list_tables(_prefix(prefix), _namespace(namespace),
-                                               request.args.get("pageToken"), _page_size())
+                                               request.args.get("pageToken"), _page_size(), kind=kind)
     body: dict[str, Any] = {"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in idents]}
     if nxt:
         body["next-page-token"] = nxt
@@ -349,7 +354,7 @@ async def commit_table(prefix: str, namespace: str, table: str) -> Response:
         raise BadRequest("identifier in the body does not match the table in the path")
     committed = await _catalog().commit_table(ident, parse_requirements(body.requirements),
                                               parse_updates(body.updates), _key())
-    return json_response(b"".join([b'{"metadata-location":', _dumps(committed.metadata_location),
+    return json_response(b"".join([b'{"metadata-location":', orjson.dumps(committed.metadata_location),
                                    b',"metadata":', committed.metadata_json, b"}"]), headers={"ETag": committed.etag})
 
 
@@ -421,12 +426,7 @@ class CommitViewRequest(_Body):
 
 @routes("/namespaces/<namespace>/views", ["GET"])
 async def list_views(prefix: str, namespace: str) -> Response:
-    idents, nxt = await _catalog().list_tables(_prefix(prefix), _namespace(namespace),
-                                               request.args.get("pageToken"), _page_size(), kind="view")
-    body: dict[str, Any] = {"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in idents]}
-    if nxt:
-        body["next-page-token"] = nxt
-    return json_response(body)
+    return await _list_identifiers(prefix, namespace, "view")
 
 
 @routes("/namespaces/<namespace>/views", ["POST"])
@@ -487,7 +487,3 @@ async def rename_table(prefix: str) -> Response:
     source, dest = await _rename_idents(prefix)
     await _catalog().rename_table(source, dest, _key())
     return empty_response(204)
-
-
-def _dumps(value: Any) -> bytes:
-    return orjson.dumps(value)
