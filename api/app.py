@@ -16,8 +16,9 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTim
 from coordinator.errors import BadRequest, CoordinatorError, NotFound
 from coordinator.service import Coordinator
 
-from . import delta, iceberg, lance
-from .common import json_response
+from . import delta, iceberg, lance, oauth
+from .access import enforce, public
+from .common import json_response, protocol_of
 from .transport import HTTPConnection, Request
 
 log = logging.getLogger("coordinator.http")
@@ -35,16 +36,6 @@ def openapi_document(name: str) -> bytes:
     return resources.files(__package__).joinpath("openapi", f"{name}.yaml").read_bytes()
 
 
-def _protocol(path: str) -> str:
-    if path.startswith("/api/2.1/unity-catalog"):
-        return "delta"
-    if path == "/v1/table" or path.startswith(("/v1/namespace/", "/v1/table/", "/v1/transaction/")):
-        return "lance"
-    if path.startswith("/v1/"):
-        return "iceberg"
-    return "service"
-
-
 def create_app(coordinator: Coordinator) -> QuartTrio:
     app = QuartTrio(__name__)
     app.asgi_http_class = HTTPConnection
@@ -53,6 +44,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["BODY_TIMEOUT"] = coordinator.config.http_body_timeout_s
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+    app.register_blueprint(oauth.bp)
     app.register_blueprint(iceberg.bp)
     app.register_blueprint(delta.bp)
     app.register_blueprint(lance.bp)
@@ -75,12 +67,13 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         # A NUL (%00) can name nothing: PostgreSQL text cannot hold it and the OS cannot open a path with it.
         if "\x00" in request.path or any("\x00" in k or "\x00" in v for k, v in request.args.items(multi=True)):
             raise BadRequest("the path or a query parameter has a NUL character (%00)")
+        await enforce()
 
     @app.after_request
     async def _finish(response: Response) -> Response:
         elapsed = time.perf_counter() - g.get("started", time.perf_counter())
         rule = request.url_rule.rule if request.url_rule is not None else "unmatched"
-        metrics.request_latency.labels(_protocol(request.path), f"{request.method} {rule}",
+        metrics.request_latency.labels(protocol_of(request.path), f"{request.method} {rule}",
                                        f"{response.status_code // 100}xx").observe(elapsed)
         response.headers["X-Request-Id"] = g.get("request_id", "")
         if log.isEnabledFor(logging.INFO):
@@ -92,7 +85,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     @app.errorhandler(HTTPException)
     async def _unrouted(exc: HTTPException) -> Response:
         # No route matched (or a bad method): still answer in the protocol the path belongs to, never HTML.
-        protocol = _protocol(request.path)
+        protocol = protocol_of(request.path)
         if protocol == "delta":
             return await delta._on_http_error(exc)
         if protocol == "lance":
@@ -110,7 +103,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     async def _coordinator_error(exc: CoordinatorError) -> Response:
         # Protocol blueprints translate the errors of their own routes; this covers the rest (service routes, and
         # requests refused before any route was matched), in the protocol the path belongs to.
-        protocol = _protocol(request.path)
+        protocol = protocol_of(request.path)
         if protocol == "delta":
             return await delta._on_error(exc)
         if protocol == "lance":
@@ -120,10 +113,12 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         return json_response({"error": {"message": exc.message, "code": exc.status}}, exc.status)
 
     @app.get("/healthz")
+    @public
     async def healthz() -> Response:
         return json_response({"status": "ok"})
 
     @app.get("/readyz")
+    @public
     async def readyz() -> Response:
         try:
             await coordinator.store.ping()
@@ -132,12 +127,14 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         return json_response({"status": "ready"})
 
     @app.get("/openapi/<name>.yaml")
+    @public
     async def openapi(name: str) -> Response:
         if name not in OPENAPI_DOCUMENTS:
             raise NotFound(f"no OpenAPI document {name!r}: there is one for each of {', '.join(OPENAPI_DOCUMENTS)}")
         return Response(openapi_document(name), content_type="application/yaml")
 
     @app.get("/metrics")
+    @public
     async def prometheus() -> Response:
         return Response(metrics.render(), content_type="text/plain; version=0.0.4")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from coordinator.config import Config
+from coordinator.config import Config, ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,14 +19,33 @@ def main(argv: list[str] | None = None) -> int:
                                       "(env COORDINATOR_DATA_DIR, default ./.coordinator)")
     s.add_argument("--warehouse", help="root for table locations: a path or s3:// URI (env COORDINATOR_WAREHOUSE)")
     s.add_argument("--log-level", help="debug, info, warning (env COORDINATOR_LOG_LEVEL)")
+    s.add_argument("--auth-file", help="TOML file of clients, roles and grants: turns on authentication "
+                                       "(env COORDINATOR_AUTH_FILE; see README, Authentication)")
+    s.add_argument("--insecure", action="store_true", default=None,
+                   help="allow listening on a non-loopback address without --auth-file (env COORDINATOR_INSECURE)")
+    h = sub.add_parser("hash-secret", help="hash a client secret for the auth file (reads it from stdin)")
+    h.add_argument("--secret", help="the secret (default: read one line from stdin)")
     args = parser.parse_args(argv)
+
+    if args.command == "hash-secret":
+        from coordinator.auth import hash_secret
+        secret = args.secret if args.secret is not None else sys.stdin.readline().rstrip("\n")
+        if not secret:
+            parser.error("the secret is empty")
+        print(hash_secret(secret))
+        return 0
 
     if args.command == "serve":
         from .server import configure_logging, serve
         config = Config.from_env(host=args.host, port=args.port, database_url=args.database_url,
-                                 data_dir=args.data_dir, warehouse=args.warehouse, log_level=args.log_level)
+                                 data_dir=args.data_dir, warehouse=args.warehouse, log_level=args.log_level,
+                                 auth_file=args.auth_file, insecure=args.insecure)
         configure_logging(config.log_level)
-        serve(config)
+        try:
+            serve(config)
+        except ConfigError as exc:  # a configuration the service refuses: say what to change
+            print(f"coordinator: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -16,6 +16,17 @@ M = TypeVar("M", bound=BaseModel)
 JSON = "application/json"
 
 
+def protocol_of(path: str) -> str:
+    """Which protocol a request path belongs to: its errors are written in that protocol's format."""
+    if path.startswith("/api/2.1/unity-catalog"):
+        return "delta"
+    if path == "/v1/table" or path.startswith(("/v1/namespace/", "/v1/table/", "/v1/transaction/")):
+        return "lance"
+    if path.startswith("/v1/"):
+        return "iceberg"
+    return "service"
+
+
 def json_response(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     body = value if isinstance(value, bytes) else orjson.dumps(value)
     return Response(body, status=status, content_type=JSON, headers=headers)

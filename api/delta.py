@@ -13,12 +13,14 @@ from typing import Any
 from quart import Blueprint, Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
+from coordinator.auth import Privilege
 from coordinator.delta import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
                                GetCommitsRequest, MetricsRequest)
 from coordinator.delta.rules import split_full_name
 from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
 
+from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
 from .common import INT64_MAX, json_response, parse_model, read_json, read_model
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,49 @@ def _required_arg(name: str) -> str:
     return value
 
 
+# -- access: what each route needs (api/access.py enforces it) -------------------------------------------------
+
+
+def _on(privilege: Privilege, *path: str) -> Needs:
+    return [(privilege, ("delta", *path))]
+
+
+def _on_full_name(privilege: Privilege, levels: int, kind: str):
+    return lambda full_name: _on(privilege, *split_full_name(full_name, levels, kind))
+
+
+def _on_listed(privilege: Privilege, *args: str):
+    """The container named by query parameters (catalog_name, schema_name)."""
+    return lambda: _on(privilege, *(_required_arg(a) for a in args))
+
+
+def _on_new_table(privilege: Privilege, model):
+    async def needs() -> Needs:
+        body = parse_model(model, await read_json())
+        return _on(privilege, body.catalog_name, body.schema_name)
+    return needs
+
+
+async def _on_table_id(privilege: Privilege, table_id: str) -> Needs:
+    return [(privilege, await _catalog().securable(table_id))]
+
+
+async def _create_schema_needs() -> Needs:
+    return _on(CREATE, parse_model(CreateSchema, await read_json()).catalog_name)
+
+
+async def _get_commits_needs() -> Needs:
+    return await _on_table_id(READ, (await _get_commits_request()).table_id)
+
+
+async def _commit_needs() -> Needs:
+    return await _on_table_id(WRITE, parse_model(CommitRequest, await read_json()).table_id)
+
+
+async def _metrics_needs() -> Needs:
+    return await _on_table_id(WRITE, parse_model(MetricsRequest, await read_json()).table_id)
+
+
 def _listing(key: str, items: list[dict], token: str | None) -> Response:
     body: dict[str, Any] = {key: items}
     if token:
@@ -133,11 +178,13 @@ def _listing(key: str, items: list[dict], token: str | None) -> Response:
 
 
 @bp.post("/catalogs")
+@guard(lambda: _on(CREATE))
 async def create_catalog() -> Response:
     return json_response(await _catalog().create_catalog(await read_model(CreateCatalog)))
 
 
 @bp.get("/catalogs")
+@guard(lambda: _on(READ))
 async def list_catalogs() -> Response:
     token, size = _page(MAX_PAGE)
     items, nxt = await _catalog().list_catalogs(token, size)
@@ -145,22 +192,26 @@ async def list_catalogs() -> Response:
 
 
 @bp.get("/catalogs/<name>")
+@guard(lambda name: _on(READ, name))
 async def get_catalog(name: str) -> Response:
     return json_response(await _catalog().get_catalog(name))
 
 
 @bp.delete("/catalogs/<name>")
+@guard(lambda name: _on(DROP, name))
 async def delete_catalog(name: str) -> Response:
     await _catalog().delete_catalog(name, _force())
     return json_response({})
 
 
 @bp.post("/schemas")
+@guard(_create_schema_needs)
 async def create_schema() -> Response:
     return json_response(await _catalog().create_schema(await read_model(CreateSchema)))
 
 
 @bp.get("/schemas")
+@guard(_on_listed(READ, "catalog_name"))
 async def list_schemas() -> Response:
     catalog = _required_arg("catalog_name")
     token, size = _page(MAX_PAGE)
@@ -169,11 +220,13 @@ async def list_schemas() -> Response:
 
 
 @bp.get("/schemas/<full_name>")
+@guard(_on_full_name(READ, 2, "schema"))
 async def get_schema(full_name: str) -> Response:
     return json_response(await _catalog().get_schema(*split_full_name(full_name, 2, "schema")))
 
 
 @bp.delete("/schemas/<full_name>")
+@guard(_on_full_name(DROP, 2, "schema"))
 async def delete_schema(full_name: str) -> Response:
     catalog, schema = split_full_name(full_name, 2, "schema")
     await _catalog().delete_schema(catalog, schema, _force())
@@ -184,16 +237,19 @@ async def delete_schema(full_name: str) -> Response:
 
 
 @bp.post("/staging-tables")
+@guard(_on_new_table(CREATE, CreateStagingTable))
 async def create_staging_table() -> Response:
     return json_response(await _catalog().create_staging_table(await read_model(CreateStagingTable)))
 
 
 @bp.post("/tables")
+@guard(_on_new_table(CREATE, CreateTable))
 async def create_table() -> Response:
     return json_response(await _catalog().create_table(await read_model(CreateTable)))
 
 
 @bp.get("/tables")
+@guard(_on_listed(READ, "catalog_name", "schema_name"))
 async def list_tables() -> Response:
     catalog, schema = _required_arg("catalog_name"), _required_arg("schema_name")
     token, size = _page(MAX_TABLES_PAGE)
@@ -202,11 +258,13 @@ async def list_tables() -> Response:
 
 
 @bp.get("/tables/<full_name>")
+@guard(_on_full_name(READ, 3, "table"))
 async def get_table(full_name: str) -> Response:
     return json_response(await _catalog().get_table(split_full_name(full_name, 3, "table")))
 
 
 @bp.delete("/tables/<full_name>")
+@guard(_on_full_name(DROP, 3, "table"))
 async def delete_table(full_name: str) -> Response:
     await _catalog().delete_table(split_full_name(full_name, 3, "table"))
     return json_response({})
@@ -244,6 +302,7 @@ async def _get_commits_request() -> GetCommitsRequest:
 
 @bp.get("/delta/commits")
 @bp.get("/delta/preview/commits")
+@guard(_get_commits_needs)
 async def get_commits() -> Response:
     commits, latest = await _catalog().get_commits(await _get_commits_request())
     return json_response({"commits": commits, "latest_table_version": latest})
@@ -251,17 +310,20 @@ async def get_commits() -> Response:
 
 @bp.post("/delta/commit")
 @bp.post("/delta/preview/commits")
+@guard(_commit_needs)
 async def commit() -> Response:
     await _catalog().commit(await read_model(CommitRequest))
     return json_response({})
 
 
 @bp.post("/delta/metrics")
+@guard(_metrics_needs)
 async def write_metrics() -> Response:
     await _catalog().write_metrics(await read_model(MetricsRequest))
     return json_response({})
 
 
 @bp.route("/<path:rest>", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+@guard(authenticated)
 async def unknown_endpoint(rest: str) -> Response:
     return uc_error(404, "ENDPOINT_NOT_FOUND", f"no such Unity Catalog endpoint: {request.method} /{rest}")

@@ -15,6 +15,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from quart import Blueprint, Response, current_app, g, request
 
+from coordinator.auth import Privilege, Resource
 from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
 from coordinator.iceberg import parse_requirements, parse_updates
@@ -22,6 +23,7 @@ from coordinator.idempotency import LIFETIME_S, Answer, parse_key
 from coordinator.iceberg.catalog import IcebergTable, TableIdent
 from coordinator.iceberg.views import parse_view_requirements, parse_view_updates
 
+from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
 from .common import empty_response, json_response, parse_model, read_json, read_model
 
 bp = Blueprint("iceberg", __name__)
@@ -147,6 +149,45 @@ def _ident(prefix: str, namespace: str, table: str) -> TableIdent:
     return TableIdent(_prefix(prefix), _namespace(namespace), table)
 
 
+# -- access: what each route needs (api/access.py enforces it) -------------------------------------------------
+
+
+def _securable(prefix: str, namespace: str | None = None, *name: str) -> Resource:
+    return ("iceberg", _prefix(prefix), *(_namespace(namespace) if namespace else ()), *name)
+
+
+def _on_namespace(privilege: Privilege):
+    return lambda prefix, namespace: [(privilege, _securable(prefix, namespace))]
+
+
+def _on_object(privilege: Privilege):
+    """The table or view in the route."""
+    return lambda prefix, namespace, table=None, view=None: [(privilege, _securable(prefix, namespace,
+                                                                                    table or view))]
+
+
+def _list_namespaces_needs(prefix: str) -> Needs:
+    parent = request.args.get("parent")
+    return [(READ, _securable(prefix, parent))]
+
+
+async def _create_namespace_needs(prefix: str) -> Needs:
+    body = parse_model(CreateNamespaceRequest, await read_json())
+    return [(CREATE, ("iceberg", _prefix(prefix), *body.namespace[:-1]))]
+
+
+async def _rename_needs(prefix: str) -> Needs:
+    body = parse_model(RenameTableRequest, await read_json())
+    return [(DROP, ("iceberg", _prefix(prefix), *body.source.namespace, body.source.name)),
+            (CREATE, ("iceberg", _prefix(prefix), *body.destination.namespace))]
+
+
+async def _transaction_needs(prefix: str) -> Needs:
+    body = parse_model(CommitTransactionRequest, await read_json())
+    return [(WRITE, ("iceberg", _prefix(prefix), *c.identifier.namespace, c.identifier.name))
+            for c in body.table_changes if c.identifier is not None]
+
+
 def _page_size() -> int | None:
     raw = request.args.get("pageSize")
     if raw is None:
@@ -232,8 +273,12 @@ ENDPOINTS = [
 
 
 @bp.get("/v1/config")
+@guard(authenticated)
 async def get_config() -> Response:
-    return json_response({"defaults": {}, "overrides": {}, "endpoints": ENDPOINTS,
+    defaults = {}
+    if current_app.config["COORDINATOR"].authority is not None:
+        defaults["oauth2-server-uri"] = request.host_url + "v1/oauth/tokens"
+    return json_response({"defaults": defaults, "overrides": {}, "endpoints": ENDPOINTS,
                           "namespace-separator": "%1F", "idempotency-key-lifetime": f"PT{LIFETIME_S // 60}M"})
 
 
@@ -241,6 +286,7 @@ async def get_config() -> Response:
 
 
 @routes("/namespaces", ["GET"])
+@guard(_list_namespaces_needs)
 async def list_namespaces(prefix: str) -> Response:
     parent = request.args.get("parent")
     names, nxt = await _catalog().list_namespaces(_prefix(prefix), _namespace(parent) if parent else (),
@@ -252,6 +298,7 @@ async def list_namespaces(prefix: str) -> Response:
 
 
 @routes("/namespaces", ["POST"])
+@guard(_create_namespace_needs)
 @idempotent("create-namespace")
 async def create_namespace(prefix: str) -> Response:
     body = await read_model(CreateNamespaceRequest)
@@ -260,6 +307,7 @@ async def create_namespace(prefix: str) -> Response:
 
 
 @routes("/namespaces/<namespace>", ["GET", "HEAD"])
+@guard(_on_namespace(READ))
 async def load_namespace(prefix: str, namespace: str) -> Response:
     ns = _namespace(namespace)
     props = await _catalog().load_namespace(_prefix(prefix), ns)
@@ -269,6 +317,7 @@ async def load_namespace(prefix: str, namespace: str) -> Response:
 
 
 @routes("/namespaces/<namespace>", ["DELETE"])
+@guard(_on_namespace(DROP))
 @idempotent("drop-namespace")
 async def drop_namespace(prefix: str, namespace: str) -> Response:
     await _catalog().drop_namespace(_prefix(prefix), _namespace(namespace), _key())
@@ -276,6 +325,7 @@ async def drop_namespace(prefix: str, namespace: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/properties", ["POST"])
+@guard(_on_namespace(WRITE))
 @idempotent("update-namespace-properties")
 async def update_namespace_properties(prefix: str, namespace: str) -> Response:
     body = await read_model(UpdateNamespacePropertiesRequest)
@@ -287,6 +337,7 @@ async def update_namespace_properties(prefix: str, namespace: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/tables", ["GET"])
+@guard(_on_namespace(READ))
 async def list_tables(prefix: str, namespace: str) -> Response:
     return await _list_identifiers(prefix, namespace, "table")
 
@@ -302,6 +353,7 @@ async def _list_identifiers(prefix: str, namespace: str, kind: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/tables", ["POST"])
+@guard(_on_namespace(CREATE))
 @idempotent("create-table")
 async def create_table(prefix: str, namespace: str) -> Response:
     body = await read_model(CreateTableRequest)
@@ -316,6 +368,7 @@ async def create_table(prefix: str, namespace: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/register", ["POST"])
+@guard(_on_namespace(CREATE))
 @idempotent("register-table")
 async def register_table(prefix: str, namespace: str) -> Response:
     body = await read_model(RegisterTableRequest)
@@ -326,6 +379,7 @@ async def register_table(prefix: str, namespace: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/tables/<table>", ["GET", "HEAD"])
+@guard(_on_object(READ))
 async def load_table(prefix: str, namespace: str, table: str) -> Response:
     ident = _ident(prefix, namespace, table)
     snapshots = request.args.get("snapshots", "all")
@@ -345,6 +399,7 @@ async def load_table(prefix: str, namespace: str, table: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/tables/<table>", ["POST"])
+@guard(_on_object(WRITE))
 @idempotent("commit-table")
 async def commit_table(prefix: str, namespace: str, table: str) -> Response:
     body = await read_model(CommitTableRequest)
@@ -363,6 +418,7 @@ class CommitTransactionRequest(_Body):
 
 
 @routes("/transactions/commit", ["POST"])
+@guard(_transaction_needs)
 @idempotent("commit-transaction")
 async def commit_transaction(prefix: str) -> Response:
     body = await read_model(CommitTransactionRequest)
@@ -379,6 +435,7 @@ async def commit_transaction(prefix: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/tables/<table>", ["DELETE"])
+@guard(_on_object(DROP))
 @idempotent("drop-table")
 async def drop_table(prefix: str, namespace: str, table: str) -> Response:
     purge = request.args.get("purgeRequested", "false").lower() == "true"
@@ -395,6 +452,7 @@ class ReportMetricsRequest(BaseModel):
 
 
 @routes("/namespaces/<namespace>/tables/<table>/metrics", ["POST"])
+@guard(_on_object(READ))
 async def report_metrics(prefix: str, namespace: str, table: str) -> Response:
     raw = await read_json()
     parse_model(ReportMetricsRequest, raw)
@@ -403,6 +461,7 @@ async def report_metrics(prefix: str, namespace: str, table: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/tables/<table>/credentials", ["GET"])
+@guard(_on_object(READ))
 async def load_credentials(prefix: str, namespace: str, table: str) -> Response:
     return json_response({"storage-credentials": await _catalog().credentials(_ident(prefix, namespace, table))})
 
@@ -425,11 +484,13 @@ class CommitViewRequest(_Body):
 
 
 @routes("/namespaces/<namespace>/views", ["GET"])
+@guard(_on_namespace(READ))
 async def list_views(prefix: str, namespace: str) -> Response:
     return await _list_identifiers(prefix, namespace, "view")
 
 
 @routes("/namespaces/<namespace>/views", ["POST"])
+@guard(_on_namespace(CREATE))
 @idempotent("create-view")
 async def create_view(prefix: str, namespace: str) -> Response:
     body = await read_model(CreateViewRequest)
@@ -440,6 +501,7 @@ async def create_view(prefix: str, namespace: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/views/<view>", ["GET", "HEAD"])
+@guard(_on_object(READ))
 async def load_view(prefix: str, namespace: str, view: str) -> Response:
     loaded = await _catalog().load_view(_ident(prefix, namespace, view))
     if request.method == "HEAD":
@@ -448,6 +510,7 @@ async def load_view(prefix: str, namespace: str, view: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/views/<view>", ["POST"])
+@guard(_on_object(WRITE))
 @idempotent("replace-view")
 async def replace_view(prefix: str, namespace: str, view: str) -> Response:
     body = await read_model(CommitViewRequest)
@@ -461,6 +524,7 @@ async def replace_view(prefix: str, namespace: str, view: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/views/<view>", ["DELETE"])
+@guard(_on_object(DROP))
 @idempotent("drop-view")
 async def drop_view(prefix: str, namespace: str, view: str) -> Response:
     await _catalog().drop_view(_ident(prefix, namespace, view), _key())
@@ -474,6 +538,7 @@ async def _rename_idents(prefix: str) -> tuple[TableIdent, TableIdent]:
 
 
 @routes("/views/rename", ["POST"])
+@guard(_rename_needs)
 @idempotent("rename-view")
 async def rename_view(prefix: str) -> Response:
     source, dest = await _rename_idents(prefix)
@@ -482,6 +547,7 @@ async def rename_view(prefix: str) -> Response:
 
 
 @routes("/tables/rename", ["POST"])
+@guard(_rename_needs)
 @idempotent("rename-table")
 async def rename_table(prefix: str) -> Response:
     source, dest = await _rename_idents(prefix)

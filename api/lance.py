@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from quart import Blueprint, Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
+from coordinator.auth import Privilege
 from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
 from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersionsRequest,
@@ -25,6 +26,7 @@ from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersion
                                DropTableRequest, LanceTable, Page, RegisterTableRequest, TableExistsRequest,
                                TableVersion)
 
+from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
 from .common import describe_validation_error, json_response, parse_json
 
 log = logging.getLogger(__name__)
@@ -101,18 +103,6 @@ def _catalog():
     return current_app.config["COORDINATOR"].lance
 
 
-@bp.before_request
-async def _identity() -> None:
-    """Identity arrives as `x-api-key` or `Authorization: Bearer <token>` (spec: Identity Header Mapping). There
-    is no authorization model yet, so any well-formed credential (or none) is accepted; a malformed one is
-    refused rather than silently ignored."""
-    auth = request.headers.get("Authorization")
-    if auth is not None:
-        scheme, _, token = auth.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthorized("Authorization must use the Bearer scheme: 'Authorization: Bearer <token>'")
-
-
 def _delimiter() -> str:
     value = request.args.get("delimiter", DEFAULT_DELIMITER)
     if not value:
@@ -154,6 +144,37 @@ async def _body(model: type[BaseModel], levels: tuple[str, ...] | None = None) -
     if levels is not None and body_id is not None and tuple(body_id) != levels:
         raise BadRequest(f"the id in the body {body_id!r} does not match the id in the route {list(levels)!r}")
     return body
+
+
+# -- access: what each route needs (api/access.py enforces it) -------------------------------------------------
+
+_BATCH_PRIVILEGES = {"declare_table": CREATE, "create_table_version": WRITE, "delete_table_versions": WRITE,
+                     "deregister_table": DROP}
+
+
+def _on_id(privilege: Privilege, parent: bool = False):
+    """The namespace or table named by the route's id (its parent namespace when creating it)."""
+    def needs(id: str, **_: str) -> Needs:
+        levels = _levels(id)
+        return [(privilege, ("lance", *(levels[:-1] if parent else levels)))]
+    return needs
+
+
+async def _batch_create_needs() -> Needs:
+    body = await _body(BatchCreateTableVersionsRequest)
+    return [(WRITE, ("lance", *e.id)) for e in body.entries]
+
+
+async def _batch_commit_needs() -> Needs:
+    body = await _body(BatchCommitTablesRequest)
+    needs = []
+    for op in body.operations:
+        ident = tuple(op.request.id or ())
+        if op.kind == "declare_table":
+            needs.append((CREATE, ("lance", *ident[:-1])))
+        else:
+            needs.append((_BATCH_PRIVILEGES[op.kind], ("lance", *ident)))
+    return needs
 
 
 def _arg_bool(name: str, default: bool | None = None) -> bool | None:
@@ -217,6 +238,7 @@ def version_response(v: TableVersion) -> dict[str, Any]:
 
 
 @bp.post("/v1/namespace/<id>/create")
+@guard(_on_id(CREATE, parent=True))
 async def create_namespace(id: str) -> Response:
     ns = _levels(id)
     body = await _body(CreateNamespaceRequest, ns)
@@ -225,12 +247,14 @@ async def create_namespace(id: str) -> Response:
 
 
 @bp.route("/v1/namespace/<id>/list", methods=["GET", "POST"])
+@guard(_on_id(READ))
 async def list_namespaces(id: str) -> Response:
     page = await _catalog().list_namespaces(_levels(id), request.args.get("page_token"), _limit())
     return _page("namespaces", page, page.items)
 
 
 @bp.post("/v1/namespace/<id>/describe")
+@guard(_on_id(READ))
 async def describe_namespace(id: str) -> Response:
     ns = _levels(id)
     await _body(DescribeNamespaceRequest, ns)
@@ -238,6 +262,7 @@ async def describe_namespace(id: str) -> Response:
 
 
 @bp.post("/v1/namespace/<id>/exists")
+@guard(_on_id(READ))
 async def namespace_exists(id: str) -> Response:
     ns = _levels(id)
     await _body(DescribeNamespaceRequest, ns)
@@ -246,6 +271,7 @@ async def namespace_exists(id: str) -> Response:
 
 
 @bp.post("/v1/namespace/<id>/drop")
+@guard(_on_id(DROP))
 async def drop_namespace(id: str) -> Response:
     ns = _levels(id)
     body = await _body(DropNamespaceRequest, ns)
@@ -254,6 +280,7 @@ async def drop_namespace(id: str) -> Response:
 
 
 @bp.route("/v1/namespace/<id>/table/list", methods=["GET", "POST"])
+@guard(_on_id(READ))
 async def list_tables(id: str) -> Response:
     page = await _catalog().list_tables(_levels(id), request.args.get("page_token"), _limit(),
                                         _arg_bool("include_declared", True))
@@ -266,6 +293,7 @@ async def list_tables(id: str) -> Response:
 @bp.route("/v1/table", methods=["GET"])
 @bp.route("/v1/table/", methods=["GET"])
 @bp.route("/v1/table/list", methods=["GET"])
+@guard(lambda: [(READ, ("lance",))])
 async def list_all_tables() -> Response:
     delimiter = _delimiter()
     page = await _catalog().list_tables(None, request.args.get("page_token"), _limit(),
@@ -274,6 +302,7 @@ async def list_all_tables() -> Response:
 
 
 @bp.post("/v1/table/<id>/declare")
+@guard(_on_id(CREATE, parent=True))
 async def declare_table(id: str) -> Response:
     ident = _table(id)
     body = await _body(DeclareTableRequest, ident)
@@ -282,6 +311,7 @@ async def declare_table(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/describe")
+@guard(_on_id(READ))
 async def describe_table(id: str) -> Response:
     ident = _table(id)
     body = await _body(DescribeTableRequest, ident)
@@ -308,6 +338,7 @@ async def describe_table(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/exists")
+@guard(_on_id(READ))
 async def table_exists(id: str) -> Response:
     ident = _table(id)
     body = await _body(TableExistsRequest, ident)
@@ -316,6 +347,7 @@ async def table_exists(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/register")
+@guard(_on_id(CREATE, parent=True))
 async def register_table(id: str) -> Response:
     ident = _table(id)
     body = await _body(RegisterTableRequest, ident)
@@ -324,6 +356,7 @@ async def register_table(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/deregister")
+@guard(_on_id(DROP))
 async def deregister_table(id: str) -> Response:
     ident = _table(id)
     await _body(DeregisterTableRequest, ident)
@@ -331,6 +364,7 @@ async def deregister_table(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/drop")
+@guard(_on_id(DROP))
 async def drop_table(id: str) -> Response:
     ident = _table(id)
     await _body(DropTableRequest, ident)
@@ -341,6 +375,7 @@ async def drop_table(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/version/create")
+@guard(_on_id(WRITE))
 async def create_table_version(id: str) -> Response:
     ident = _table(id)
     body = await _body(CreateTableVersionRequest, ident)
@@ -348,6 +383,7 @@ async def create_table_version(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/version/describe")
+@guard(_on_id(READ))
 async def describe_table_version(id: str) -> Response:
     ident = _table(id)
     body = await _body(DescribeTableVersionRequest, ident)
@@ -356,6 +392,7 @@ async def describe_table_version(id: str) -> Response:
 
 
 @bp.route("/v1/table/<id>/version/list", methods=["GET", "POST"])
+@guard(_on_id(READ))
 async def list_table_versions(id: str) -> Response:
     ident = _table(id)
     page = await _catalog().list_table_versions(ident, _limit(), request.args.get("page_token"),
@@ -364,6 +401,7 @@ async def list_table_versions(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/version/delete")
+@guard(_on_id(WRITE))
 async def delete_table_versions(id: str) -> Response:
     ident = _table(id)
     body = await _body(BatchDeleteTableVersionsRequest, ident)
@@ -373,6 +411,7 @@ async def delete_table_versions(id: str) -> Response:
 
 
 @bp.post("/v1/table/version/batch-create")
+@guard(_batch_create_needs)
 async def batch_create_table_versions() -> Response:
     body = await _body(BatchCreateTableVersionsRequest)
     entries = [(tuple(e.id), CreateTableVersionRequest.model_validate(e.model_dump())) for e in body.entries]
@@ -381,6 +420,7 @@ async def batch_create_table_versions() -> Response:
 
 
 @bp.post("/v1/table/batch-commit")
+@guard(_batch_commit_needs)
 async def batch_commit() -> Response:
     body = await _body(BatchCommitTablesRequest)
     ops = []
@@ -407,6 +447,7 @@ def _result(kind: str, reply: Any) -> dict[str, Any]:
 
 @bp.post("/v1/transaction/<id>/describe")
 @bp.post("/v1/transaction/<id>/alter")
+@guard(authenticated)
 async def transaction(id: str) -> Response:
     raise NotFound(f"no transaction {id!r}: this server applies every commit synchronously and issues no "
                    f"transaction ids", kind="transaction")
@@ -418,6 +459,7 @@ SERVED = {"create", "list", "describe", "exists", "drop", "table/list", "declare
 
 @bp.route("/v1/table/<id>/<path:operation>", methods=["GET", "POST"])
 @bp.route("/v1/namespace/<id>/<path:operation>", methods=["GET", "POST"])
+@guard(authenticated)
 async def unsupported(id: str, operation: str) -> Response:
     if operation in SERVED:
         raise BadRequest(f"{operation} is served with another method: see the spec (lists take GET, others "

@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 ENV_PREFIX = "COORDINATOR_"
+
+
+class ConfigError(ValueError):
+    """A configuration the service refuses to start with; the message says what to change."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -28,6 +42,12 @@ class Config:
     http_keep_alive_s: float = 75.0
     http_body_timeout_s: float = 60.0
 
+    # Authentication: a TOML file of clients, roles and grants (see coordinator/auth.py). Without one every
+    # request is anonymous and allowed, which is only safe on loopback: binding any other address without it
+    # refuses to start unless `insecure` is set.
+    auth_file: Path | None = None
+    insecure: bool = False
+
     # Table actors
     mailbox_size: int = 256          # requests queued per table before 503 + Retry-After
     actor_idle_s: float = 120.0      # an actor with no request for this long is retired (its state dropped)
@@ -45,6 +65,14 @@ class Config:
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
         self.port = int(self.port)
+        if self.auth_file is not None:
+            self.auth_file = Path(self.auth_file)
+
+    def check_exposure(self) -> None:
+        """Refuse to serve without authentication on an address other machines can reach."""
+        if self.auth_file is None and not self.insecure and not is_loopback(self.host):
+            raise ConfigError(f"refusing to listen on {self.host} without authentication: give --auth-file (clients, "
+                             f"roles and grants), or --insecure to accept anonymous requests from the network")
 
     @property
     def warehouse_uri(self) -> str:
@@ -65,6 +93,8 @@ class Config:
                 value = int(value)
             elif kind in ("float",):
                 value = float(value)
+            elif kind in ("bool",) and isinstance(value, str):
+                value = value.strip().lower() in ("1", "true", "yes", "on")
             kwargs[key] = value
         return cls(**kwargs)
 

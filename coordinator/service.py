@@ -13,6 +13,7 @@ from storage.embedded import EmbeddedPostgres
 from storage.files import FileIO
 from storage.postgres import PostgresStore
 
+from .auth import AuthConfig, Authority, new_signing_key
 from .config import Config
 from .idempotency import Idempotency
 from .metrics import Metrics
@@ -32,9 +33,14 @@ class Coordinator:
         self.iceberg = None
         self.lance = None
         self.delta = None
+        self.auth: AuthConfig | None = None
+        # Set once running if auth is configured; None means every request is anonymous and allowed.
+        self.authority: Authority | None = None
 
     def open(self) -> None:
         """Blocking start-up: database (embedded if no URL), migrations, the storage thread."""
+        self.config.check_exposure()
+        self.auth = AuthConfig.load(self.config.auth_file) if self.config.auth_file else None
         dsn = self.config.database_url
         if not dsn:
             self.embedded = EmbeddedPostgres(self.config.data_dir / "postgres")
@@ -58,6 +64,9 @@ class Coordinator:
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Runs the actors (and background jobs) until cancelled."""
+        if self.auth is not None:
+            key = self.auth.signing_key or await self.store.signing_key(new_signing_key())
+            self.authority = Authority(self.auth, key)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registry.run)
             nursery.start_soon(self.idempotency.purge_forever)

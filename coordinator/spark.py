@@ -17,11 +17,12 @@ SPARK_CATALOG = "org.apache.iceberg.spark.SparkCatalog"
 
 
 def spark_conf(uri: str, catalog: str = "coordinator", warehouse: str | None = None,
-               jars: list[str] | None = None) -> dict[str, str]:
+               jars: list[str] | None = None, credential: str | None = None) -> dict[str, str]:
     """Spark settings registering `catalog` as an Iceberg REST catalog served at `uri` (the service's base URL).
 
     `warehouse` is sent to the server's `/v1/config` as the client's warehouse hint; the coordinator decides
-    table locations either way.
+    table locations either way. `credential` ("client_id:secret") makes Spark fetch its bearer token from the
+    service's `/v1/oauth/tokens` (and refresh it before it expires).
     """
     prefix = f"spark.sql.catalog.{catalog}"
     conf = {
@@ -33,13 +34,16 @@ def spark_conf(uri: str, catalog: str = "coordinator", warehouse: str | None = N
     }
     if warehouse is not None:
         conf[f"{prefix}.warehouse"] = warehouse
+    if credential is not None:
+        conf[f"{prefix}.credential"] = credential
+        conf[f"{prefix}.oauth2-server-uri"] = uri.rstrip("/") + "/v1/oauth/tokens"
     if jars:
         conf["spark.jars"] = ",".join(jars)
     return conf
 
 
 def spark_session(uri: str, catalog: str = "coordinator", *, warehouse: str | None = None,
-                  jars: list[str] | None = None, master: str = "local[2]", app_name: str = "coordinator",
+                  jars: list[str] | None = None, credential: str | None = None, master: str = "local[2]", app_name: str = "coordinator",
                   conf: dict[str, Any] | None = None):
     """A SparkSession configured with `spark_conf`; `conf` entries are applied last and override it.
 
@@ -52,6 +56,6 @@ def spark_session(uri: str, catalog: str = "coordinator", *, warehouse: str | No
         raise RuntimeError("coordinator.spark.spark_session needs PySpark 3.5: pip install 'pyspark==3.5.*' "
                            "(plus the iceberg-spark-runtime-3.5_2.12 jars, passed as jars=...)") from None
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**spark_conf(uri, catalog, warehouse, jars), **(conf or {})}.items():
+    for key, value in {**spark_conf(uri, catalog, warehouse, jars, credential), **(conf or {})}.items():
         builder = builder.config(key, str(value))
     return builder.getOrCreate()

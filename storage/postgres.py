@@ -515,6 +515,14 @@ class PostgresStore:
             "DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1)", older_than_s))
         return int(status.split()[-1])
 
+    async def signing_key(self, candidate: bytes) -> bytes:
+        """The service's token-signing key: `candidate` if none is stored yet, else the stored one."""
+        async def q(con):
+            await con.execute("INSERT INTO auth_signing_keys (name, secret) VALUES ('tokens', $1)"
+                              " ON CONFLICT (name) DO NOTHING", candidate)
+            return await con.fetchval("SELECT secret FROM auth_signing_keys WHERE name = 'tokens'")
+        return await self._call(q)
+
     async def ping(self) -> None:
         await self._call(lambda con: con.fetchval("SELECT 1"))
 

@@ -70,3 +70,28 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# -- authentication: an auth file for tests, and tokens from the service's own token endpoint ---------------------
+
+
+def write_auth_file(path: Path, clients: dict[str, tuple[str, list[tuple[str, list[str]]]]],
+                    token_ttl_s: int = 3600) -> Path:
+    """`clients`: id -> (secret, [(on, privileges), ...]); each client gets a role of its own."""
+    from coordinator.auth import hash_secret
+    lines = [f"token_ttl_s = {token_ttl_s}"]
+    for cid, (secret, grants) in clients.items():
+        lines += ["[[clients]]", f'id = "{cid}"', f'secret = "{hash_secret(secret)}"', f'roles = ["{cid}"]']
+    for cid, (_, grants) in clients.items():
+        body = ", ".join(f'{{ on = "{on}", privileges = {privileges!r} }}'.replace("'", '"')
+                         for on, privileges in grants)
+        lines += [f"[roles.{cid}]", f"grants = [{body}]"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def fetch_token(base_url: str, client_id: str, secret: str) -> str:
+    r = httpx.post(f"{base_url}/v1/oauth/tokens", data={"grant_type": "client_credentials", "client_id": client_id,
+                                                        "client_secret": secret, "scope": "catalog"}, timeout=30)
+    r.raise_for_status()
+    return r.json()["access_token"]

@@ -208,6 +208,7 @@ class DeltaCatalog:
         self.store = coordinator.store
         self.registry = coordinator.registry
         self.files = coordinator.files
+        self._securables: dict[uuid.UUID, tuple[str, ...]] = {}
         self.registry.register_format(FORMAT, self._load_state)
 
     @property
@@ -467,6 +468,26 @@ class DeltaCatalog:
             found = entries[0].payload.get("file_name") if entries else "an earlier commit"
             raise CommitConflict(f"{exc.message}; version {v} was ratified as {found}: rebuild the snapshot and "
                                  f"retry at a later version") from None
+
+    async def securable(self, raw_table_id: str) -> tuple[str, ...]:
+        """The table's place for access checks: ("delta", catalog, schema, name). A table's id never changes its
+        name (Unity Catalog has no rename here), so the answer is cached. An unknown id is placed at the root:
+        only a Delta-wide grant lets such a request through (to its 404)."""
+        table_id = parse_table_id(raw_table_id)
+        found = self._securables.get(table_id)
+        if found is None:
+            row = await self.store.get_table(table_id)
+            if row is None:
+                return ("delta",)
+            if row.catalog == STAGING_CATALOG:
+                s = row.state.get("staging", {})
+                found = ("delta", s.get("catalog_name", ""), s.get("schema_name", ""), s.get("name", ""))
+            else:
+                found = ("delta", row.catalog, row.namespace, row.name)
+            if len(self._securables) >= 100_000:
+                self._securables.clear()
+            self._securables[table_id] = found
+        return found
 
     async def get_commits(self, req: GetCommitsRequest) -> tuple[list[dict], int]:
         return await self.registry.submit(parse_table_id(req.table_id),

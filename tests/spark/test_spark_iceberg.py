@@ -18,11 +18,13 @@ import pytest
 
 from coordinator.spark import spark_session
 from tests.conftest import TEMPLATE, _psql, _with_db
+from tests.support import fetch_token, write_auth_file
 from tests.spark.session import BUILD_SCRIPT, SparkJarsMissing, jars
 
 pytestmark = pytest.mark.spark
 
 CATALOG = "coord"
+SPARK_CLIENT, SPARK_SECRET = "spark", "spark-secret"
 STREAM_SECONDS = 33
 
 
@@ -53,8 +55,11 @@ def module_service(pg_admin_dsn, tmp_path_factory):
     name = "spark_" + uuid.uuid4().hex[:12]
     _psql(pg_admin_dsn, f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
     data_dir = tmp_path_factory.mktemp("spark-service")
+    # Authentication on: Spark gets its token with `credential` (client credentials), as in production.
+    auth_file = write_auth_file(data_dir / "auth.toml", {SPARK_CLIENT: (SPARK_SECRET, [("iceberg", ["admin"])])})
     config = Config(database_url=_with_db(pg_admin_dsn, name), data_dir=data_dir, port=0,
-                    warehouse=str(data_dir / "warehouse"), actor_idle_s=30, log_level="warning")
+                    warehouse=str(data_dir / "warehouse"), actor_idle_s=30, log_level="warning",
+                    auth_file=auth_file)
     try:
         with EmbeddedService(config) as base_url:
             yield base_url
@@ -67,6 +72,7 @@ def spark(spark_jars, module_service):
     # Spark binds its driver to the first non-loopback address unless told otherwise.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     session = spark_session(module_service, CATALOG, jars=spark_jars, master="local[2]", app_name="coordinator-tests",
+                            credential=f"{SPARK_CLIENT}:{SPARK_SECRET}",
                             conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
                                   "spark.sql.shuffle.partitions": "2",
                                   "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
@@ -87,7 +93,8 @@ def ns(spark) -> str:
 
 def rest_metadata(base_url: str, namespace: str, table: str) -> dict:
     """The table metadata as the REST API serves it (what any other engine would load)."""
-    r = httpx.get(f"{base_url}/v1/namespaces/{namespace}/tables/{table}", timeout=10)
+    r = httpx.get(f"{base_url}/v1/namespaces/{namespace}/tables/{table}", timeout=10,
+                  headers={"Authorization": f"Bearer {fetch_token(base_url, SPARK_CLIENT, SPARK_SECRET)}"})
     assert r.status_code == 200, r.text
     return r.json()["metadata"]
 

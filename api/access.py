@@ -1,0 +1,85 @@
+"""Access control for every route, in one place.
+
+Each view declares what it needs next to its route: `@guard(policy)`, where `policy(**view_args)` returns the
+(privilege, securable) pairs the request needs (it may read the body), or `@public`. `enforce()` runs before
+every request: it authenticates the caller and checks the policy. A routed view that declares nothing is
+refused (fail closed), and tests/test_auth.py walks the route table to prove every route declares a policy.
+
+401 (no or bad credential) and 403 (authenticated, lacks a privilege) are raised as Unauthorized/Forbidden, and
+each protocol writes them in its own error format.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Awaitable, Callable, Union
+
+from quart import current_app, g, request
+
+from coordinator.auth import Privilege, Resource
+from coordinator.errors import Forbidden, Unauthorized
+
+from .common import protocol_of
+
+Needs = list[tuple[Privilege, Resource]]
+Policy = Callable[..., Union[Needs, Awaitable[Needs]]]
+
+READ, WRITE, CREATE, DROP = Privilege.READ, Privilege.WRITE, Privilege.CREATE, Privilege.DROP
+
+PUBLIC: Policy = lambda **_: []  # noqa: E731
+POLICIES: dict[Callable[..., Any], Policy] = {}
+
+
+def guard(policy: Policy):
+    """Declare what a view needs. Put it directly above the view function (under the route decorators)."""
+    def wrap(fn):
+        POLICIES[fn] = policy
+        return fn
+    return wrap
+
+
+def public(fn):
+    """No credential needed: health checks, documents, the token endpoint itself."""
+    POLICIES[fn] = PUBLIC
+    return fn
+
+
+def authenticated(**_: Any) -> Needs:
+    """Any authenticated caller (e.g. Iceberg's /v1/config)."""
+    return []
+
+
+def _credential() -> str | None:
+    auth = request.headers.get("Authorization")
+    if auth is not None:
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("Authorization must use the Bearer scheme: 'Authorization: Bearer <token>'")
+        return token.strip()
+    if protocol_of(request.path) == "lance":
+        return request.headers.get("x-api-key") or None  # the Lance spec's identity header
+    return None
+
+
+async def enforce() -> None:
+    view = current_app.view_functions.get(request.endpoint) if request.endpoint else None
+    policy = POLICIES.get(view) if view is not None else None
+    if view is not None and policy is None:
+        raise Forbidden(f"route {request.endpoint} declares no access policy, so it is refused")
+    if policy is PUBLIC:
+        return
+    credential = _credential()
+    authority = current_app.config["COORDINATOR"].authority
+    if authority is None:  # no auth configured (loopback only): everyone is anonymous and allowed
+        return
+    if credential is None:
+        raise Unauthorized("authentication required: send 'Authorization: Bearer <token>' (tokens come from "
+                           "POST /v1/oauth/tokens with grant_type=client_credentials)")
+    principal = authority.principal(credential)
+    g.principal = principal
+    if policy is None:  # no route matched: the caller is known, and will get the protocol's 404
+        return
+    needs = policy(**(request.view_args or {}))
+    if inspect.isawaitable(needs):
+        needs = await needs
+    authority.check(principal, needs)

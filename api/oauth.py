@@ -1,0 +1,79 @@
+"""`POST /v1/oauth/tokens`: the service's own OAuth2 token endpoint (Iceberg REST spec, RFC 6749 / 8693).
+
+Grants:
+- `client_credentials`: `client_id` and `client_secret` in the form (as pyiceberg and Iceberg's Java client send
+  them) or in HTTP Basic auth;
+- token exchange (`urn:ietf:params:oauth:grant-type:token-exchange`): a still-valid token for a fresh one, which
+  is how Iceberg's Java client refreshes before expiry.
+Errors use OAuth's own format: `{"error": ..., "error_description": ...}`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from urllib.parse import unquote_plus
+
+from quart import Blueprint, Response, current_app, request
+
+from coordinator.errors import CoordinatorError, Unauthorized
+
+from .access import public
+from .common import json_response
+
+bp = Blueprint("oauth", __name__)
+
+CLIENT_CREDENTIALS = "client_credentials"
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+
+
+def oauth_error(status: int, error: str, description: str) -> Response:
+    return json_response({"error": error, "error_description": description}, status,
+                         {"Cache-Control": "no-store"})
+
+
+def _basic_credentials() -> tuple[str, str] | None:
+    auth = request.headers.get("Authorization", "")
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        client_id, sep, secret = base64.b64decode(value, validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return (unquote_plus(client_id), unquote_plus(secret)) if sep else None
+
+
+@bp.post("/v1/oauth/tokens")
+@public
+async def tokens() -> Response:
+    authority = current_app.config["COORDINATOR"].authority
+    if authority is None:
+        return oauth_error(400, "invalid_request", "this server has no authentication configured: connect "
+                                                   "without credentials")
+    form = await request.form
+    grant = form.get("grant_type")
+    try:
+        if grant == CLIENT_CREDENTIALS:
+            client_id, secret = form.get("client_id"), form.get("client_secret")
+            if client_id is None or secret is None:
+                client_id, secret = _basic_credentials() or (None, None)
+            if client_id is None or secret is None:
+                return oauth_error(400, "invalid_request", "client_id and client_secret are required")
+            token = await authority.client_credentials(client_id, secret)
+        elif grant == TOKEN_EXCHANGE:
+            subject = form.get("subject_token")
+            if not subject:
+                return oauth_error(400, "invalid_request", "subject_token is required")
+            token = authority.issue(authority.principal(subject).name)
+        else:
+            return oauth_error(400, "unsupported_grant_type",
+                               f"grant_type must be {CLIENT_CREDENTIALS} or {TOKEN_EXCHANGE}, got {grant!r}")
+    except Unauthorized as exc:
+        return oauth_error(401, "invalid_client", exc.message)
+    except CoordinatorError as exc:
+        return oauth_error(exc.status, "invalid_request", exc.message)
+    return json_response({"access_token": token.access_token, "token_type": "bearer",
+                          "expires_in": token.expires_in, "issued_token_type": ACCESS_TOKEN_TYPE},
+                         headers={"Cache-Control": "no-store"})

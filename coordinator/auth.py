@@ -1,0 +1,232 @@
+"""Who may do what: clients, roles and grants from the auth file; hashed secrets; signed bearer tokens.
+
+Format-neutral. A securable is a path of names, outermost first, and a grant on a path covers everything below
+it (privileges are inherited downward):
+
+    ("iceberg", prefix, *namespace levels, table)     Iceberg; the catalog with no prefix is ""
+    ("delta", catalog, schema, table)                 Unity Catalog
+    ("lance", *namespace levels, table)               Lance Namespace
+
+The auth file (TOML) names clients, their hashed secrets and roles, and what each role is granted::
+
+    token_ttl_s = 3600
+    [[clients]]
+    id = "etl"
+    secret = "scrypt$16384$8$1$..."      # `coordinator hash-secret`
+    roles = ["writer"]
+    [roles.writer]
+    grants = [{ on = "iceberg//sales", privileges = ["read", "write", "create"] },
+              { on = "delta/main", privileges = ["read", "write"] }]
+
+`on` is a `/`-separated path ("*" is everything); a segment may be percent-encoded (`%2F`).
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import functools
+import hashlib
+import hmac
+import secrets
+import time
+import tomllib
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+from urllib.parse import unquote
+
+import jwt
+import trio
+
+from .config import ConfigError
+from .errors import Forbidden, Unauthorized
+
+Resource = tuple[str, ...]
+ISSUER = "commit-coordinator"
+
+
+class Privilege(str, enum.Enum):
+    READ = "read"        # load, list, describe
+    WRITE = "write"      # commit, update properties
+    CREATE = "create"    # create children (namespaces, tables, views) in a container
+    DROP = "drop"        # drop or rename away
+    ADMIN = "admin"      # everything above
+
+
+@dataclass(frozen=True)
+class Grant:
+    path: Resource
+    privileges: frozenset[Privilege]
+
+    def allows(self, privilege: Privilege, resource: Resource) -> bool:
+        return (resource[:len(self.path)] == self.path
+                and (privilege in self.privileges or Privilege.ADMIN in self.privileges))
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    roles: tuple[str, ...] = ()
+    grants: tuple[Grant, ...] = ()
+
+    def may(self, privilege: Privilege, resource: Resource) -> bool:
+        return any(g.allows(privilege, resource) for g in self.grants)
+
+
+@dataclass(frozen=True)
+class Client:
+    id: str
+    secret_hash: str
+    principal: Principal
+
+
+# -- secrets: scrypt (memory-hard, in the standard library through OpenSSL) ------------------------------------
+
+_SCRYPT = (2**14, 8, 1)
+
+
+def hash_secret(secret: str) -> str:
+    n, r, p = _SCRYPT
+    salt = secrets.token_bytes(16)
+    digest = hashlib.scrypt(secret.encode(), salt=salt, n=n, r=r, p=p, dklen=32)
+    return "$".join(["scrypt", str(n), str(r), str(p), base64.b64encode(salt).decode(),
+                     base64.b64encode(digest).decode()])
+
+
+def verify_secret(secret: str, stored: str) -> bool:
+    """Constant-time check of `secret` against a `hash_secret` string. Slow on purpose (~50 ms): call it off
+    the event loop."""
+    try:
+        scheme, n, r, p, salt, digest = stored.split("$")
+        if scheme != "scrypt":
+            return False
+        expected = base64.b64decode(digest)
+        actual = hashlib.scrypt(secret.encode(), salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p),
+                                dklen=len(expected), maxmem=256 * 1024 * 1024)
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(actual, expected)
+
+
+# -- the auth file -----------------------------------------------------------------------------------------------
+
+
+def parse_path(on: str) -> Resource:
+    if on == "*":
+        return ()
+    return tuple(unquote(s) for s in on.split("/"))
+
+
+@dataclass
+class AuthConfig:
+    clients: dict[str, Client] = field(default_factory=dict)
+    token_ttl_s: int = 3600
+    signing_key: bytes | None = None   # None: the service keeps one in its database (shared by all members)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "AuthConfig":
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"auth file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"auth file {path} is not valid TOML: {exc}") from None
+        return cls.from_mapping(raw, source=str(path))
+
+    @classmethod
+    def from_mapping(cls, raw: dict[str, Any], source: str = "auth config") -> "AuthConfig":
+        roles: dict[str, tuple[Grant, ...]] = {}
+        for role, spec in raw.get("roles", {}).items():
+            grants = []
+            for i, g in enumerate(spec.get("grants", [])):
+                try:
+                    privileges = frozenset(Privilege(p) for p in g["privileges"])
+                    grants.append(Grant(parse_path(g["on"]), privileges))
+                except (KeyError, ValueError, TypeError) as exc:
+                    raise ConfigError(f"{source}: roles.{role}.grants[{i}] needs `on` (a path) and `privileges` "
+                                     f"(of {', '.join(p.value for p in Privilege)}): {exc}") from None
+            roles[role] = tuple(grants)
+        clients = {}
+        for i, c in enumerate(raw.get("clients", [])):
+            if "id" not in c or "secret" not in c:
+                raise ConfigError(f"{source}: clients[{i}] needs `id` and `secret` (a hash from "
+                                 f"`coordinator hash-secret`)")
+            if not str(c["secret"]).startswith("scrypt$"):
+                raise ConfigError(f"{source}: clients[{i}] ({c['id']}): `secret` must be a hash from "
+                                 f"`coordinator hash-secret`, never the secret itself")
+            missing = [r for r in c.get("roles", []) if r not in roles]
+            if missing:
+                raise ConfigError(f"{source}: client {c['id']} has undefined roles {missing}")
+            grants = tuple(g for r in c.get("roles", []) for g in roles[r])
+            clients[c["id"]] = Client(c["id"], c["secret"], Principal(c["id"], tuple(c.get("roles", [])), grants))
+        key = raw.get("signing_key")
+        return cls(clients=clients, token_ttl_s=int(raw.get("token_ttl_s", 3600)),
+                   signing_key=key.encode() if key else None)
+
+
+# -- tokens: signed JWTs (HS256 via PyJWT) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Token:
+    access_token: str
+    expires_in: int
+
+
+class Authority:
+    """Issues tokens to clients that prove their secret, and turns a presented token into a Principal."""
+
+    def __init__(self, config: AuthConfig, signing_key: bytes):
+        self.config = config
+        self._key = signing_key
+        # scrypt takes ~50 ms of a core: at most two at a time, off the event loop.
+        self._hashing = trio.CapacityLimiter(2)
+
+    async def client_credentials(self, client_id: str, secret: str) -> Token:
+        client = self.config.clients.get(client_id)
+        # Verify even for an unknown client so that timing does not tell which ids exist.
+        stored = client.secret_hash if client else _dummy_hash()
+        ok = await trio.to_thread.run_sync(verify_secret, secret, stored, limiter=self._hashing)
+        if client is None or not ok:
+            raise Unauthorized("invalid client id or secret", kind="invalid_client")
+        return self.issue(client.id)
+
+    def issue(self, subject: str) -> Token:
+        now = int(time.time())
+        ttl = self.config.token_ttl_s
+        claims = {"iss": ISSUER, "sub": subject, "iat": now, "exp": now + ttl, "jti": uuid.uuid4().hex}
+        return Token(jwt.encode(claims, self._key, algorithm="HS256"), ttl)
+
+    def principal(self, token: str) -> Principal:
+        try:
+            claims = jwt.decode(token, self._key, algorithms=["HS256"], issuer=ISSUER,
+                                options={"require": ["exp", "sub", "iss"]})
+        except jwt.ExpiredSignatureError:
+            raise Unauthorized("the token has expired: get a new one from /v1/oauth/tokens") from None
+        except jwt.InvalidTokenError as exc:
+            raise Unauthorized(f"the token is not valid: {exc}") from None
+        client = self.config.clients.get(claims["sub"])
+        if client is None:
+            raise Unauthorized(f"client {claims['sub']!r} is no longer configured")
+        return client.principal
+
+    @staticmethod
+    def check(principal: Principal, needs: Iterable[tuple[Privilege, Resource]]) -> None:
+        for privilege, resource in needs:
+            if not principal.may(privilege, resource):
+                raise Forbidden(f"{principal.name} lacks {privilege.value} on {format_path(resource)}")
+
+
+def format_path(resource: Resource) -> str:
+    return "/".join(resource) or "*"
+
+
+def new_signing_key() -> bytes:
+    return secrets.token_bytes(32)
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    return hash_secret(secrets.token_hex(8))
