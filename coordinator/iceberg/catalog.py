@@ -9,8 +9,6 @@ the compare-and-set.
 from __future__ import annotations
 
 import hashlib
-import itertools
-import operator
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -51,35 +49,51 @@ class TableIdent:
 GROWING_LISTS = ("snapshots", "snapshot-log")
 
 
-def _list_json(new: list, old: list | None, old_json: bytes | None) -> bytes:
-    if old is not None and old_json is not None:
+def _extends(new: list, old: list) -> bool:
+    """Whether `new` is `old` with entries appended. These lists are only ever appended to or filtered in order
+    (remove-snapshots, snapshot-log reconciliation), never reordered, and entries are copied on write, never
+    edited: so if `new[n-1]` is the very object `old[n-1]`, nothing before it was removed and `new[:n]` holds
+    exactly `old`'s objects. An O(1) test instead of comparing 10,000 entries."""
+    n = len(old)
+    return n > 0 and len(new) > n and new[n - 1] is old[n - 1] and new[0] is old[0]
+
+
+def _list_parts(new: list, cached: tuple[list, memoryview] | None) -> list:
+    """The JSON of a growing list as parts for one join: the previous commit's bytes (a view into its metadata
+    file, not a copy) plus the new entries, or the whole list serialized."""
+    if cached is not None:
+        old, old_json = cached
         if new is old:
-            return old_json
-        n = len(old)
-        # Entries are never edited in place (copy-on-write), so "same objects in front" means "same JSON".
-        if n and len(new) > n and all(map(operator.is_, itertools.islice(new, n), old)):
-            tail = orjson.dumps(new[n:])
-            return b"".join([old_json[:-1], b",", tail[1:]])
-    return orjson.dumps(new)
+            return [old_json]
+        if _extends(new, old):
+            return [old_json[:-1], b",", orjson.dumps(new[len(old):])[1:]]
+    return [orjson.dumps(new)]
 
 
 def serialize_metadata(metadata: dict[str, Any], previous: "IcebergTable | None") -> tuple[bytes, dict]:
-    """The metadata file's bytes, plus the per-list JSON to keep for the next commit. Lists are shared with the
-    previous state by copy-on-write, so identity tells which entries are old."""
-    cache: dict[str, tuple[list, bytes]] = {}
-    parts = []
-    for key in GROWING_LISTS:
-        value = metadata.get(key)
-        if isinstance(value, list) and value:
-            old = previous.list_json.get(key) if previous is not None else None
-            data = _list_json(value, *(old if old else (None, None)))
-            cache[key] = (value, data)
-            parts.append(b'"' + key.encode() + b'":' + data)
-    if not parts:
-        return orjson.dumps(metadata), cache
-    head = orjson.dumps({k: v for k, v in metadata.items() if k not in cache})
-    sep = b"," if len(head) > 2 else b""
-    return b"".join([head[:-1], sep, b",".join(parts), b"}"]), cache
+    """The metadata file's bytes, plus where each growing list's JSON lies in them, kept for the next commit.
+    Lists are shared with the previous state by copy-on-write, so identity tells which entries are old. The file
+    is assembled in one join: the cost of a commit to a table with 10,000 snapshots is one copy of its bytes."""
+    lists = [k for k in GROWING_LISTS if isinstance(metadata.get(k), list) and metadata[k]]
+    if not lists:
+        return orjson.dumps(metadata), {}
+    head = orjson.dumps({k: v for k, v in metadata.items() if k not in lists})
+    parts: list = [head[:-1]]
+    spans: dict[str, tuple[int, int]] = {}
+    size = len(head) - 1
+    for i, key in enumerate(lists):
+        label = (b"," if i or len(head) > 2 else b"") + b'"' + key.encode() + b'":'
+        parts.append(label)
+        size += len(label)
+        start = size
+        for part in _list_parts(metadata[key], previous.list_json.get(key) if previous is not None else None):
+            parts.append(part)
+            size += len(part)
+        spans[key] = (start, size)
+    parts.append(b"}")
+    data = b"".join(parts)
+    view = memoryview(data)
+    return data, {key: (metadata[key], view[a:b]) for key, (a, b) in spans.items()}
 
 
 @dataclass(frozen=True)
@@ -91,7 +105,7 @@ class IcebergTable:
     metadata: dict[str, Any]
     metadata_location: str
     metadata_json: bytes
-    list_json: dict[str, tuple[list, bytes]] = field(default_factory=dict, compare=False, repr=False)
+    list_json: dict[str, tuple[list, memoryview]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def etag(self) -> str:

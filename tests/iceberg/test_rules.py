@@ -811,3 +811,31 @@ def test_pyiceberg_parses_output(format_version):
     assert len(parsed.statistics) == 1
     if format_version == 3:
         assert parsed.next_row_id == 10
+
+
+def test_incremental_serialization_equals_a_full_one():
+    """A commit's metadata file is joined from the previous file's bytes plus the new entries; through appends,
+    removals in the middle, a rollback and replaced lists it must always equal serializing the whole metadata."""
+    import orjson
+
+    from coordinator.iceberg.catalog import IcebergTable, TableIdent, serialize_metadata
+
+    ident = TableIdent("", ("db",), "t")
+    md = new_table()
+    data, lists = serialize_metadata(md, None)
+    state = IcebergTable(ident, md, "s3://bucket/db/t/metadata/v0.metadata.json", data, lists)
+    steps = [add_and_set_main(snapshot(i, parent=i - 1 or None, seq=i, ts=T0 + i)) for i in range(1, 6)]
+    steps += [[{"action": "remove-snapshots", "snapshot-ids": [3]}],            # from the middle
+              add_and_set_main(snapshot(6, parent=5, seq=6, ts=T0 + 6)),
+              [set_ref("main", 4)],                                            # rollback: log entry only
+              [{"action": "remove-snapshots", "snapshot-ids": [1, 2]}],         # from the front
+              add_and_set_main(snapshot(7, parent=4, seq=7, ts=T0 + 7)),
+              [{"action": "set-properties", "updates": {"k": "v"}}]]           # lists untouched
+    for i, updates in enumerate(steps):
+        md = commit(state.metadata, updates, now=T0 + 100 + i)
+        data, lists = serialize_metadata(md, state)
+        assert orjson.loads(data) == md, f"step {i}"  # key order aside, the same JSON
+        for key, (value, view) in lists.items():
+            assert value is md[key] and bytes(view) == orjson.dumps(md[key]), (i, key)
+        state = IcebergTable(ident, md, f"s3://bucket/db/t/metadata/v{i + 1}.metadata.json", data, lists)
+    assert [s["snapshot-id"] for s in md["snapshots"]] == [4, 5, 6, 7]
