@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 import uuid
-from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
 import pytest
 
 from coordinator.config import Config
-from storage.embedded import EmbeddedPostgres
+from tests.support import throwaway_postgres
 
 TEMPLATE = "coordinator_template"
 
@@ -36,10 +34,12 @@ def pg_admin_dsn():
     if external:
         yield _with_db(external, "postgres")
         return
-    root = Path(tempfile.mkdtemp(prefix="coordinator-test-pg-"))
-    root.chmod(0o755)
-    pg = EmbeddedPostgres(root / "pg")
-    dsn = pg.start()
+    with throwaway_postgres() as dsn:
+        yield _template(dsn)
+
+
+def _template(dsn: str) -> str:
+    """The cluster's admin DSN, after creating the migrated template database each test's database copies."""
     admin = _with_db(dsn, "postgres")
     # A migrated template makes each test's fresh database a cheap file copy.
     _psql(admin, f"CREATE DATABASE {TEMPLATE}")
@@ -57,8 +57,7 @@ def pg_admin_dsn():
             await con.close()
 
     asyncio.run(run_migrations())
-    yield admin
-    pg.destroy()
+    return admin
 
 
 @pytest.fixture

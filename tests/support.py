@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
-from storage.embedded import free_port
+from storage.embedded import EmbeddedPostgres, free_port
+
+
+@contextmanager
+def throwaway_postgres() -> Iterator[str]:
+    """A PostgreSQL cluster in a fresh temp dir on a free port for the duration of the block; yields its DSN."""
+    root = Path(tempfile.mkdtemp(prefix="coordinator-test-pg-"))
+    root.chmod(0o755)  # as root, PostgreSQL runs as another OS user that must reach its directory
+    pg = EmbeddedPostgres(root / "pg")
+    try:
+        yield pg.start()
+    finally:
+        pg.destroy()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 class ServerProcess:
@@ -70,6 +88,14 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def uuid7() -> str:
+    """A UUIDv7 string (RFC 9562), as Iceberg's Idempotency-Key requires."""
+    ms = int(time.time() * 1000)
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms << 80) | (0x7 << 76) | ((rand >> 64) & 0xFFF) << 64 | (0b10 << 62) | (rand & ((1 << 62) - 1))
+    return str(uuid.UUID(int=value))
 
 
 # -- authentication: an auth file for tests, and tokens from the service's own token endpoint ---------------------

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import threading
-import time
 import uuid
 
 import httpx
 import pytest
 
+from tests.support import uuid7
+
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
-
-
-def uuid7() -> str:
-    ms = int(time.time() * 1000)
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (ms << 80) | (0x7 << 76) | ((rand >> 64) & 0xFFF) << 64 | (0b10 << 62) | (rand & ((1 << 62) - 1))
-    return str(uuid.UUID(int=value))
 
 
 @pytest.fixture

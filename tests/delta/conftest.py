@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import asyncpg
 import httpx
 import pytest
 
@@ -133,6 +135,21 @@ def commit_info(version: int, file_name: str | None = None) -> dict:
     now = int(time.time() * 1000)
     return {"version": version, "timestamp": now, "file_name": file_name or f"{version:020d}.{uuid.uuid4()}.json",
             "file_size": 1024, "file_modification_timestamp": now}
+
+
+def commit_log(database_url: str, table_id: str) -> dict[int, str]:
+    """Version -> ratified file name, as the database holds the commit log: published commits are no longer
+    served by GET commits, so this is the only record of them the service keeps (asyncpg on its own event loop:
+    the callers are sync)."""
+    async def fetch():
+        con = await asyncpg.connect(database_url)
+        try:
+            return await con.fetch("SELECT version, payload FROM commits WHERE table_id = $1 ORDER BY version",
+                                   uuid.UUID(table_id))
+        finally:
+            await con.close()
+
+    return {r["version"]: json.loads(r["payload"])["file_name"] for r in asyncio.run(fetch())}
 
 
 @pytest.fixture

@@ -4,19 +4,16 @@ version and no staged file was ratified twice."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import threading
 import time
 import uuid
 
-import asyncpg
 import httpx
 import pytest
 
 from tests.support import ServerProcess
 
-from .conftest import PREFIX, UC
+from .conftest import PREFIX, UC, commit_log
 
 pytestmark = pytest.mark.crash
 
@@ -73,7 +70,7 @@ def test_sigkill_under_commit_load_loses_no_acknowledged_commit(database_url, tm
         body = uc.commits(table)
         assert len(acked) >= 20
         latest, served = body["latest_table_version"], {c["version"]: c["file_name"] for c in body["commits"]}
-        rows = _commit_log(database_url, table["table_id"])
+        rows = commit_log(database_url, table["table_id"])
         assert max(acked) <= latest == max(rows)
         assert sorted(rows) == list(range(0, latest + 1))          # each version once, none missing
         names = [n for v, n in rows.items() if v > 0]
@@ -90,15 +87,3 @@ def test_sigkill_under_commit_load_loses_no_acknowledged_commit(database_url, tm
         stop.set()
         server.stop()
 
-
-def _commit_log(database_url: str, table_id: str) -> dict[int, str]:
-    """The commit log as the database holds it (asyncpg on its own event loop: the test itself is sync)."""
-    async def fetch():
-        con = await asyncpg.connect(database_url)
-        try:
-            return await con.fetch("SELECT version, payload FROM commits WHERE table_id = $1 ORDER BY version",
-                                   uuid.UUID(table_id))
-        finally:
-            await con.close()
-
-    return {r["version"]: json.loads(r["payload"])["file_name"] for r in asyncio.run(fetch())}

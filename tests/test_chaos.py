@@ -1,0 +1,660 @@
+"""Chaos: SIGKILL the service again and again under mixed Iceberg + Delta + Lance commit load, restart it on the
+same port, and replay the clients' log of answers against the final state.
+
+Every commit carries an id of its own: Iceberg in its snapshot's summary (`chaos-id`), Delta in the ratified file
+name, Lance in the version's metadata and in the manifest's bytes. A client that gets no answer (the connection
+dropped mid-request) or a 5xx does not know whether its commit landed. A *patient* writer sends the very same
+request again (Iceberg with the same Idempotency-Key) until it gets an answer, which settles the doubt; an
+*impatient* one gives up and logs the commit as "unknown". Only a 2xx is an acknowledgement.
+
+The checker (`check`, a pure function of the log and the state read back) requires:
+
+* lost = 0: every acknowledged commit is present, at the version it was acknowledged at;
+* duplicated = 0: no commit id appears twice in a table, unknown ones included;
+* phantom = 0: no commit refused with a 4xx is present;
+* contiguous versions: Iceberg snapshot sequence numbers 1..N, every snapshot an ancestor of main, the
+  snapshot-log equal to main's ancestry and the metadata files numbered without holes; Delta versions 0..N, the
+  tail GET commits serves (page by page) equal to the commit log; Lance versions 1..N, each manifest on disk
+  holding its commit's bytes and no other manifest there.
+
+pytest runs `COORDINATOR_CHAOS_CYCLES` (3) cycles; `python -m tests.test_chaos --cycles 20` runs on its own
+throwaway PostgreSQL, prints progress per cycle and the figures, and exits 1 when the check fails.
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from coordinator.lance.table import object_path, version_of_manifest_name
+from tests.delta.conftest import FIRST, PREFIX, UC, commit_info, commit_log
+from tests.lance.conftest import stage
+from tests.support import ServerProcess, throwaway_postgres, uuid7
+
+pytestmark = pytest.mark.chaos
+
+FORMATS = ("iceberg", "delta", "lance")
+TABLES = ("t0", "t1", "t2")
+WRITERS_PER_FORMAT = 4           # writer w writes TABLES[w % 3]: t0 has two writers racing, t1 and t2 one each
+ICEBERG_NS, LANCE_NS, DELTA_SCHEMA = "chaos_ice", "chaos_lance", "chaos"
+SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+# Small pages, so that reading the state back crosses page boundaries (Delta GET commits, Lance version list).
+DELTA_PAGE_SIZE = 3
+LANCE_PAGE_SIZE = 7
+# Delta writers report versions up to `latest - lag` as published: a few ratified commits stay unpublished, so
+# GET commits has a tail to serve after every restart (the limit of unpublished commits is 10).
+DELTA_PUBLISH_LAG = 4
+RETRY_PAUSE_S = 0.05
+
+
+# -- the clients' log --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one commit's client knows at the end. `version` is the version the commit asked for; for an
+    acknowledged commit it is the version the service acknowledged."""
+
+    fmt: str
+    table: str
+    cid: str
+    status: str             # "acked" (2xx), "rejected" (4xx: changed nothing), "unknown" (no answer; gave up)
+    version: int
+    in_doubt: bool = False  # some attempt ended without an answer (dropped connection or 5xx)
+
+
+class ClientLog:
+    """Shared by the writer threads: every commit's outcome, and every failed attempt by error class."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.outcomes: list[Outcome] = []
+        self.errors: Counter[tuple[str, str]] = Counter()
+
+    def record(self, outcome: Outcome) -> None:
+        with self._lock:
+            self.outcomes.append(outcome)
+
+    def error(self, fmt: str, kind: str) -> None:
+        with self._lock:
+            self.errors[fmt, kind] += 1
+
+    def acked(self) -> Counter[str]:
+        with self._lock:
+            return Counter(o.fmt for o in self.outcomes if o.status == "acked")
+
+
+# -- the checker -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TableState:
+    """One table as read back: its versions, each with the id of the commit that made it (None for versions no
+    chaos writer made, such as Delta's version 0), and what the reader found inconsistent between the views."""
+
+    fmt: str
+    table: str
+    first: int                                   # the format's first version
+    entries: list[tuple[int, str | None]]
+    anomalies: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Figures:
+    counts: dict[str, Counter] = field(default_factory=lambda: {f: Counter() for f in FORMATS})
+    lost: list[str] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+    phantom: list[str] = field(default_factory=list)
+    non_contiguous: list[str] = field(default_factory=list)
+    inconsistent: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.lost or self.duplicated or self.phantom or self.non_contiguous or self.inconsistent)
+
+    def problems(self) -> str:
+        out = []
+        for name in ("lost", "duplicated", "phantom", "non_contiguous", "inconsistent"):
+            items = getattr(self, name)
+            if items:
+                out.append(f"{name} ({len(items)}): " + "; ".join(items[:10]))
+        return "\n".join(out)
+
+
+def check(outcomes: Iterable[Outcome], states: Iterable[TableState]) -> Figures:
+    """Replay the clients' log against the state read back. Pure: no I/O, so it can be shown to fail."""
+    f = Figures()
+    found: dict[tuple[str, str, str], list[int]] = {}
+    for s in states:
+        versions = sorted(v for v, _ in s.entries)
+        if versions != list(range(s.first, s.first + len(versions))):
+            f.non_contiguous.append(f"{s.fmt} {s.table}: versions {_spans(versions)}, expected "
+                                    f"{s.first}..{s.first + len(versions) - 1}")
+        for v, cid in s.entries:
+            if cid is not None:
+                found.setdefault((s.fmt, s.table, cid), []).append(v)
+        f.inconsistent += [f"{s.fmt} {s.table}: {a}" for a in s.anomalies]
+    for (fmt, table, cid), versions in found.items():
+        if len(versions) > 1:
+            f.duplicated.append(f"{fmt} {table}: commit {cid} at versions {sorted(versions)}")
+    sent = set()
+    for o in outcomes:
+        key = (o.fmt, o.table, o.cid)
+        sent.add(key)
+        where = found.get(key, [])
+        c = f.counts[o.fmt]
+        c[o.status] += 1
+        c["in doubt"] += o.in_doubt
+        if o.status == "acked":
+            if o.version not in where:
+                at = f"found at {sorted(where)}" if where else "absent"
+                f.lost.append(f"{o.fmt} {o.table}: commit {o.cid} acknowledged at version {o.version}, {at}")
+        elif o.status == "rejected":
+            if where:
+                f.phantom.append(f"{o.fmt} {o.table}: commit {o.cid} was refused, yet is at {sorted(where)}")
+        elif where:
+            c["unknown, landed"] += 1
+    for key in found.keys() - sent:
+        f.inconsistent.append(f"{key[0]} {key[1]}: commit {key[2]} is in the table, but no writer sent it")
+    return f
+
+
+def _spans(versions: list[int]) -> str:
+    """[0, 1, 2, 5, 6] -> '0..2, 5..6' (the first few runs)."""
+    runs: list[list[int]] = []
+    for v in versions:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    text = ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in runs[:6])
+    return text + (", ..." if len(runs) > 6 else "")
+
+
+# -- writers -----------------------------------------------------------------------------------------------------
+
+
+class Writer(abc.ABC):
+    """One client thread committing to one table of one format, over raw HTTP."""
+
+    fmt = ""
+
+    def __init__(self, base: str, table: str, log: ClientLog, stop: threading.Event, give_up: threading.Event,
+                 *, patient: bool):
+        self.base, self.table, self.log = base, table, log
+        self.stop, self.give_up, self.patient = stop, give_up, patient
+        self.http = httpx.Client(base_url=base, timeout=10)
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.commit_once()
+        finally:
+            self.http.close()
+
+    @abc.abstractmethod
+    def commit_once(self) -> None:
+        """Read the table, make one commit with a new id, and log its outcome."""
+
+    def read(self, send: Callable[[], httpx.Response]) -> dict | None:
+        """A read that must succeed; retried through the restarts. None when the run is over."""
+        while not self.give_up.is_set() and not self.stop.is_set():
+            try:
+                r = send()
+            except httpx.HTTPError as exc:
+                self.log.error(self.fmt, "read " + type(exc).__name__)
+            else:
+                if r.status_code == 200:
+                    return r.json()
+                self.log.error(self.fmt, f"read {r.status_code}")
+            time.sleep(RETRY_PAUSE_S)
+        return None
+
+    def send(self, send: Callable[[], httpx.Response]) -> tuple[str, bool]:
+        """Send one commit until the service answers it. Returns (status, in_doubt)."""
+        in_doubt = False
+        while True:
+            try:
+                r = send()
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                self.log.error(self.fmt, type(exc).__name__)     # nothing reached the service: no new doubt
+            except httpx.HTTPError as exc:
+                self.log.error(self.fmt, type(exc).__name__)     # sent, and the connection died: in doubt
+                in_doubt = True
+            else:
+                if r.status_code < 300:
+                    return "acked", in_doubt
+                self.log.error(self.fmt, str(r.status_code))
+                if r.status_code < 500:
+                    return "rejected", in_doubt
+                in_doubt = True                                  # 5xx (503 included): the outcome is not known
+            if (in_doubt and not self.patient) or self.give_up.is_set():
+                return "unknown", in_doubt
+            time.sleep(RETRY_PAUSE_S)
+
+
+class IcebergWriter(Writer):
+    """Adds one snapshot per commit on top of main (assert-ref-snapshot-id), moving main to it. A patient retry
+    resends the same body with the same Idempotency-Key: a commit that landed is answered from the stored answer,
+    one that did not runs again."""
+
+    fmt = "iceberg"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.path = f"/v1/namespaces/{ICEBERG_NS}/tables/{self.table}"
+        self.view: tuple[int | None, int, str] | None = None   # (main's snapshot id, last sequence number, location)
+
+    def commit_once(self) -> None:
+        if self.view is None:
+            loaded = self.read(lambda: self.http.get(self.path, params={"snapshots": "refs"}))
+            if loaded is None:
+                return
+            md = loaded["metadata"]
+            self.view = (md["refs"].get("main", {}).get("snapshot-id"), md["last-sequence-number"], md["location"])
+        parent, last_seq, location = self.view
+        cid, snapshot_id, key = uuid.uuid4().hex, uuid.uuid4().int >> 66, uuid7()
+        snapshot = {"snapshot-id": snapshot_id, "sequence-number": last_seq + 1, "timestamp-ms": _now_ms(),
+                    "manifest-list": f"{location}/metadata/snap-{snapshot_id}-{cid}.avro",
+                    "summary": {"operation": "append", "chaos-id": cid}, "schema-id": 0}
+        if parent is not None:
+            snapshot["parent-snapshot-id"] = parent
+        body = {"requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent}],
+                "updates": [{"action": "add-snapshot", "snapshot": snapshot},
+                            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
+                             "snapshot-id": snapshot_id}]}
+        status, doubt = self.send(lambda: self.http.post(self.path, json=body, headers={"Idempotency-Key": key}))
+        self.log.record(Outcome(self.fmt, self.table, cid, status, last_seq + 1, doubt))
+        self.view = (snapshot_id, last_seq + 1, location) if status == "acked" else None
+
+
+class DeltaWriter(Writer):
+    """Ratifies version latest + 1 as `<version>.<commit id>.json`, reporting older versions as published. A retry
+    of the same commit is a no-op 200 if it was ratified, a 409 if another writer took the version."""
+
+    fmt = "delta"
+
+    def __init__(self, *args, table_info: dict, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.q = {"table_id": table_info["table_id"], "table_uri": table_info["storage_location"]}
+
+    def commit_once(self) -> None:
+        got = self.read(lambda: self.http.get(PREFIX + "/delta/commits", params=self.q))
+        if got is None:
+            return
+        latest = got["latest_table_version"]
+        v, cid = latest + 1, uuid.uuid4().hex
+        body = {**self.q, "commit_info": commit_info(v, f"{v:020d}.{cid}.json"),
+                "latest_published_version": max(0, latest - DELTA_PUBLISH_LAG)}
+        status, doubt = self.send(lambda: self.http.post(PREFIX + "/delta/commit", json=body))
+        self.log.record(Outcome(self.fmt, self.table, cid, status, v, doubt))
+
+
+class LanceWriter(Writer):
+    """Stages a manifest holding the commit id, as Lance writers do, and asks for version latest + 1. A retry with
+    the same staged path is answered again if it landed; a refused commit's staged manifest is the writer's to
+    remove."""
+
+    fmt = "lance"
+
+    def __init__(self, *args, location: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.location = location
+        self.path = f"/v1/table/{LANCE_NS}${self.table}"
+
+    def commit_once(self) -> None:
+        got = self.read(lambda: self.http.post(self.path + "/version/list",
+                                               params={"limit": 1, "descending": "true"}))
+        if got is None:
+            return
+        v = got["versions"][0]["version"] + 1 if got["versions"] else 1
+        cid = uuid.uuid4().hex
+        staged = stage(self.location, v, _manifest(cid))
+        body = {"version": v, "manifest_path": staged, "metadata": {"chaos-id": cid}}
+        status, doubt = self.send(lambda: self.http.post(self.path + "/version/create", json=body))
+        self.log.record(Outcome(self.fmt, self.table, cid, status, v, doubt))
+        if status == "rejected":
+            Path("/" + staged).unlink(missing_ok=True)
+
+
+def _manifest(cid: str) -> bytes:
+    # Enough of a manifest for the service (it checks Lance's trailing magic), and unique to the commit.
+    return b"chaos manifest " + cid.encode() + b" LANC"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# -- set-up and reading the state back --------------------------------------------------------------------------
+
+
+@dataclass
+class Tables:
+    delta: dict[str, dict]          # name -> TableInfo
+    lance: dict[str, str]           # name -> location
+
+
+def set_up(base: str) -> Tables:
+    with httpx.Client(base_url=base, timeout=30) as http:
+        assert http.post("/v1/namespaces", json={"namespace": [ICEBERG_NS]}).status_code == 200
+        for t in TABLES:
+            # Every metadata file stays in the metadata-log, so its numbering can be checked for holes.
+            r = http.post(f"/v1/namespaces/{ICEBERG_NS}/tables", json={
+                "name": t, "schema": SCHEMA, "properties": {"write.metadata.previous-versions-max": "1000000"}})
+            assert r.status_code == 200, r.text
+        assert http.post(f"/v1/namespace/{LANCE_NS}/create", json={}).status_code == 200
+        lance = {}
+        for t in TABLES:
+            r = http.post(f"/v1/table/{LANCE_NS}${t}/declare", json={})
+            assert r.status_code == 200, r.text
+            lance[t] = r.json()["location"]
+    uc = UC(base)
+    try:
+        delta = {t: uc.create_managed(t, schema=DELTA_SCHEMA) for t in TABLES}
+    finally:
+        uc.http.close()
+    return Tables(delta, lance)
+
+
+def read_state(base: str, database_url: str, tables: Tables) -> list[TableState]:
+    with httpx.Client(base_url=base, timeout=60) as http:
+        return ([read_iceberg(http, t) for t in TABLES]
+                + [read_delta(http, database_url, t, tables.delta[t]) for t in TABLES]
+                + [read_lance(http, t) for t in TABLES])
+
+
+def read_iceberg(http: httpx.Client, table: str) -> TableState:
+    r = http.get(f"/v1/namespaces/{ICEBERG_NS}/tables/{table}")
+    assert r.status_code == 200, r.text
+    md, anomalies = r.json()["metadata"], []
+    snapshots = {s["snapshot-id"]: s for s in md["snapshots"]}
+    chain: list[int] = []
+    sid = md["refs"].get("main", {}).get("snapshot-id")
+    while sid is not None:
+        if sid not in snapshots:
+            anomalies.append(f"main's ancestry names snapshot {sid}, which the table does not hold")
+            break
+        chain.append(sid)
+        sid = snapshots[sid].get("parent-snapshot-id")
+    chain.reverse()
+    off_main = sorted(set(snapshots) - set(chain))
+    if off_main:
+        anomalies.append(f"{len(off_main)} snapshots are not ancestors of main, e.g. {snapshots[off_main[0]]}")
+    sequence = [snapshots[s]["sequence-number"] for s in chain]
+    if sequence != sorted(sequence):
+        anomalies.append(f"sequence numbers along main are out of order: {_spans(sequence)}")
+    if [e["snapshot-id"] for e in md["snapshot-log"]] != chain:
+        anomalies.append("the snapshot-log is not main's ancestry")
+    files = [e["metadata-file"] for e in md["metadata-log"]] + [r.json()["metadata-location"]]
+    numbers = [int(f.rsplit("/", 1)[1].split("-", 1)[0]) for f in files]
+    if numbers != list(range(len(numbers))):
+        anomalies.append(f"metadata files are numbered {_spans(numbers)}")
+    entries = [(s["sequence-number"], s["summary"].get("chaos-id")) for s in snapshots.values()]
+    return TableState("iceberg", table, 1, entries, anomalies)
+
+
+def read_delta(http: httpx.Client, database_url: str, table: str, info: dict) -> TableState:
+    """Published commits are no longer served by GET commits (a Delta reader finds them in `_delta_log/`), so the
+    commit log in the database is the service's one record of every ratified version; the tail GET commits serves,
+    page by page, must agree with it, and its latest version must be the log's."""
+    log, anomalies = commit_log(database_url, info["table_id"]), []
+    entries: list[tuple[int, str | None]] = []
+    for v, name in log.items():
+        if name == FIRST:
+            entries.append((v, None))
+            continue
+        prefix, cid, _ = name.split(".")
+        if int(prefix) != v:
+            anomalies.append(f"version {v} was ratified as {name}")
+        entries.append((v, cid))
+    q = {"table_id": info["table_id"], "table_uri": info["storage_location"]}
+    served: list[dict] = []
+    start, latest = 0, None
+    while True:
+        r = http.get(PREFIX + "/delta/commits", params={**q, "start_version": start})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        latest = body["latest_table_version"]
+        if not body["commits"]:
+            break
+        served += body["commits"]
+        start = body["commits"][-1]["version"] + 1
+        if start > latest:
+            break
+    if latest != max(log, default=-1):
+        anomalies.append(f"latest_table_version {latest}, but the commit log ends at {max(log, default=None)}")
+    versions = [c["version"] for c in served]
+    if served and versions != list(range(versions[0], latest + 1)):
+        anomalies.append(f"GET commits serves versions {_spans(versions)}, not a tail ending at {latest}")
+    differ = [c["version"] for c in served if log.get(c["version"]) != c["file_name"]]
+    if differ:
+        anomalies.append(f"GET commits and the commit log disagree on versions {differ[:5]}")
+    return TableState("delta", table, 0, entries, anomalies)
+
+
+def read_lance(http: httpx.Client, table: str) -> TableState:
+    path, anomalies = f"/v1/table/{LANCE_NS}${table}", []
+    versions: list[dict] = []
+    token = None
+    while True:
+        params = {"limit": LANCE_PAGE_SIZE} | ({"page_token": token} if token else {})
+        r = http.post(path + "/version/list", params=params)
+        assert r.status_code == 200, r.text
+        versions += r.json()["versions"]
+        token = r.json().get("page_token")
+        if not token:
+            break
+    entries: list[tuple[int, str | None]] = []
+    for v in versions:
+        cid = (v.get("metadata") or {}).get("chaos-id")
+        manifest = Path("/" + v["manifest_path"])
+        if not manifest.exists():
+            anomalies.append(f"version {v['version']}'s manifest {manifest} does not exist")
+        elif cid is None or manifest.read_bytes() != _manifest(cid):
+            anomalies.append(f"version {v['version']}'s manifest is not commit {cid}'s")
+        entries.append((v["version"], cid))
+    r = http.post(path + "/describe", json={})
+    assert r.status_code == 200, r.text
+    on_disk = sorted(n[0] for n in (version_of_manifest_name(f) for f in
+                                    os.listdir(Path("/" + object_path(r.json()["location"])) / "_versions")) if n)
+    if on_disk != [v["version"] for v in versions]:
+        anomalies.append(f"final manifests on disk {_spans(on_disk)} are not the versions listed "
+                         f"{_spans([v['version'] for v in versions])}")
+    return TableState("lance", table, 1, entries, anomalies)
+
+
+# -- a run -------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    cycles: int
+    seconds: float
+    figures: Figures
+    errors: Counter
+    stalled: list[str]          # cycles in which a format had no commit acknowledged
+    outcomes: list[Outcome]
+    states: list[TableState]
+
+
+def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, load_s: tuple[float, float] = (1.0, 3.0),
+              progress: Callable[[str], None] = print) -> Run:
+    t0 = time.monotonic()
+    rng = random.Random(seed)
+    server = ServerProcess(database_url, workdir / "server",
+                           extra_env={"COORDINATOR_DELTA_COMMITS_PAGE_SIZE": str(DELTA_PAGE_SIZE)})
+    base = server.start()
+    log, stop, give_up = ClientLog(), threading.Event(), threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        tables = set_up(base)
+        writers: list[Writer] = []
+        for w in range(WRITERS_PER_FORMAT):
+            t, patient = TABLES[w % len(TABLES)], w % 2 == 0
+            args = (base, t, log, stop, give_up)
+            writers += [IcebergWriter(*args, patient=patient),
+                        DeltaWriter(*args, patient=patient, table_info=tables.delta[t]),
+                        LanceWriter(*args, patient=patient, location=tables.lance[t])]
+        threads = [threading.Thread(target=w.run, name=f"{w.fmt}-{w.table}", daemon=True) for w in writers]
+        for th in threads:
+            th.start()
+        stalled: list[str] = []
+        before = log.acked()
+        for cycle in range(1, cycles + 1):
+            ran = rng.uniform(*load_s)
+            time.sleep(ran)
+            server.kill()
+            now = log.acked()
+            gained = {f: now[f] - before[f] for f in FORMATS}
+            stalled += [f"cycle {cycle}: {f}" for f in FORMATS if gained[f] == 0]
+            before = now
+            down = time.monotonic()
+            server.start()
+            progress(f"cycle {cycle}/{cycles}: load {ran:.1f}s, acknowledged "
+                     + ", ".join(f"{f} +{gained[f]}" for f in FORMATS)
+                     + f" (total {sum(now.values())}); SIGKILL, back up in {time.monotonic() - down:.1f}s")
+        # Let every format commit against the restarted service (a liveness check, with room for a slow machine).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(log.acked()[f] == before[f] for f in FORMATS):
+            time.sleep(0.1)
+        time.sleep(0.5)
+        stop.set()
+        deadline = time.monotonic() + 30
+        for th in threads:
+            th.join(max(0.1, deadline - time.monotonic()))
+        give_up.set()
+        for th in threads:
+            th.join(10)
+        assert not any(th.is_alive() for th in threads), "a writer is stuck"
+        after_last = {f: log.acked()[f] - before[f] for f in FORMATS}
+        stalled += [f"after the last restart: {f}" for f in FORMATS if after_last[f] == 0]
+        server.stop()                                     # a clean restart before reading the state back
+        server.start()
+        states = read_state(base, database_url, tables)
+        figures = check(log.outcomes, states)
+        return Run(cycles, time.monotonic() - t0, figures, log.errors, stalled, log.outcomes, states)
+    finally:
+        stop.set()
+        give_up.set()
+        server.stop()
+
+
+def figures_table(run: Run) -> str:
+    f = run.figures
+    rows: list[tuple[str, list]] = [
+        ("commits acknowledged", [f.counts[x]["acked"] for x in FORMATS]),
+        ("commits refused (4xx)", [f.counts[x]["rejected"] for x in FORMATS]),
+        ("in doubt at some attempt", [f.counts[x]["in doubt"] for x in FORMATS]),
+        ("unknown (writer gave up)", [f.counts[x]["unknown"] for x in FORMATS]),
+        ("... of which landed", [f.counts[x]["unknown, landed"] for x in FORMATS]),
+    ]
+    for name in ("lost", "duplicated", "phantom", "non_contiguous", "inconsistent"):
+        items = getattr(f, name)
+        label = {"non_contiguous": "tables non-contiguous", "inconsistent": "inconsistent views",
+                 "phantom": "phantom (refused, present)"}.get(name, name)
+        rows.append((label, [sum(1 for i in items if i.startswith(x + " ")) for x in FORMATS]))
+    kinds = sorted({k for _, k in run.errors})
+    for kind in kinds:
+        rows.append((f"errors: {kind}", [run.errors[x, kind] for x in FORMATS]))
+    width = max(len(r[0]) for r in rows)
+    lines = [f"cycles: {run.cycles}   wall time: {run.seconds:.0f}s   stalled: {', '.join(run.stalled) or 'none'}",
+             f"| {'figure':<{width}} | " + " | ".join(f"{x:>7}" for x in FORMATS) + " |   total |",
+             f"|{'-' * (width + 2)}|" + "|".join("-" * 9 for _ in FORMATS) + "|---------|"]
+    for label, values in rows:
+        lines.append(f"| {label:<{width}} | " + " | ".join(f"{v:>7}" for v in values) + f" | {sum(values):>7} |")
+    return "\n".join(lines)
+
+
+# -- tests -------------------------------------------------------------------------------------------------------
+
+
+def test_sigkill_cycles_under_mixed_load_lose_and_duplicate_nothing(database_url, tmp_path):
+    cycles = int(os.environ.get("COORDINATOR_CHAOS_CYCLES", "3"))
+    run = run_chaos(database_url, tmp_path, cycles, progress=lambda line: print(line, flush=True))
+    print(figures_table(run))
+    assert run.figures.clean, run.figures.problems()
+    for fmt in FORMATS:
+        assert run.figures.counts[fmt]["acked"] > 0, f"no {fmt} commit was acknowledged"
+    assert not [s for s in run.stalled if s.startswith("after")], f"no progress after the last restart: {run.stalled}"
+    # Any other answer than a conflict or 503 means a client or the service is broken, not a crash.
+    odd = {k: n for k, n in run.errors.items() if k[1].isdigit() and k[1] not in ("409", "503")}
+    assert not odd, odd
+    # The checker sees the real state: remove one acknowledged commit from it and it must say so.
+    victim = next(o for o in run.outcomes if o.status == "acked")
+    states = [TableState(s.fmt, s.table, s.first, [(v, c) for v, c in s.entries if c != victim.cid], s.anomalies)
+              for s in run.states]
+    assert [line for line in check(run.outcomes, states).lost if victim.cid in line]
+
+
+def _delta_log(**outcomes: str) -> list[Outcome]:
+    """Outcomes on Delta table t: `a="acked@1"` is commit a, acknowledged at version 1."""
+    out = []
+    for cid, spec in outcomes.items():
+        status, version = spec.split("@")
+        out.append(Outcome("delta", "t", cid, status, int(version)))
+    return out
+
+
+def test_checker_flags_lost_duplicated_phantom_and_holes():
+    log = _delta_log(a="acked@1", b="acked@2", c="rejected@2", d="unknown@3", e="unknown@3")
+    whole = [(0, None), (1, "a"), (2, "b"), (3, "d")]
+    ok = check(log, [TableState("delta", "t", 0, whole)])
+    assert ok.clean and ok.counts["delta"]["acked"] == 2 and ok.counts["delta"]["unknown, landed"] == 1
+
+    removed = check(log, [TableState("delta", "t", 0, [(0, None), (1, "a"), (3, "d")])])
+    assert len(removed.lost) == 1 and "commit b acknowledged at version 2, absent" in removed.lost[0]
+    assert removed.non_contiguous and not removed.duplicated
+
+    moved = check(log, [TableState("delta", "t", 0, [(0, None), (1, "a"), (2, "d"), (3, "b")])])
+    assert len(moved.lost) == 1 and "found at [3]" in moved.lost[0]
+
+    twice = check(log, [TableState("delta", "t", 0, whole + [(4, "d")])])
+    assert twice.duplicated == ["delta t: commit d at versions [3, 4]"] and not twice.lost
+
+    refused = check(log, [TableState("delta", "t", 0, whole + [(4, "c")])])
+    assert len(refused.phantom) == 1 and not refused.lost
+
+    stray = check(log, [TableState("delta", "t", 0, whole + [(4, "zz")])])
+    assert stray.inconsistent and not stray.lost
+
+    # Another table's copy of a commit is not this table's commit.
+    elsewhere = check(log, [TableState("delta", "t", 0, [(0, None), (1, "a")]),
+                            TableState("delta", "u", 0, [(0, None), (1, "b")])])
+    assert any("commit b" in line for line in elsewhere.lost)
+
+
+# -- as a script ---------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.test_chaos", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cycles", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=7, help="seeds the load durations between kills")
+    args = parser.parse_args(argv)
+    with throwaway_postgres() as dsn, tempfile.TemporaryDirectory(prefix="coordinator-chaos-") as work:
+        run = run_chaos(dsn, Path(work), args.cycles, seed=args.seed, progress=lambda line: print(line, flush=True))
+    print(figures_table(run))
+    if not run.figures.clean:
+        print(run.figures.problems())
+        return 1
+    print("OK: every acknowledged commit present once, no duplicates, versions contiguous")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
