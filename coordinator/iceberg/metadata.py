@@ -294,6 +294,7 @@ def _build(b: MetadataBuilder, *, base_location: str | None, require_location: b
     else:
         md.pop("schema", None)
         md.pop("partition-spec", None)
+    b.remember_snapshot_index()
     return md
 
 

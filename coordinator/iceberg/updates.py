@@ -17,7 +17,9 @@ Java's REST handler reports as CommitFailedException (409) so that the client re
 from __future__ import annotations
 
 import functools
+import threading
 import uuid as uuidlib
+from collections import OrderedDict
 from typing import Any, Iterator
 
 from pydantic import TypeAdapter, ValidationError
@@ -206,6 +208,43 @@ def strip_trailing_slash(location: str) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
+class SnapshotIndexes:
+    """id -> snapshot for recently built `snapshots` lists, so that a commit to a table with 10,000 snapshots
+    copies its base's index (~0.15 ms) instead of rebuilding it (~1-2 ms). Keyed by the list object: lists are
+    copy-on-write, so a built list's entries never change. Bounded by the total number of entries; shared by
+    every table of the process (a lock, as embedded services may run in several threads)."""
+
+    MIN_SNAPSHOTS = 64            # below this, building is as cheap as copying
+    MAX_ENTRIES = 1_000_000
+
+    def __init__(self) -> None:
+        self._by_list: OrderedDict[int, tuple[list, dict]] = OrderedDict()
+        self._entries = 0
+        self._lock = threading.Lock()
+
+    def get(self, snapshots: list) -> dict | None:
+        with self._lock:
+            hit = self._by_list.get(id(snapshots))
+            if hit is None or hit[0] is not snapshots:
+                return None
+            self._by_list.move_to_end(id(snapshots))
+            return hit[1]
+
+    def put(self, snapshots: list, index: dict) -> None:
+        if len(snapshots) < self.MIN_SNAPSHOTS:
+            return
+        with self._lock:
+            old = self._by_list.pop(id(snapshots), None)
+            self._entries += len(index) - (len(old[1]) if old else 0)
+            self._by_list[id(snapshots)] = (snapshots, index)
+            while self._entries > self.MAX_ENTRIES and self._by_list:
+                _, (_, evicted) = self._by_list.popitem(last=False)
+                self._entries -= len(evicted)
+
+
+SNAPSHOT_INDEXES = SnapshotIndexes()
+
+
 class MetadataBuilder:
     """Java's `TableMetadata.Builder` over a JSON-shaped dict, with copy-on-write instead of defensive copies.
 
@@ -304,8 +343,15 @@ class MetadataBuilder:
 
     def snapshot(self, snapshot_id: int) -> dict | None:
         if self._snapshots_by_id is None:
-            self._snapshots_by_id = {s["snapshot-id"]: s for s in self.md["snapshots"]}
+            cached = SNAPSHOT_INDEXES.get(self.md["snapshots"])
+            self._snapshots_by_id = (dict(cached) if cached is not None
+                                     else {s["snapshot-id"]: s for s in self.md["snapshots"]})
         return self._snapshots_by_id.get(snapshot_id)
+
+    def remember_snapshot_index(self) -> None:
+        """Called once the metadata is built: the next commit's builder starts from this index."""
+        if self._snapshots_by_id is not None:
+            SNAPSHOT_INDEXES.put(self.md["snapshots"], self._snapshots_by_id)
 
     def add_snapshot(self, snapshot: dict) -> None:
         self.mutable_list("snapshots").append(snapshot)
