@@ -1,0 +1,237 @@
+"""The internal channel between cluster members: persistent trio TCP connections carrying length-prefixed frames.
+
+A frame is a 4-byte big-endian length and a pickle. A request is `(call_id, method, args)`; its answer is
+`(call_id, ok, value)` where `value` is the result or the CoordinatorError to raise. One connection per peer
+carries any number of concurrent calls (answers come back out of order), so a forwarded request costs one
+pickle, one send and one receive on each side: no second HTTP hop, no connection set-up per request.
+
+Pickle is safe here only because members are one trusted deployment; the channel must never be exposed beyond it
+(bind it to a private interface). It is used because the payloads are the catalogs' own objects (pydantic
+requests, proposals, table states) and the owner must run exactly the code the receiving member would have run.
+Process-local objects a proposal refers to (the file IO, the store) travel by name and are replaced by the
+receiver's own (`Codec`).
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import logging
+import pickle
+import socket
+import struct
+from typing import Any, Awaitable, Callable
+
+import trio
+
+from ..errors import CoordinatorError, Unavailable
+
+log = logging.getLogger(__name__)
+
+HEADER = struct.Struct(">I")
+MAX_FRAME = 512 * 1024 * 1024
+
+
+class PeerUnreachable(Unavailable):
+    """The request was never sent (no connection): known not applied."""
+
+
+class AnswerLost(Exception):
+    """The request was sent but the connection closed before its answer: the caller must find out the outcome."""
+
+
+class Codec:
+    """pickle with the process-local objects named in `local` replaced by their names on the wire."""
+
+    def __init__(self, local: dict[str, Any]):
+        self._by_name = dict(local)
+        self._by_id = {id(obj): name for name, obj in local.items()}
+        by_id = self._by_id
+
+        class _Pickler(pickle.Pickler):
+            def persistent_id(self, obj: Any) -> str | None:
+                return by_id.get(id(obj))
+
+        by_name = self._by_name
+
+        class _Unpickler(pickle.Unpickler):
+            def persistent_load(self, pid: str) -> Any:
+                return by_name[pid]
+
+        self._pickler, self._unpickler = _Pickler, _Unpickler
+
+    def frame(self, message: Any) -> bytes:
+        buf = io.BytesIO()
+        buf.write(b"\0\0\0\0")
+        self._pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(message)
+        data = buf.getbuffer()
+        HEADER.pack_into(data, 0, len(data) - 4)
+        return bytes(data)
+
+    def loads(self, payload: bytes) -> Any:
+        return self._unpickler(io.BytesIO(payload)).load()
+
+
+async def read_frames(stream: trio.abc.ReceiveStream):
+    """Yields each frame's payload; returns at a clean end of stream."""
+    buf = bytearray()
+    while True:
+        data = await stream.receive_some(1 << 16)
+        if not data:
+            return
+        buf += data
+        while len(buf) >= 4:
+            (size,) = HEADER.unpack_from(buf)
+            if size > MAX_FRAME:
+                raise ValueError(f"frame of {size} bytes exceeds the limit")
+            if len(buf) < 4 + size:
+                break
+            payload = bytes(buf[4:4 + size])
+            del buf[:4 + size]
+            yield payload
+
+
+def _wire_error(exc: BaseException) -> CoordinatorError:
+    """Errors cross as themselves when they are the coordinator's; anything else as a 500 naming it."""
+    if isinstance(exc, CoordinatorError):
+        return exc
+    return CoordinatorError(f"peer failed: {type(exc).__name__}: {exc}")
+
+
+class ChannelServer:
+    """Answers peers' calls with `handlers[method](*args)`; each call runs in its own task."""
+
+    def __init__(self, codec: Codec, handlers: dict[str, Callable[..., Awaitable[Any]]]):
+        self.codec = codec
+        self.handlers = handlers
+
+    async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        await trio.serve_tcp(self._connection, port, host=host, task_status=task_status)
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        lock = trio.Lock()
+        try:
+            async with trio.open_nursery() as nursery:
+                async for payload in read_frames(stream):
+                    call_id, method, args = self.codec.loads(payload)
+                    nursery.start_soon(self._answer, stream, lock, call_id, method, args)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the peer went away; its calls' answers are lost, and it resolves them itself
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _answer(self, stream, lock: trio.Lock, call_id: int, method: str, args: tuple) -> None:
+        try:
+            value, ok = await self.handlers[method](*args), True
+        except trio.Cancelled:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
+            if not isinstance(exc, CoordinatorError):
+                log.exception("cluster call %s failed", method)
+            value, ok = _wire_error(exc), False
+        try:
+            frame = self.codec.frame((call_id, ok, value))
+        except Exception as exc:  # an unpicklable answer is a bug; say so instead of hanging the caller
+            log.exception("cannot encode the answer to %s", method)
+            frame = self.codec.frame((call_id, False, _wire_error(exc)))
+        try:
+            async with lock:
+                await stream.send_all(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+
+class _Pending:
+    __slots__ = ("event", "ok", "value")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.ok: bool | None = None
+        self.value: Any = None
+
+
+class Peer:
+    """One member's persistent connection to another; (re)connected on demand."""
+
+    def __init__(self, address: str, codec: Codec, nursery: trio.Nursery, *, connect_timeout_s: float = 1.0):
+        self.address = address
+        host, _, port = address.rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
+        self.codec = codec
+        self.nursery = nursery
+        self.connect_timeout_s = connect_timeout_s
+        self._stream: trio.SocketStream | None = None
+        self._connecting = trio.Lock()
+        self._send_lock = trio.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._ids = itertools.count()
+
+    async def _connect(self) -> trio.SocketStream:
+        async with self._connecting:
+            if self._stream is None:
+                try:
+                    with trio.fail_after(self.connect_timeout_s):
+                        stream = await trio.open_tcp_stream(self.host, self.port)
+                except (OSError, trio.TooSlowError) as exc:
+                    raise PeerUnreachable(f"cluster member {self.address} is unreachable: {exc}") from None
+                stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._stream = stream
+                self.nursery.start_soon(self._read, stream)
+            return self._stream
+
+    async def call(self, method: str, *args: Any, watch: Callable[[Any], Any] | None = None) -> Any:
+        """Raises the peer's CoordinatorError, PeerUnreachable (not sent) or AnswerLost (sent, no answer).
+        `watch(pending)` lets the caller abandon the call (`abandon(pending)`) when it knows no answer will come."""
+        frame_args = (method, args)
+        stream = await self._connect()
+        call_id = next(self._ids)
+        pending = _Pending()
+        if watch is not None:
+            watch(pending)
+        frame = self.codec.frame((call_id, *frame_args))
+        self._pending[call_id] = pending
+        try:
+            try:
+                async with self._send_lock:
+                    await stream.send_all(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                self._broken(stream)
+                raise AnswerLost(f"connection to {self.address} broke while sending") from None
+            await pending.event.wait()
+        finally:
+            self._pending.pop(call_id, None)
+        if pending.ok is None:
+            raise AnswerLost(f"connection to {self.address} closed before the answer")
+        if not pending.ok:
+            raise pending.value
+        return pending.value
+
+    async def _read(self, stream: trio.SocketStream) -> None:
+        try:
+            async for payload in read_frames(stream):
+                call_id, ok, value = self.codec.loads(payload)
+                pending = self._pending.get(call_id)
+                if pending is not None:
+                    pending.ok, pending.value = ok, value
+                    pending.event.set()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ValueError) as exc:
+            log.info("connection to %s lost: %s", self.address, exc)
+        finally:
+            self._broken(stream)
+
+    @staticmethod
+    def abandon(pending: _Pending) -> None:
+        pending.event.set()  # ok stays None: AnswerLost
+
+    def _broken(self, stream: trio.SocketStream) -> None:
+        if self._stream is stream:
+            self._stream = None
+            for pending in list(self._pending.values()):
+                pending.event.set()  # ok stays None: the answer is lost
+            self._pending.clear()
+        self.nursery.start_soon(trio.aclose_forcefully, stream)
+
+    async def aclose(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            await trio.aclose_forcefully(stream)
