@@ -328,3 +328,40 @@ def test_member_frozen_past_its_lease_applies_nothing_after_resuming(database_ur
         wait_balanced(database_url, members)
     finally:
         stop_all(members)
+
+
+@pytest.mark.crash
+def test_serve_workers_runs_a_cluster_on_one_port(database_url, tmp_path):
+    """`coordinator serve --workers 2`: two member processes share one listening socket."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from storage.embedded import free_port
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = open(tmp_path / "workers.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "api.cli", "serve", "--workers", "2", "--port", str(port),
+                             "--database-url", database_url, "--data-dir", str(tmp_path),
+                             "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT,
+                            cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 30
+        while len(sql(database_url, "SELECT 1 FROM cluster_members")) < 2 or \
+                any(not live for _, _, live in leases(database_url).values()):
+            assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "workers.log").read_text()
+            time.sleep(0.2)
+        tables = create_tables(base, [f"t{i}" for i in range(6)])
+        with httpx.Client(base_url=base, timeout=30) as http:
+            for name in tables:
+                r = http.post(f"/v1/namespaces/db/tables/{name}", json={"requirements": [], "updates": [
+                    {"action": "set-properties", "updates": {"k": "v"}}]})
+                assert r.status_code == 200, r.text
+        owners = {r["owner"] for r in sql(database_url, "SELECT DISTINCT owner FROM shard_leases")}
+        assert len(owners) == 2
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    # A graceful stop released every lease and left the cluster.
+    assert not sql(database_url, "SELECT 1 FROM cluster_members")
