@@ -117,6 +117,8 @@ class ChannelServer:
                     nursery.start_soon(self._answer, stream, lock, call_id, method, args)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass  # the peer went away; its calls' answers are lost, and it resolves them itself
+        except Exception:  # a frame we cannot read: drop this connection, never the member
+            log.exception("bad frame from a cluster peer; closing its connection")
         finally:
             await trio.aclose_forcefully(stream)
 
@@ -214,8 +216,10 @@ class Peer:
                 if pending is not None:
                     pending.ok, pending.value = ok, value
                     pending.event.set()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ValueError) as exc:
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             log.info("connection to %s lost: %s", self.address, exc)
+        except Exception:  # a frame we cannot read: its callers get AnswerLost and resolve from the store
+            log.exception("bad frame from cluster member %s; closing the connection", self.address)
         finally:
             self._broken(stream)
 
