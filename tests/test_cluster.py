@@ -228,6 +228,19 @@ def test_any_member_answers_any_request(database_url, tmp_path):
             assert r.status_code == 200, r.text
             r = http.post(f"{c}/v1/table/lns%24lt/describe", json={})
             assert r.status_code == 200, r.text
+            # Lance batch-commit across owners: deregister tables declared via different members, atomically.
+            lance = [f"l{i}" for i in range(8)]
+            for i, name in enumerate(lance):
+                r = http.post(f"{(a, b, c)[i % 3]}/v1/table/lns%24{name}/declare", json={})
+                assert r.status_code == 200, r.text
+            ops = [{"deregister_table": {"id": ["lns", n]}} for n in lance]
+            r = http.post(f"{a}/v1/table/batch-commit", json={"operations": ops + [
+                {"deregister_table": {"id": ["lns", "missing"]}}]})
+            assert r.status_code == 404, r.text
+            r = http.post(f"{b}/v1/table/batch-commit", json={"operations": ops})
+            assert r.status_code == 200, r.text
+            listed = http.get(f"{c}/v1/namespace/lns/table/list").json()["tables"]
+            assert sorted(listed) == ["lt"], listed
         assert len(ids) == 3
     finally:
         stop_all(members)
