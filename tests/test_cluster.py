@@ -332,6 +332,9 @@ def test_member_frozen_past_its_lease_applies_nothing_after_resuming(database_ur
         for t in threads:
             t.join()
         [after] = sql(database_url, count_stale, *args)
+        metrics = httpx.get(frozen.base_url + "/metrics", timeout=10).text
+        fenced = [line for line in metrics.splitlines() if line.startswith("coordinator_db_fenced_writes_total ")]
+        print(f"writes the resumed member attempted and the database refused: {fenced}")
         print(f"frozen member held {len(stale)} shards; statuses {dict(statuses)}; {len(acked)} acked; commits "
               f"under its old epochs: {before['n']} before resuming, {after['n']} after; {fenced_before['n']}")
         assert after["n"] == before["n"], "the frozen member wrote after its lease moved"
