@@ -364,7 +364,8 @@ def test_serve_workers_runs_a_cluster_on_one_port(database_url, tmp_path):
                             cwd=Path(__file__).resolve().parents[1])
     try:
         deadline = time.monotonic() + 30
-        while len(sql(database_url, "SELECT 1 FROM cluster_members")) < 2 or \
+        # Until both workers hold shards (the first to start takes all, then hands half to the second).
+        while len({owner for owner, _, live in leases(database_url).values() if live}) < 2 or \
                 any(not live for _, _, live in leases(database_url).values()):
             assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "workers.log").read_text()
             time.sleep(0.2)
@@ -375,7 +376,7 @@ def test_serve_workers_runs_a_cluster_on_one_port(database_url, tmp_path):
                     {"action": "set-properties", "updates": {"k": "v"}}]})
                 assert r.status_code == 200, r.text
         owners = {r["owner"] for r in sql(database_url, "SELECT DISTINCT owner FROM shard_leases")}
-        assert len(owners) == 2
+        assert len(owners) == 2 and len(sql(database_url, "SELECT 1 FROM cluster_members")) == 2
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
