@@ -25,6 +25,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="allow listening on a non-loopback address without --auth-file (env COORDINATOR_INSECURE)")
     h = sub.add_parser("hash-secret", help="hash a client secret for the auth file (reads it from stdin)")
     h.add_argument("--secret", help="the secret (default: read one line from stdin)")
+    # Scale-out (README "Running several instances").
+    s.add_argument("--workers", type=int, help="run N member processes on this one port (env COORDINATOR_WORKERS)")
+    s.add_argument("--cluster", action="store_true", default=None,
+                   help="join a cluster of members sharing the database (env COORDINATOR_CLUSTER)")
+    s.add_argument("--cluster-host", help="internal channel bind address (env COORDINATOR_CLUSTER_HOST)")
+    s.add_argument("--cluster-port", type=int, help="internal channel port, 0 = any (env COORDINATOR_CLUSTER_PORT)")
+    s.add_argument("--cluster-advertise", help="host:port other members dial to reach this one; implies "
+                                               "--cluster (env COORDINATOR_CLUSTER_ADVERTISE)")
+    s.add_argument("--http-fd", type=int, help=argparse.SUPPRESS)  # set by --workers for its processes
     args = parser.parse_args(argv)
 
     if args.command == "hash-secret":
@@ -39,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         from .server import configure_logging, serve
         config = Config.from_env(host=args.host, port=args.port, database_url=args.database_url,
                                  data_dir=args.data_dir, warehouse=args.warehouse, log_level=args.log_level,
-                                 auth_file=args.auth_file, insecure=args.insecure)
+                                 auth_file=args.auth_file, insecure=args.insecure,
+                                 workers=args.workers, cluster=args.cluster, cluster_host=args.cluster_host,
+                                 cluster_port=args.cluster_port, cluster_advertise=args.cluster_advertise,
+                                 http_fd=args.http_fd)
         configure_logging(config.log_level)
         try:
             serve(config)

@@ -62,6 +62,8 @@ def hypercorn_config(config: Config) -> HyperConfig:
     hc.keep_alive_timeout = config.http_keep_alive_s  # also bounds slow headers: hypercorn resets it per request
     hc.graceful_timeout = config.shutdown_grace_s
     hc.h11_max_incomplete_size = 64 * 1024
+    if config.http_fd is not None:  # a worker of `serve --workers N`: the supervisor's shared socket
+        hc.bind = [f"fd://{config.http_fd}"]
     return hc
 
 
@@ -82,6 +84,9 @@ async def serve_coordinator(coordinator: Coordinator, *, shutdown: trio.Event | 
 
 def serve(config: Config) -> None:
     """Blocking: start the database (embedded unless configured), then serve until interrupted."""
+    if config.workers > 1 and config.http_fd is None:
+        from .workers import serve_workers
+        return serve_workers(config)
     coordinator = Coordinator(config)
     coordinator.open()
 

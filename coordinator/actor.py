@@ -23,7 +23,7 @@ import trio
 
 from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
 
-from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, NotFound, OutcomeUnknown,
+from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, NotFound, NotOwner, OutcomeUnknown,
                      Unavailable)
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ class Decision:
     files: list[tuple[str, bytes]] = field(default_factory=list)       # made durable before the row
     idempotency: IdempotencyRecord | None = None
     after_durable: Callable[[], Awaitable[None]] | None = None         # best-effort clean-up (old files)
+    marker: IdempotencyRecord | None = None   # a forwarded request's receipt (coordinator/cluster/routing.py)
 
     @property
     def writes(self) -> bool:
@@ -143,14 +144,16 @@ class _Segment:
 
 
 class TableActor:
-    def __init__(self, registry: "Registry", table_id: UUID, mailbox_size: int):
+    def __init__(self, registry: "Registry", table_id: UUID, mailbox_size: int, epoch: int | None = None):
         self.registry = registry
         self.table_id = table_id
+        self.epoch = epoch                 # the shard lease's epoch this actor serves under (None: no cluster)
         self.send, self.receive = trio.open_memory_channel[Request](mailbox_size)
         self.row: TableRow | None = None   # as last durably written
         self.state: Any = None             # format state matching `row`
         self.loaded = False
-        self.gone = False                  # table dropped or never existed
+        self.gone = False                  # table dropped or never existed (or moved: then retire)
+        self.moved = False                 # the shard's lease moved: this actor retires, answering NotOwner
         self.batches = 0
         self.last_batch_size = 0
 
@@ -205,6 +208,14 @@ class TableActor:
     async def _serve(self, batch: list[Request]) -> None:
         self.batches += 1
         self.last_batch_size = len(batch)
+        if not self.registry.serving(self):
+            # The shard's lease lapsed or moved: whatever we hold in memory may be stale. Nothing is decided here
+            # any more; the requester (or its client) retries at the current owner.
+            for req in batch:
+                req.reply.fail(NotOwner(f"table {self.table_id} is moving to another member; nothing applied, "
+                                        f"retry", retry_after_s=self.registry.config.retry_after_s))
+            self.gone = self.moved = True
+            return
         try:
             await self._ensure_loaded()
         except CoordinatorError as exc:
@@ -226,7 +237,7 @@ class TableActor:
                 seg = _Segment(self.state)
                 continue
             if self.gone:
-                req.reply.fail(NotFound("Table does not exist", kind="table"))
+                req.reply.fail(self._gone_error())
                 continue
             decision = self._decide(req, seg.state)
             if decision is None:
@@ -242,7 +253,7 @@ class TableActor:
                 await self._flush(seg)
                 seg = _Segment(self.state)
                 if self.gone:
-                    req.reply.fail(NotFound("Table does not exist", kind="table"))
+                    req.reply.fail(self._gone_error())
                     continue
                 decision = self._decide(req, seg.state)
                 if decision is None:
@@ -258,7 +269,7 @@ class TableActor:
     async def _take_part(self, req: Request) -> None:
         participant: Participant = req.proposal
         if self.gone:
-            req.reply.fail(NotFound("Table does not exist", kind="table"))
+            req.reply.fail(self._gone_error())
             return
         try:
             decision = participant.proposal.decide(self.state)
@@ -302,8 +313,8 @@ class TableActor:
 
     def _table_write(self, decisions: list[Decision]) -> TableWrite:
         row = self.row
-        w = TableWrite(table_id=self.table_id, expected_version=row.row_version, epoch=row.epoch,
-                       bump=len(decisions))
+        w = TableWrite(table_id=self.table_id, expected_version=row.row_version,
+                       epoch=row.epoch if self.epoch is None else self.epoch, bump=len(decisions))
         for d in decisions:
             if d.row_state is not None:
                 w.state = d.row_state
@@ -317,7 +328,12 @@ class TableActor:
         decisions = [d for _, d in seg.decisions]
         requests = [r for r, _ in seg.decisions] + [r for r, _ in seg.readers]
         write = self._table_write(decisions)
-        group = WriteGroup([write], [d.idempotency for d in decisions if d.idempotency is not None])
+        group = WriteGroup([write], [d.idempotency for d in decisions if d.idempotency is not None]
+                           + [d.marker for d in decisions if d.marker is not None])
+        if not self.registry.serving(self):
+            # Checked again just before any file is written: a former owner writes as little as possible. The
+            # database's fencing is what guarantees it applies nothing.
+            return await self._moved(requests)
         # The write must not be abandoned half-way by a cancelled requester or a shutdown: shield it.
         with trio.CancelScope(shield=True):
             try:
@@ -329,6 +345,8 @@ class TableActor:
                 log.exception("writing table %s failed", self.table_id)
                 return await self._fail(requests, Unavailable(f"could not write table files: {exc}"))
         if not result.applied:
+            if result.reason == "fenced":
+                return await self._moved(requests)
             return await self._fail(requests, _not_applied_error(self.table_id, result.reason))
         self.registry.metrics.observe_batch(len(decisions))
         self.row = _advance(self.row, write)
@@ -342,6 +360,23 @@ class TableActor:
         for d in decisions:
             if d.after_durable is not None:
                 self.registry.spawn_background(d.after_durable)
+
+    def _gone_error(self) -> CoordinatorError:
+        if self.moved:
+            return NotOwner(f"table {self.table_id} moved to another member; nothing applied, retry",
+                            retry_after_s=self.registry.config.retry_after_s)
+        return NotFound("Table does not exist", kind="table")
+
+    async def _moved(self, requests: list[Request]) -> None:
+        """The shard's lease moved (fenced by the database, or lapsed on our clock): nothing was applied. Stop
+        serving the table here; its next owner loads it from the store."""
+        if self.registry.cluster is not None and self.epoch is not None:
+            from storage.records import shard_of
+            self.registry.cluster.leases.lost(shard_of(self.table_id), self.epoch)
+        for req in requests:
+            req.reply.fail(NotOwner(f"table {self.table_id} moved to another member; nothing applied, retry",
+                                    retry_after_s=self.registry.config.retry_after_s))
+        self.gone = True
 
     async def _fail(self, requests: list[Request], exc: CoordinatorError) -> None:
         if isinstance(exc, OutcomeUnknown):
@@ -360,6 +395,8 @@ def _not_applied_error(table_id: UUID, reason: str | None) -> CoordinatorError:
         return AlreadyExists("Table already exists under the new name", kind="table")
     if reason == "missing-namespace":
         return NotFound("Namespace does not exist", kind="namespace")
+    if reason == "fenced":
+        return NotOwner(f"table {table_id}'s shard moved to another member; nothing applied, retry")
     # Our row changed under us: a bug or a new owner (fencing). Nothing applied; we reload before serving.
     return Unavailable(f"table {table_id} changed concurrently ({reason}); nothing applied, retry")
 

@@ -62,11 +62,27 @@ class Config:
     db_timeout_s: float = 10.0
     s3_options: dict[str, str] = field(default_factory=dict)  # passed to obstore's S3Store (region, endpoint, ...)
 
+    # Scale-out (coordinator/cluster): several members on one database. Off by default: one process owns every
+    # table with no leases. On with `cluster`, a `cluster_advertise` address, or `workers` > 1.
+    cluster: bool = False
+    workers: int = 1                          # `coordinator serve --workers N`: N member processes on one port
+    http_fd: int | None = None                # serve HTTP on this inherited listening socket (set by --workers)
+    cluster_host: str = "127.0.0.1"           # where this member's internal channel listens (a private interface)
+    cluster_port: int = 0                     # 0: any free port
+    cluster_advertise: str | None = None      # host:port peers dial to reach this member's channel
+    lease_ttl_s: float = 3.0                  # a dead member's shards are taken over about this long after it died
+    lease_renew_s: float = 0.5                # leases are renewed (and expired ones looked for) this often
+    lease_margin_s: float = 0.75              # stop serving this long before the lease could expire in the database
+    cluster_route_wait_s: float = 2.0         # how long a request waits for a moving shard's owner before a 503
+    cluster_prepare_timeout_s: float = 10.0   # a held transaction part settles itself from the store after this
+
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
         self.port = int(self.port)
         if self.auth_file is not None:
             self.auth_file = Path(self.auth_file)
+        if self.cluster_advertise or int(self.workers) > 1:
+            self.cluster = True
 
     def check_exposure(self) -> None:
         """Refuse to serve without authentication on an address other machines can reach."""

@@ -80,3 +80,8 @@ class OutcomeUnknown(CoordinatorError):
     """The write was sent but its result was lost (connection dropped mid-commit). Clients must re-check."""
 
     status = 500
+
+
+class NotOwner(Unavailable):
+    """Scale-out: this member does not (or no longer) own the table's shard; nothing applied. A member that
+    forwarded the request retries at the current owner; a client that sees it retries after Retry-After."""

@@ -1,7 +1,8 @@
 """The registry: spawns table actors on demand under one nursery, addresses them by table id, retires idle ones.
 
-`owner(table_id)` is the one place that answers "who sequences this table?". Today the answer is always an
-actor in this process; with scale-out it may be a peer process, and only this function changes.
+`owner(table_id)` is the one place that answers "who sequences this table?" in this process. With scale-out
+(coordinator/cluster) the answer may be a peer process: `submit`, `create` and `prepare` then go through the
+cluster's router, which calls back `owner` here on whichever member holds the table's shard.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from uuid import UUID
 
 import trio
 
-from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
+from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
 
-from .actor import Proposal, TableActor, write_files
+from .actor import Participant, Proposal, TableActor, write_files
 from .config import Config
-from .errors import AlreadyExists, NotFound, Unavailable
+from .errors import AlreadyExists, NotFound, NotOwner, Unavailable
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ class Registry:
         self.actors: dict[UUID, TableActor] = {}
         self.loaders: dict[str, StateLoader] = {}
         self._nursery: trio.Nursery | None = None
+        self.cluster = None  # coordinator.cluster.Cluster when several members share the database
         metrics.add_gauges(self.gauges)
 
     def register_format(self, fmt: str, loader: StateLoader) -> None:
@@ -51,18 +53,37 @@ class Registry:
     # -- addressing ----------------------------------------------------------------------------------------
 
     def owner(self, table_id: UUID) -> TableActor:
+        """This process's actor for the table. In a cluster, only for a shard this member holds a lease on
+        (NotOwner otherwise); an actor of an earlier lease of the shard is replaced, never reused."""
+        epoch = None
+        if self.cluster is not None:
+            epoch = self.cluster.leases.epoch(shard_of(table_id))
+            if epoch is None:
+                raise NotOwner(f"this member does not own table {table_id}'s shard; retry")
         actor = self.actors.get(table_id)
-        if actor is None:
+        if actor is None or actor.epoch != epoch:
             if self._nursery is None:
                 raise Unavailable("coordinator is not running")
-            actor = TableActor(self, table_id, self.config.mailbox_size)
+            actor = TableActor(self, table_id, self.config.mailbox_size, epoch=epoch)
             self.actors[table_id] = actor
             self._nursery.start_soon(actor.run, name=f"table-actor:{table_id}")
         return actor
 
+    def serving(self, actor: TableActor) -> bool:
+        """May this actor still decide and write? In a cluster: only while its lease's epoch is held."""
+        return self.cluster is None or self.cluster.leases.epoch(shard_of(actor.table_id)) == actor.epoch
+
     async def submit(self, table_id: UUID, proposal: Proposal) -> Any:
         """Hand a proposal to the table's owner and wait for its answer (after durability if it writes)."""
+        if self.cluster is not None:
+            return await self.cluster.router.submit(table_id, proposal)
         return await self.owner(table_id).offer(proposal).wait()
+
+    async def prepare(self, table_id: UUID, participant: Participant) -> tuple[Any, TableWrite]:
+        """A multi-table transaction's part: the owner validates it and holds the table until the verdict."""
+        if self.cluster is not None:
+            return await self.cluster.router.prepare(table_id, participant)
+        return await self.owner(table_id).offer(participant).wait()
 
     async def transact(self, parts: list[tuple[UUID, Proposal]], *, creates=(),
                        idempotency: IdempotencyRecord | None = None) -> list[Any]:
@@ -93,21 +114,45 @@ class Registry:
                      files: list[tuple[str, bytes]] = (), idempotency: IdempotencyRecord | None = None) -> None:
         """Create a table row (unique by name) with its first files and log entries. Raises AlreadyExists or
         NotFound(namespace). On success the table's actor starts with `state` already in memory."""
+        if self.cluster is not None:
+            return await self.cluster.router.create(row, state, row_state, list(log_entries), list(files),
+                                                    idempotency)
+        await self.create_local(row, state, row_state, list(log_entries), list(files), idempotency)
+
+    async def create_local(self, row: TableRow, state: Any, row_state: dict[str, Any], log_entries: list[LogEntry],
+                           files: list[tuple[str, bytes]], idempotency: IdempotencyRecord | None) -> None:
+        """`create` on the member that owns the new table's shard (or alone): the insert is fenced like any write."""
+        epoch = 0
+        if self.cluster is not None:
+            epoch = self.cluster.leases.epoch(shard_of(row.table_id))
+            if epoch is None:
+                raise NotOwner(f"this member does not own table {row.table_id}'s shard; retry")
         await write_files(list(files), self.files)
-        write = TableWrite(table_id=row.table_id, expected_version=0, epoch=0, state=row_state, bump=1,
+        write = TableWrite(table_id=row.table_id, expected_version=0, epoch=epoch, state=row_state, bump=1,
                            log=list(log_entries), insert=row)
         group = WriteGroup([write], [idempotency] if idempotency else [])
         with trio.CancelScope(shield=True):
             result = await self.store.write(group)
         if not result.applied:
+            if result.reason == "fenced":
+                raise NotOwner(f"table {row.table_id}'s shard moved while it was being created; nothing applied")
             if result.reason == "missing-namespace":
                 raise NotFound(f"Namespace does not exist: {row.namespace.replace(chr(31), '.')}", kind="namespace")
             raise AlreadyExists(f"{row.kind.capitalize()} already exists: {row.name}", kind=row.kind)
-        actor = self.owner(row.table_id)
+        try:
+            actor = self.owner(row.table_id)
+        except NotOwner:
+            return  # the lease lapsed just now: the next owner loads the row
         if not actor.loaded:
             from dataclasses import replace
             actor.row = replace(row, row_version=write.new_version, state=row_state)
             actor.state, actor.loaded, actor.gone = state, True, False
+
+    def forget(self, table_id: UUID) -> None:
+        """Drop a loaded actor's state (a peer created the table in a transaction): it reloads on next use."""
+        actor = self.actors.get(table_id)
+        if actor is not None and actor.gone:
+            actor.loaded = False
 
     # -- metrics ---------------------------------------------------------------------------------------------
 
@@ -118,4 +163,5 @@ class Registry:
         if stats:
             out["coordinator_db_flushes_total"] = stats["flushes"]
             out["coordinator_db_groups_total"] = stats["groups"]
+            out["coordinator_db_fenced_writes_total"] = stats.get("fenced", 0)
         return out

@@ -45,7 +45,8 @@ class Coordinator:
         if not dsn:
             self.embedded = EmbeddedPostgres(self.config.data_dir / "postgres")
             dsn = self.embedded.start()
-        self.store = PostgresStore(dsn, pool_size=self.config.db_pool_size, timeout_s=self.config.db_timeout_s)
+        self.store = PostgresStore(dsn, pool_size=self.config.db_pool_size, timeout_s=self.config.db_timeout_s,
+                                   fenced=self.config.cluster)
         self.store.open()
         self.registry = Registry(self.config, self.store, self.files, self.metrics)
         self.idempotency = Idempotency(self.store)
@@ -53,6 +54,10 @@ class Coordinator:
         self.iceberg = IcebergCatalog(self)
         from .delta.catalog import DeltaCatalog; self.delta = DeltaCatalog(self)  # noqa: E702
         from .lance.catalog import LanceCatalog; self.lance = LanceCatalog(self)  # noqa: E702
+        self.cluster = None
+        if self.config.cluster:
+            from .cluster import Cluster
+            self.cluster = Cluster(self)
 
     def close(self, *, stop_embedded: bool = False) -> None:
         """Stops the storage thread. The embedded PostgreSQL keeps running unless asked (a restarted service
@@ -69,5 +74,7 @@ class Coordinator:
             self.authority = Authority(self.auth, key)
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registry.run)
+            if self.cluster is not None:
+                await nursery.start(self.cluster.run)
             nursery.start_soon(self.idempotency.purge_forever)
             task_status.started(self)

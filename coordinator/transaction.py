@@ -5,6 +5,11 @@ serving until the outcome is known), the storage writer writes every table's row
 then every actor applies or discards. Actors are taken in a canonical order (by table id), so two overlapping
 transactions can never wait for each other in a cycle: a transaction only ever waits for actors that sort
 after every actor it holds.
+
+In a cluster the same steps run across members (two-phase over the internal channel, coordinator/cluster/
+routing.py): a part whose table another member owns is validated and held there (`Registry.prepare`), this
+member writes every row in its one database transaction, the decision point, and sends each owner the verdict.
+Each row's write carries its owner's lease epoch, so a part whose owner lost its lease meanwhile applies nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from uuid import UUID
 
 import trio
 
-from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
+from storage.records import UNFENCED, IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
 
 from .actor import Decision, Participant, Proposal, write_files
 from .errors import BadRequest, CoordinatorError, Unavailable
@@ -51,9 +56,8 @@ async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, 
         for i in order:
             table_id, proposal = parts[i]
             participant = Participant(proposal)
-            reply = registry.owner(table_id).offer(participant)
             offered.append(participant)
-            decision, write = await reply.wait()
+            decision, write = await registry.prepare(table_id, participant)
             prepared[i] = (participant, decision, write)
         # Files only once every part is accepted: a transaction rejected by its last table leaves none behind.
         files = [f for i in order for f in prepared[i][1].files] + [f for c in creates for f in c.files]
@@ -64,8 +68,10 @@ async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, 
         except Exception as exc:
             raise Unavailable(f"could not write table files: {exc}") from exc
         writes = [prepared[i][2] for i in order]
-        writes += [TableWrite(table_id=c.row.table_id, expected_version=0, epoch=0, state=c.row_state, bump=1,
-                              log=list(c.log), insert=c.row) for c in creates]
+        # A table created here has no owner yet: its insert is not fenced (the unique name is its compare-and-set).
+        create_epoch = 0 if registry.cluster is None else UNFENCED
+        writes += [TableWrite(table_id=c.row.table_id, expected_version=0, epoch=create_epoch, state=c.row_state,
+                              bump=1, log=list(c.log), insert=c.row) for c in creates]
         group = WriteGroup(writes, [idempotency] if idempotency else [])
         with trio.CancelScope(shield=True):
             result = await registry.store.write(group)
@@ -83,6 +89,9 @@ async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, 
     for participant, _, _ in prepared.values():
         participant.verdict.decide(True)
     for c in creates:
+        if registry.cluster is not None:
+            registry.cluster.router.created(c.row.table_id)
+            continue
         actor = registry.owner(c.row.table_id)
         if not actor.loaded:
             actor.row = replace(c.row, row_version=1, state=c.row_state)

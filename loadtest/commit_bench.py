@@ -2,6 +2,11 @@
 
     python -m loadtest.commit_bench                                  # own PostgreSQL + service
     python -m loadtest.commit_bench --url http://127.0.0.1:8181 --flows iceberg --matrix 64x8 --duration 20
+    python -m loadtest.commit_bench --processes 1,2 --flows iceberg-props,iceberg --matrix 8x1,64x1   # scale-out
+
+`--processes 1,2` measures, in one run on one PostgreSQL, the service as one process (the default, no cluster)
+and as a cluster of 2 member processes (`serve --cluster`, each on its own port; writers spread over them
+round-robin as a load balancer would, so about half the requests are forwarded to the owning member).
 
 Flows (loadtest/flows.py): `iceberg` (add-snapshot + set-snapshot-ref guarded by assert-ref-snapshot-id, reload
 and retry on 409), `delta` (staged commit at last+1, backfill every few versions), `lance` (version/list limit 1,
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import orjson
@@ -25,7 +31,7 @@ from . import procs
 from .flows import FLOWS
 from .runner import run
 
-COLUMNS = ("protocol", "scenario", "commits_per_s", "p50_ms", "p99_ms", "conflicts", "errors",
+COLUMNS = ("processes", "protocol", "scenario", "commits_per_s", "p50_ms", "p99_ms", "conflicts", "errors",
            "server_cpu_ms_per_request", "writes_per_db_txn", "loadgen_cpu_pct")
 
 
@@ -37,42 +43,47 @@ def main() -> None:
     ap.add_argument("--flows", default="iceberg,iceberg-props", help=f"comma-separated: {','.join(FLOWS)}")
     ap.add_argument("--duration", type=float, default=10.0, help="seconds per configuration")
     ap.add_argument("--json", type=Path, help="also write the rows to this file")
+    ap.add_argument("--processes", default="1", help="comma-separated member counts to measure in this run, "
+                                                     "e.g. 1,2 (1 = the default single process)")
     args = ap.parse_args()
     unknown = [f for f in args.flows.split(",") if f not in FLOWS]
     if unknown:
         ap.error(f"unknown flows {unknown}; choose from {','.join(FLOWS)}")
 
-    tmp = pg = child = None
-    pid = args.server_pid
+    counts = [int(p) for p in args.processes.split(",")]
+    if args.url and counts != [1]:
+        ap.error("--processes starts its own services; it cannot be combined with --url")
+    tmp = pg = None
+    children: list = []
+    rows = []
     try:
         if args.url:
-            base = args.url
+            measure(args, [args.url], args.server_pid, rows, processes=1)
         else:
             tmp = Path(tempfile.mkdtemp(prefix="commit-bench-"))
             tmp.chmod(0o755)
-            print("starting PostgreSQL and the service ...", flush=True)
+            print("starting PostgreSQL ...", flush=True)
             pg = EmbeddedPostgres(tmp / "pg")
-            port = free_port()
-            child = procs.service(port, pg.start(), tmp / "service", tmp / "service.log")
-            base = f"http://127.0.0.1:{port}"
-            child.start(base + "/readyz")
-            pid = child.pid
-        rows = []
-        for name in args.flows.split(","):
-            flow = FLOWS[name]
-            for cfg in args.matrix.split(","):
-                tables, writers = (int(x) for x in cfg.split("x"))
-                print(f"running {name}: {tables} tables x {writers} writers for {args.duration:g} s ...", flush=True)
-
-                tag = f"cb_{name.replace('-', '_')}_{cfg}_{free_port()}"
-
-                async def go(flow=flow, tables=tables, writers=writers, cfg=cfg, tag=tag):
-                    ts = await flow.prepare(base, tables, tag)
-                    return await run(flow, base, ts, writers, args.duration, meter=procs.CpuMeter(pid, None),
-                                     metrics_base=base, scenario=cfg)
-                rows.append(trio.run(go).as_dict())
+            dsn = pg.start()
+            for n in counts:
+                print(f"starting the service as {n} process(es) ...", flush=True)
+                children = []
+                for i in range(n):
+                    port = free_port()
+                    child = procs.service(port, dsn, tmp / f"p{n}-{i}", tmp / f"p{n}-{i}.log", cluster=n > 1,
+                                          warehouse=tmp / "warehouse")
+                    children.append((child.launch(), f"http://127.0.0.1:{port}"))
+                for child, base in children:
+                    child.start(base + "/readyz")
+                bases = [base for _, base in children]
+                if n > 1:
+                    wait_balanced(bases)
+                measure(args, bases, [c.pid for c, _ in children], rows, processes=n)
+                for child, _ in children:
+                    child.stop()
+                children = []
     finally:
-        if child is not None:
+        for child, _ in children:
             child.stop()
         if pg is not None:
             pg.destroy()
@@ -85,6 +96,43 @@ def main() -> None:
         print("| " + " | ".join(str(r[c]) for c in COLUMNS) + " |")
     if args.json:
         args.json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+
+
+def measure(args, bases: list[str], pids, rows: list, *, processes: int) -> None:
+    for name in args.flows.split(","):
+        flow = FLOWS[name]
+        for cfg in args.matrix.split(","):
+            tables, writers = (int(x) for x in cfg.split("x"))
+            print(f"running {name}: {tables} tables x {writers} writers on {processes} process(es) for "
+                  f"{args.duration:g} s ...", flush=True)
+            tag = f"cb_{name.replace('-', '_')}_{cfg}_{free_port()}"
+
+            async def go(flow=flow, tables=tables, writers=writers, cfg=cfg, tag=tag):
+                ts = await flow.prepare(bases[0], tables, tag)
+                return await run(flow, bases, ts, writers, args.duration, meter=procs.CpuMeter(pids, None),
+                                 metrics_base=bases, scenario=cfg)
+            rows.append({"processes": processes, **trio.run(go).as_dict()})
+    if processes > 1:
+        for base in bases:
+            _, body = procs.http_get(base + "/metrics")
+            forwarded = [line for line in body.decode().splitlines()
+                         if line.startswith("coordinator_cluster_forwarded_total ")]
+            print(f"{base}: {forwarded[0] if forwarded else 'no forwarding figure'}")
+
+
+def wait_balanced(bases: list[str], timeout_s: float = 30) -> None:
+    """Until the members together hold every shard (they rebalance for a few lease rounds after starting)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        held = []
+        for base in bases:
+            _, body = procs.http_get(base + "/metrics")
+            held += [float(line.split()[1]) for line in body.decode().splitlines()
+                     if line.startswith("coordinator_cluster_shards_held ")]
+        if sum(held) == 64 and len(held) == len(bases) and min(held) > 0:
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"the cluster did not take all shards within {timeout_s} s")
 
 
 if __name__ == "__main__":

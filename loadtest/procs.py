@@ -93,7 +93,8 @@ class CpuMeter:
         self._start: tuple[float, float, float, float] | None = None
 
     def _read(self) -> tuple[float, float, float, float]:
-        return (proc_cpu_s(self.server_pid) if self.server_pid else 0.0,
+        pids = self.server_pid if isinstance(self.server_pid, list) else [self.server_pid] if self.server_pid else []
+        return (sum(proc_cpu_s(p) for p in pids),
                 tree_cpu_s(self.pg_pid) if self.pg_pid else 0.0, self_cpu_s(), time.perf_counter())
 
     def start(self) -> None:
@@ -167,11 +168,14 @@ class Child:
             self.proc.wait()
 
 
-def service(port: int, database_url: str, data_dir: Path, log: Path) -> Child:
-    """`coordinator serve` as a real OS process, against the benchmark's PostgreSQL."""
+def service(port: int, database_url: str, data_dir: Path, log: Path, *, cluster: bool = False,
+            warehouse: Path | None = None) -> Child:
+    """`coordinator serve` as a real OS process, against the benchmark's PostgreSQL (`cluster`: as a member of a
+    cluster sharing it)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "api.cli", "serve", "--port", str(port), "--database-url", database_url,
-            "--data-dir", str(data_dir), "--warehouse", str(data_dir / "warehouse"), "--log-level", "warning"]
+            "--data-dir", str(data_dir), "--warehouse", str(warehouse or data_dir / "warehouse"),
+            "--log-level", "warning"] + (["--cluster"] if cluster else [])
     # SIGTERM ends it at once (it installs no handler), which loses nothing: every answered commit is durable.
     # SIGINT would be the clean path, but today a service that has served requests does not exit on it (the
     # KeyboardInterrupt lands in a connection task, which hypercorn logs and swallows).

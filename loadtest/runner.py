@@ -27,10 +27,17 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
-async def scrape(base: str | None) -> dict[str, float]:
-    """The service's group-commit counters from /metrics (empty for servers that have none)."""
+async def scrape(base: str | list[str] | None) -> dict[str, float]:
+    """The service's group-commit counters from /metrics (empty for servers that have none); summed over the
+    members when given several (a cluster)."""
     if base is None:
         return {}
+    if isinstance(base, list):
+        out: dict[str, float] = {}
+        for b in base:
+            for name, value in (await scrape(b)).items():
+                out[name] = out.get(name, 0.0) + value
+        return out
     conn = HttpConnection(base)
     try:
         status, body = await conn.request("GET", "/metrics")
@@ -89,12 +96,15 @@ async def _start_all(writers: list[Writer]) -> None:
             n.start_soon(start, w)
 
 
-async def run(flow: Flow, base: str, tables: list[Any], writers_per_table: int, duration_s: float, *,
-              meter: CpuMeter, metrics_base: str | None, scenario: str, rate_per_s: float | None = None,
+async def run(flow: Flow, base: str | list[str], tables: list[Any], writers_per_table: int, duration_s: float, *,
+              meter: CpuMeter, metrics_base: str | list[str] | None, scenario: str, rate_per_s: float | None = None,
               on_start: Callable[[], None] | None = None) -> RunResult:
-    """All writers connect and read their table first; then the measured window of `duration_s` starts."""
+    """All writers connect and read their table first; then the measured window of `duration_s` starts. With
+    several base URLs (cluster members), writers are spread over them round-robin, as a load balancer would."""
     stats = Stats()
-    writers = [flow.writer(base, t, stats) for t in tables for _ in range(writers_per_table)]
+    bases = base if isinstance(base, list) else [base]
+    writers = [flow.writer(bases[i % len(bases)], t, stats)
+               for i, t in enumerate(t for t in tables for _ in range(writers_per_table))]
     try:
         await _start_all(writers)
         # Only the window counts: forget the start-up reads.

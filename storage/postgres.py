@@ -22,7 +22,7 @@ import orjson
 from coordinator.errors import AlreadyExists, NotEmpty, NotFound, OutcomeUnknown, Unavailable
 
 from .bridge import AsyncioThread
-from .records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
+from .records import NAMESPACE_SEP, UNFENCED, IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,7 +44,7 @@ class NotApplied(Exception):
 @dataclass
 class WriteResult:
     applied: bool
-    reason: str | None = None  # when not applied: "stale" | "exists" | "missing-namespace"
+    reason: str | None = None  # when not applied: "stale" | "fenced" | "exists" | "missing-namespace"
 
 
 def _dumps(value: Any) -> str:
@@ -86,13 +86,52 @@ WITH u AS (
 SELECT table_id FROM upd
 """
 
+# The same write when several members share the database (coordinator/cluster): each row's compare-and-set also
+# requires its shard's lease to still carry the epoch the writing actor serves under. FOR SHARE makes the check
+# hold until commit: a takeover (an UPDATE of the lease row) waits for this write, and this write, if the takeover
+# came first, sees the new epoch (READ COMMITTED re-reads a locked row's latest version) and applies nothing.
+_FENCED_WRITE_SQL = """
+WITH u AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::jsonb[], $14::int[])
+        AS u(table_id, expected, epoch, new_version, state, shard)
+), fence AS (
+    -- In shard order, as every statement that locks several lease rows does: no two can deadlock.
+    SELECT l.shard, l.epoch FROM shard_leases l WHERE l.shard = ANY($14::int[]) ORDER BY l.shard FOR SHARE
+), upd AS (
+    UPDATE tables t SET row_version = u.new_version, epoch = u.epoch, state = COALESCE(u.state, t.state),
+                        updated_at = now()
+    FROM u JOIN fence f ON f.shard = u.shard AND f.epoch = u.epoch
+    WHERE t.table_id = u.table_id AND t.row_version = u.expected
+    RETURNING t.table_id, u.epoch
+), log AS (
+    INSERT INTO commits (table_id, version, payload, epoch)
+    SELECT l.table_id, l.version, l.payload, upd.epoch
+    FROM unnest($6::uuid[], $7::bigint[], $8::jsonb[]) AS l(table_id, version, payload)
+    JOIN upd ON upd.table_id = l.table_id
+), idem AS (
+    INSERT INTO idempotency_keys (key, route, status, body)
+    SELECT k.key, k.route, k.status, k.body
+    FROM unnest($9::uuid[], $10::uuid[], $11::text[], $12::int[], $13::bytea[]) AS k(table_id, key, route, status, body)
+    WHERE k.table_id IN (SELECT table_id FROM upd)
+    ON CONFLICT (key) DO NOTHING
+)
+SELECT u.table_id, upd.table_id IS NOT NULL AS applied,
+       NOT EXISTS (SELECT 1 FROM fence f WHERE f.shard = u.shard AND f.epoch = u.epoch) AS fenced
+FROM u LEFT JOIN upd ON upd.table_id = u.table_id
+"""
+
 
 class GroupCommitWriter:
     """Runs on the asyncio thread. Coalesces every waiting WriteGroup into one database round trip."""
 
-    def __init__(self, pool: asyncpg.Pool, resolve_timeout_s: float):
+    def __init__(self, pool: asyncpg.Pool, resolve_timeout_s: float, fenced: bool = False):
         self.pool = pool
         self.resolve_timeout_s = resolve_timeout_s
+        self.fenced = fenced  # several members share the database: check the shard lease's epoch on every write
+        self.fenced_writes = 0  # groups refused because their writer's lease had moved
+        # Alone, the row's epoch must equal the writer's; fenced, the lease check (_check_leases) decides and a
+        # row may carry any earlier epoch of its shard.
+        self._epoch_cas = "epoch <= $3" if fenced else "epoch = $3"
         self._pending: list[tuple[WriteGroup, asyncio.Future]] = []
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -183,11 +222,12 @@ class GroupCommitWriter:
 
     async def _write(self, con: asyncpg.Connection, groups: list[WriteGroup]) -> list[WriteResult]:
         simple = [g for g in groups if g.is_simple]
+        fenced: set[UUID] = set()
         if len(simple) == len(groups):
-            applied = await self._write_simple(con, simple)
+            applied, fenced = await self._write_simple(con, simple)
         else:
             async with con.transaction():
-                applied = await self._write_simple(con, simple) if simple else set()
+                applied, fenced = await self._write_simple(con, simple) if simple else (set(), set())
                 complex_results = {}
                 for g in groups:
                     if not g.is_simple:
@@ -196,12 +236,15 @@ class GroupCommitWriter:
         for g in groups:
             if g.is_simple:
                 ok = g.writes[0].table_id in applied
-                results.append(WriteResult(ok, None if ok else "stale"))
+                results.append(WriteResult(ok, None if ok else "fenced" if g.writes[0].table_id in fenced
+                                           else "stale"))
             else:
                 results.append(complex_results[id(g)])
+        self.fenced_writes += sum(1 for r in results if r.reason == "fenced")
         return results
 
-    async def _write_simple(self, con: asyncpg.Connection, groups: list[WriteGroup]) -> set[UUID]:
+    async def _write_simple(self, con: asyncpg.Connection, groups: list[WriteGroup]) -> tuple[set[UUID], set[UUID]]:
+        """Returns the ids of the rows written, and of those refused because their lease had moved."""
         ids, expected, epochs, versions, states = [], [], [], [], []
         l_ids, l_versions, l_payloads = [], [], []
         k_ids, k_keys, k_routes, k_status, k_bodies = [], [], [], [], []
@@ -222,13 +265,21 @@ class GroupCommitWriter:
                 k_routes.append(k.route)
                 k_status.append(k.status)
                 k_bodies.append(k.body)
+        if self.fenced:
+            rows = await con.fetch(_FENCED_WRITE_SQL, ids, expected, epochs, versions, states,
+                                   l_ids, l_versions, l_payloads, k_ids, k_keys, k_routes, k_status, k_bodies,
+                                   [shard_of(i) for i in ids])
+            return ({r["table_id"] for r in rows if r["applied"]},
+                    {r["table_id"] for r in rows if r["fenced"] and not r["applied"]})
         rows = await con.fetch(_SIMPLE_WRITE_SQL, ids, expected, epochs, versions, states,
                                l_ids, l_versions, l_payloads, k_ids, k_keys, k_routes, k_status, k_bodies)
-        return {r["table_id"] for r in rows}
+        return {r["table_id"] for r in rows}, set()
 
     async def _write_complex(self, con: asyncpg.Connection, group: WriteGroup) -> WriteResult:
         try:
             async with con.transaction():  # a savepoint inside the flush's transaction
+                if self.fenced:
+                    await self._check_leases(con, group.writes)
                 for w in group.writes:
                     await self._write_one(con, w)
                 for k in group.idempotency:
@@ -241,6 +292,18 @@ class GroupCommitWriter:
             return WriteResult(False, "stale" if exc.constraint_name == "commits_pkey" else "exists")
         return WriteResult(True)
 
+    async def _check_leases(self, con: asyncpg.Connection, writes: list[TableWrite]) -> None:
+        """Every written table's shard lease must still carry its writer's epoch, held FOR SHARE until commit
+        (see _FENCED_WRITE_SQL). Tables created by a multi-table transaction have no owner yet (UNFENCED)."""
+        checked = {(shard_of(w.table_id), w.epoch) for w in writes if w.epoch != UNFENCED}
+        if not checked:
+            return
+        rows = await con.fetch("SELECT shard, epoch FROM shard_leases WHERE shard = ANY($1::int[]) ORDER BY shard"
+                               " FOR SHARE", sorted({s for s, _ in checked}))
+        current = {r["shard"]: r["epoch"] for r in rows}
+        if any(current.get(shard) != epoch for shard, epoch in checked):
+            raise NotApplied("fenced")
+
     async def _write_one(self, con: asyncpg.Connection, w: TableWrite) -> None:
         if w.insert is not None:
             r = w.insert
@@ -250,13 +313,13 @@ class GroupCommitWriter:
                 " WHERE $4 = '' OR EXISTS (SELECT 1 FROM namespaces WHERE realm=$2 AND catalog=$3 AND path=$4)"
                 " ON CONFLICT (realm, catalog, namespace, name) DO NOTHING RETURNING table_id",
                 r.table_id, r.realm, r.catalog, r.namespace, r.name, r.kind, r.format, r.location, w.new_version,
-                w.epoch, w.state if w.state is not None else r.state)
+                max(w.epoch, 0), w.state if w.state is not None else r.state)
             if row is None:
                 exists = await con.fetchval("SELECT 1 FROM tables WHERE realm=$1 AND catalog=$2 AND namespace=$3"
                                             " AND name=$4", r.realm, r.catalog, r.namespace, r.name)
                 raise NotApplied("exists" if exists else "missing-namespace")
         elif w.delete:
-            row = await con.fetchrow("DELETE FROM tables WHERE table_id=$1 AND row_version=$2 AND epoch=$3"
+            row = await con.fetchrow(f"DELETE FROM tables WHERE table_id=$1 AND row_version=$2 AND {self._epoch_cas}"
                                      " RETURNING table_id", w.table_id, w.expected_version, w.epoch)
             if row is None:
                 raise NotApplied("stale")
@@ -271,12 +334,13 @@ class GroupCommitWriter:
                     raise NotApplied("missing-namespace")
                 row = await con.fetchrow(
                     "UPDATE tables SET row_version=$4, state=COALESCE($5, state), catalog=$6, namespace=$7, name=$8,"
-                    " updated_at=now() WHERE table_id=$1 AND row_version=$2 AND epoch=$3 RETURNING table_id",
+                    f" epoch=$3, updated_at=now() WHERE table_id=$1 AND row_version=$2 AND {self._epoch_cas}"
+                    " RETURNING table_id",
                     w.table_id, w.expected_version, w.epoch, w.new_version, w.state, catalog, namespace, name)
             else:
                 row = await con.fetchrow(
-                    "UPDATE tables SET row_version=$4, state=COALESCE($5, state), updated_at=now()"
-                    " WHERE table_id=$1 AND row_version=$2 AND epoch=$3 RETURNING table_id",
+                    "UPDATE tables SET row_version=$4, state=COALESCE($5, state), epoch=$3, updated_at=now()"
+                    f" WHERE table_id=$1 AND row_version=$2 AND {self._epoch_cas} RETURNING table_id",
                     w.table_id, w.expected_version, w.epoch, w.new_version, w.state)
             if row is None:
                 raise NotApplied("stale")
@@ -284,8 +348,9 @@ class GroupCommitWriter:
             await con.execute("DELETE FROM commits WHERE table_id=$1 AND version >= $2 AND ($3 < 0 OR version < $3)",
                               w.table_id, start, end)
         if w.log:
-            await con.executemany("INSERT INTO commits (table_id, version, payload) VALUES ($1,$2,$3)",
-                                  [(w.table_id, e.version, e.payload) for e in w.log])
+            await con.executemany("INSERT INTO commits (table_id, version, payload, epoch) VALUES ($1,$2,$3,$4)",
+                                  [(w.table_id, e.version, e.payload, w.epoch if self.fenced and w.epoch >= 0 else None)
+                                   for e in w.log])
 
     async def _resolve(self, group: WriteGroup) -> WriteResult:
         """After a lost connection: the writing actor is the only writer of its rows and is still waiting, so
@@ -312,8 +377,9 @@ class GroupCommitWriter:
 class PostgresStore:
     """The coordinator's system of record. All methods are awaited from trio; work runs on the asyncio thread."""
 
-    def __init__(self, dsn: str, *, pool_size: int = 4, timeout_s: float = 10.0):
+    def __init__(self, dsn: str, *, pool_size: int = 4, timeout_s: float = 10.0, fenced: bool = False):
         self.dsn = dsn
+        self.fenced = fenced
         self.pool_size = pool_size
         self.timeout_s = timeout_s
         self.thread = AsyncioThread()
@@ -339,7 +405,7 @@ class PostgresStore:
                 await asyncio.sleep(0.25)
         async with self.pool.acquire() as con:
             await migrate(con)
-        self.writer = GroupCommitWriter(self.pool, self.timeout_s)
+        self.writer = GroupCommitWriter(self.pool, self.timeout_s, fenced=self.fenced)
         self.writer.start()
 
     def close(self) -> None:
@@ -363,6 +429,10 @@ class PostgresStore:
                 raise Unavailable(f"database unavailable: {exc}") from exc
 
         return await self.thread.call(run)
+
+    async def with_connection(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """Run `fn(connection)` on the storage thread: for modules with their own SQL (coordinator/cluster)."""
+        return await self._call(fn)
 
     async def write(self, group: WriteGroup) -> WriteResult:
         """Durably write a group with everyone else's waiting groups. Raises Unavailable (known not applied)
@@ -528,7 +598,8 @@ class PostgresStore:
 
     def writer_stats(self) -> dict[str, int]:
         w = self.writer
-        return {"flushes": w.flushes, "groups": w.groups_written, "last_batch": w.last_batch_size} if w else {}
+        return {"flushes": w.flushes, "groups": w.groups_written, "last_batch": w.last_batch_size,
+                "fenced": w.fenced_writes} if w else {}
 
 
 async def _put_idempotency(con: asyncpg.Connection, record: IdempotencyRecord | None) -> None:

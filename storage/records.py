@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
 NAMESPACE_SEP = "\x1f"  # joins namespace levels in the `path`/`namespace` columns
+
+# Scale-out: tables map to a fixed number of shards, each owned by one member under a lease (migration 005 creates
+# exactly this many lease rows). Fixed, so that every member, of any version, computes the same owner.
+SHARDS = 64
+UNFENCED = -1  # TableWrite.epoch of a table created inside a multi-table transaction: it has no owner yet
+
+
+def shard_of(table_id: UUID) -> int:
+    """Stable across processes and hosts (no per-process hash seed); crc32 also spreads non-random UUIDs."""
+    return zlib.crc32(table_id.bytes) % SHARDS
 
 
 def join_namespace(levels: tuple[str, ...] | list[str]) -> str:

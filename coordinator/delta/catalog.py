@@ -15,6 +15,7 @@ the database.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from dataclasses import dataclass
@@ -41,6 +42,10 @@ MANAGED_DIR = "__unitystorage"
 OWNER = "anonymous"
 
 FullName = tuple[str, str, str]
+
+
+async def _forget_metrics(store, table_id: uuid.UUID) -> None:
+    await store.delete_delta_reports(table_id)
 
 
 def now_ms() -> int:
@@ -442,12 +447,11 @@ class DeltaCatalog:
 
     async def delete_table(self, full: FullName) -> None:
         table_id = await self._resolve(full)
-
-        async def forget_metrics() -> None:
-            await self.store.delete_delta_reports(table_id)
-
-        # Soft delete, as the catalog-managed RFC allows: the name goes now; the files stay for a purge job.
-        await self.registry.submit(table_id, DropTable(full, forget_metrics))
+        # Soft delete, as the catalog-managed RFC allows: the name goes now; the files stay for a purge job. The
+        # clean-up is a partial of a module function, not a closure: in a cluster the proposal may travel to the
+        # table's owner (coordinator/cluster/channel.py).
+        await self.registry.submit(table_id, DropTable(full, functools.partial(_forget_metrics, self.store,
+                                                                               table_id)))
 
     # -- commits -----------------------------------------------------------------------------------------------
 

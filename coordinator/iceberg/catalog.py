@@ -107,6 +107,11 @@ class IcebergTable:
     metadata_json: bytes
     list_json: dict[str, tuple[list, memoryview]] = field(default_factory=dict, compare=False, repr=False)
 
+    def __reduce__(self):
+        # Between cluster members (coordinator/cluster/channel.py) the JSON bytes are the compact form: the dict
+        # is rebuilt from them by orjson, and `list_json` (a cache for the owner's next commit) stays behind.
+        return _table_from_json, (self.ident, self.metadata_location, self.metadata_json)
+
     @property
     def etag(self) -> str:
         """Each metadata file is written once, so its location identifies the content."""
@@ -123,6 +128,10 @@ class IcebergTable:
         """`LoadTableResult` as JSON bytes, joined from the cached metadata bytes."""
         return b"".join([b'{"metadata-location":', orjson.dumps(self.metadata_location),
                          b',"metadata":', self.metadata_json, b',"config":{}}'])
+
+
+def _table_from_json(ident: TableIdent, metadata_location: str, metadata_json: bytes) -> IcebergTable:
+    return IcebergTable(ident, orjson.loads(metadata_json), metadata_location, metadata_json)
 
 
 def metadata_file_name(version: int) -> str:

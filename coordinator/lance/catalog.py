@@ -10,6 +10,8 @@ transaction (`Registry.transact`), so single and batched commits share one path.
 
 from __future__ import annotations
 
+import functools
+
 import base64
 import hashlib
 import logging
@@ -292,12 +294,10 @@ class LanceCatalog:
         return state
 
     async def drop_table(self, ident: Ident) -> LanceTable:
-        files = self.files
-
         async def make(ref: TableRef) -> Proposal:
-            async def purge() -> None:
-                await trio.to_thread.run_sync(lance_storage.delete_tree, files, ref.location)
-            # Only what lies in our warehouse is ours to delete.
+            # Only what lies in our warehouse is ours to delete. A partial, not a closure: in a cluster the proposal
+            # may travel to the table's owner (coordinator/cluster/channel.py).
+            purge = functools.partial(_purge, self.files, ref.location)
             return RemoveTable(purge if is_within(self.warehouse, ref.location) else None)
         state = await self._submit(ident, make)
         self._refs.pop(ident, None)
@@ -406,6 +406,10 @@ class LanceCatalog:
         except _StaleName:
             raise NotFound("a table of this batch was dropped while the batch was being applied; nothing was "
                            "applied", kind="table") from None
+
+
+async def _purge(files, location: str) -> None:
+    await trio.to_thread.run_sync(lance_storage.delete_tree, files, location)
 
 
 class _StaleName(Exception):

@@ -1,0 +1,306 @@
+"""The internal channel between cluster members: persistent trio TCP connections carrying length-prefixed frames.
+
+A frame is a 4-byte big-endian length and a pickle. A request is `(call_id, method, args)`; its answer is
+`(call_id, ok, value)` where `value` is the result or the CoordinatorError to raise. One connection per peer
+carries any number of concurrent calls (answers come back out of order), so a forwarded request costs one
+pickle, one send and one receive on each side: no second HTTP hop, no connection set-up per request.
+
+Pickle is safe here only between members of one deployment, so nothing is unpickled before both ends of a
+connection prove they hold the cluster key (`handshake`: an HMAC challenge-response each way, keyed by a secret
+every member reads from the shared database); still bind the channel to a private interface. It is used because the payloads are the catalogs' own objects (pydantic
+requests, proposals, table states) and the owner must run exactly the code the receiving member would have run.
+Process-local objects a proposal refers to (the file IO, the store) travel by name and are replaced by the
+receiver's own (`Codec`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import itertools
+import logging
+import pickle
+import secrets
+import socket
+import struct
+from typing import Any, Awaitable, Callable
+
+import trio
+
+from ..errors import CoordinatorError, Unavailable
+
+log = logging.getLogger(__name__)
+
+HEADER = struct.Struct(">I")
+MAX_FRAME = 512 * 1024 * 1024
+NONCE = 16
+HANDSHAKE_TIMEOUT_S = 5.0
+
+
+class HandshakeFailed(Exception):
+    """The other end does not hold the cluster key (or spoke something else): no frame is exchanged."""
+
+
+def _proof(key: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
+    return hmac.new(key, role + first + second, hashlib.sha256).digest()
+
+
+async def _receive_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        data = await stream.receive_some(n - len(buf))
+        if not data:
+            raise HandshakeFailed("connection closed during the handshake")
+        buf += data
+    return buf
+
+
+async def accept_handshake(stream: trio.abc.Stream, key: bytes) -> None:
+    """Server side: challenge the dialer, check its proof, prove ourselves in turn."""
+    with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+        ours = secrets.token_bytes(NONCE)
+        await stream.send_all(ours)
+        reply = await _receive_exactly(stream, NONCE + 32)
+        theirs, proof = reply[:NONCE], reply[NONCE:]
+        if not hmac.compare_digest(proof, _proof(key, b"dialer", ours, theirs)):
+            raise HandshakeFailed("the dialer does not hold the cluster key")
+        await stream.send_all(_proof(key, b"listener", theirs, ours))
+
+
+async def dial_handshake(stream: trio.abc.Stream, key: bytes) -> None:
+    """Client side: answer the listener's challenge and check that it holds the key too."""
+    with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+        challenge = await _receive_exactly(stream, NONCE)
+        ours = secrets.token_bytes(NONCE)
+        await stream.send_all(ours + _proof(key, b"dialer", challenge, ours))
+        proof = await _receive_exactly(stream, 32)
+        if not hmac.compare_digest(proof, _proof(key, b"listener", ours, challenge)):
+            raise HandshakeFailed("the listener does not hold the cluster key")
+
+
+class PeerUnreachable(Unavailable):
+    """The request was never sent (no connection): known not applied."""
+
+
+class AnswerLost(Exception):
+    """The request was sent but the connection closed before its answer: the caller must find out the outcome."""
+
+
+class Codec:
+    """pickle with the process-local objects named in `local` replaced by their names on the wire."""
+
+    def __init__(self, local: dict[str, Any]):
+        self._by_name = dict(local)
+        self._by_id = {id(obj): name for name, obj in local.items()}
+        by_id = self._by_id
+
+        class _Pickler(pickle.Pickler):
+            def persistent_id(self, obj: Any) -> str | None:
+                return by_id.get(id(obj))
+
+        by_name = self._by_name
+
+        class _Unpickler(pickle.Unpickler):
+            def persistent_load(self, pid: str) -> Any:
+                return by_name[pid]
+
+        self._pickler, self._unpickler = _Pickler, _Unpickler
+
+    def frame(self, message: Any) -> bytes:
+        buf = io.BytesIO()
+        buf.write(b"\0\0\0\0")
+        self._pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(message)
+        data = buf.getbuffer()
+        HEADER.pack_into(data, 0, len(data) - 4)
+        return bytes(data)
+
+    def loads(self, payload: bytes) -> Any:
+        return self._unpickler(io.BytesIO(payload)).load()
+
+
+async def read_frames(stream: trio.abc.ReceiveStream):
+    """Yields each frame's payload; returns at a clean end of stream."""
+    buf = bytearray()
+    while True:
+        data = await stream.receive_some(1 << 16)
+        if not data:
+            return
+        buf += data
+        while len(buf) >= 4:
+            (size,) = HEADER.unpack_from(buf)
+            if size > MAX_FRAME:
+                raise ValueError(f"frame of {size} bytes exceeds the limit")
+            if len(buf) < 4 + size:
+                break
+            payload = bytes(buf[4:4 + size])
+            del buf[:4 + size]
+            yield payload
+
+
+def _wire_error(exc: BaseException) -> CoordinatorError:
+    """Errors cross as themselves when they are the coordinator's; anything else as a 500 naming it."""
+    if isinstance(exc, CoordinatorError):
+        return exc
+    return CoordinatorError(f"peer failed: {type(exc).__name__}: {exc}")
+
+
+class ChannelServer:
+    """Answers peers' calls with `handlers[method](*args)`; each call runs in its own task."""
+
+    def __init__(self, codec: Codec, handlers: dict[str, Callable[..., Awaitable[Any]]], key: bytes):
+        self.codec = codec
+        self.handlers = handlers
+        self.key = key
+
+    async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        await trio.serve_tcp(self._connection, port, host=host, task_status=task_status)
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        lock = trio.Lock()
+        try:
+            await accept_handshake(stream, self.key)
+            async with trio.open_nursery() as nursery:
+                async for payload in read_frames(stream):
+                    call_id, method, args = self.codec.loads(payload)
+                    nursery.start_soon(self._answer, stream, lock, call_id, method, args)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the peer went away; its calls' answers are lost, and it resolves them itself
+        except (HandshakeFailed, trio.TooSlowError) as exc:
+            log.warning("refused a channel connection from %s: %s", _remote(stream), exc)
+        except Exception:  # a frame we cannot read: drop this connection, never the member
+            log.exception("bad frame from a cluster peer; closing its connection")
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _answer(self, stream, lock: trio.Lock, call_id: int, method: str, args: tuple) -> None:
+        try:
+            value, ok = await self.handlers[method](*args), True
+        except trio.Cancelled:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
+            if not isinstance(exc, CoordinatorError):
+                log.exception("cluster call %s failed", method)
+            value, ok = _wire_error(exc), False
+        try:
+            frame = self.codec.frame((call_id, ok, value))
+        except Exception as exc:  # an unpicklable answer is a bug; say so instead of hanging the caller
+            log.exception("cannot encode the answer to %s", method)
+            frame = self.codec.frame((call_id, False, _wire_error(exc)))
+        try:
+            async with lock:
+                await stream.send_all(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+
+def _remote(stream: trio.SocketStream) -> str:
+    try:
+        return str(stream.socket.getpeername())
+    except OSError:
+        return "?"
+
+
+class _Pending:
+    __slots__ = ("event", "ok", "value")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.ok: bool | None = None
+        self.value: Any = None
+
+
+class Peer:
+    """One member's persistent connection to another; (re)connected on demand."""
+
+    def __init__(self, address: str, codec: Codec, nursery: trio.Nursery, key: bytes, *,
+                 connect_timeout_s: float = 1.0):
+        self.address = address
+        self.key = key
+        host, _, port = address.rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
+        self.codec = codec
+        self.nursery = nursery
+        self.connect_timeout_s = connect_timeout_s
+        self._stream: trio.SocketStream | None = None
+        self._connecting = trio.Lock()
+        self._send_lock = trio.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._ids = itertools.count()
+
+    async def _connect(self) -> trio.SocketStream:
+        async with self._connecting:
+            if self._stream is None:
+                try:
+                    with trio.fail_after(self.connect_timeout_s):
+                        stream = await trio.open_tcp_stream(self.host, self.port)
+                except (OSError, trio.TooSlowError) as exc:
+                    raise PeerUnreachable(f"cluster member {self.address} is unreachable: {exc}") from None
+                try:
+                    await dial_handshake(stream, self.key)
+                except (HandshakeFailed, trio.TooSlowError, trio.BrokenResourceError, OSError) as exc:
+                    await trio.aclose_forcefully(stream)
+                    raise PeerUnreachable(f"cluster member {self.address} failed the handshake: {exc}") from None
+                stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._stream = stream
+                self.nursery.start_soon(self._read, stream)
+            return self._stream
+
+    async def call(self, method: str, *args: Any, watch: Callable[[Any], Any] | None = None) -> Any:
+        """Raises the peer's CoordinatorError, PeerUnreachable (not sent) or AnswerLost (sent, no answer).
+        `watch(pending)` lets the caller abandon the call (`abandon(pending)`) when it knows no answer will come."""
+        frame_args = (method, args)
+        stream = await self._connect()
+        call_id = next(self._ids)
+        pending = _Pending()
+        if watch is not None:
+            watch(pending)
+        frame = self.codec.frame((call_id, *frame_args))
+        self._pending[call_id] = pending
+        try:
+            try:
+                async with self._send_lock:
+                    await stream.send_all(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                self._broken(stream)
+                raise AnswerLost(f"connection to {self.address} broke while sending") from None
+            await pending.event.wait()
+        finally:
+            self._pending.pop(call_id, None)
+        if pending.ok is None:
+            raise AnswerLost(f"connection to {self.address} closed before the answer")
+        if not pending.ok:
+            raise pending.value
+        return pending.value
+
+    async def _read(self, stream: trio.SocketStream) -> None:
+        try:
+            async for payload in read_frames(stream):
+                call_id, ok, value = self.codec.loads(payload)
+                pending = self._pending.get(call_id)
+                if pending is not None:
+                    pending.ok, pending.value = ok, value
+                    pending.event.set()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            log.info("connection to %s lost: %s", self.address, exc)
+        except Exception:  # a frame we cannot read: its callers get AnswerLost and resolve from the store
+            log.exception("bad frame from cluster member %s; closing the connection", self.address)
+        finally:
+            self._broken(stream)
+
+    @staticmethod
+    def abandon(pending: _Pending) -> None:
+        pending.event.set()  # ok stays None: AnswerLost
+
+    def _broken(self, stream: trio.SocketStream) -> None:
+        if self._stream is stream:
+            self._stream = None
+            for pending in list(self._pending.values()):
+                pending.event.set()  # ok stays None: the answer is lost
+            self._pending.clear()
+        self.nursery.start_soon(trio.aclose_forcefully, stream)
+
+    async def aclose(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            await trio.aclose_forcefully(stream)

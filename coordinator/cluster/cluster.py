@@ -1,0 +1,101 @@
+"""One member of a coordinator cluster: its leases, its internal-channel server, its connections to peers."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import uuid
+from typing import Any
+
+import trio
+
+from ..auth import new_signing_key
+from .channel import ChannelServer, Codec, Peer
+from .leases import Leases
+from .routing import Router
+
+log = logging.getLogger(__name__)
+
+
+class Cluster:
+    def __init__(self, coordinator):
+        config = coordinator.config
+        self.config = config
+        self.registry = coordinator.registry
+        self.store = coordinator.store
+        self.member_id = uuid.uuid4()
+        self.leases = Leases(self.store, self.member_id, ttl_s=config.lease_ttl_s, renew_s=config.lease_renew_s,
+                             margin_s=config.lease_margin_s)
+        self.router = Router(self)
+        # What a proposal may refer to that only makes sense in this process: sent by name, resolved at the peer.
+        self.codec = Codec({"files": coordinator.files, "store": coordinator.store})
+        self.key = b""  # the channel's HMAC key, derived at start from the secret all members share in the database
+        self.server = ChannelServer(self.codec, {
+            "submit": self.router.on_submit, "create": self.router.on_create, "prepare": self.router.on_prepare,
+            "verdict": self.router.on_verdict, "forget": self.router.on_forget, "ping": self._ping}, b"")
+        self.peers: dict[str, Peer] = {}
+        self.nursery: trio.Nursery | None = None
+        self.address: str | None = None
+        self._watched: set[tuple[int, uuid.UUID, Any]] = set()
+        self.leases.on_round.append(self._abandon_calls_to_former_owners)
+        self.registry.cluster = self
+        coordinator.metrics.add_gauges(self.gauges)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the channel, then join: `started` once the first lease pass is done (this member then owns its
+        share of shards if any were free)."""
+        secret = await self.store.signing_key(new_signing_key())
+        self.key = self.server.key = hmac.new(secret, b"cluster-channel", hashlib.sha256).digest()
+        try:
+            async with trio.open_nursery() as nursery:
+                self.nursery = nursery
+                listeners = await nursery.start(self.server.serve, self.config.cluster_host, self.config.cluster_port)
+                port = listeners[0].socket.getsockname()[1]
+                self.address = self.config.cluster_advertise or f"{self.config.cluster_host}:{port}"
+                self.leases.address = self.address
+                await nursery.start(self.leases.run)
+                log.info("cluster member %s on %s holds %d shards (%d members live)", self.member_id, self.address,
+                         len(self.leases.held), self.leases.live_members)
+                task_status.started(self)
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                try:
+                    await self.leases.leave()
+                except Exception as exc:
+                    log.warning("could not release leases on the way out: %s", exc)
+
+    def peer(self, address: str) -> Peer:
+        peer = self.peers.get(address)
+        if peer is None:
+            peer = self.peers[address] = Peer(address, self.codec, self.nursery, self.key)
+        return peer
+
+    async def call_watching(self, peer: Peer, shard: int, member: uuid.UUID, method: str, *args: Any) -> Any:
+        """`peer.call`, abandoned (AnswerLost) as soon as the lease map shows `member` no longer owns `shard`."""
+        entries = []
+
+        def watch(pending: Any) -> None:
+            entry = (shard, member, pending)
+            entries.append(entry)
+            self._watched.add(entry)
+        try:
+            return await peer.call(method, *args, watch=watch)
+        finally:
+            for entry in entries:
+                self._watched.discard(entry)
+
+    def _abandon_calls_to_former_owners(self) -> None:
+        for shard, member, pending in list(self._watched):
+            owner = self.leases.owner(shard)
+            if owner is None or owner.member != member:
+                Peer.abandon(pending)
+
+    async def _ping(self) -> str:
+        return str(self.member_id)
+
+    def gauges(self) -> dict[str, float]:
+        return {"coordinator_cluster_shards_held": len(self.leases.held),
+                "coordinator_cluster_members_live": self.leases.live_members,
+                "coordinator_cluster_takeovers_total": self.leases.takeovers,
+                "coordinator_cluster_forwarded_total": self.router.forwarded}

@@ -1,0 +1,43 @@
+"""Cluster membership: each member's row in PostgreSQL (its internal-channel address and a heartbeat).
+
+The heartbeat is renewed together with the member's leases (leases.py), with the same time-to-live, so a member
+counts as live exactly as long as its leases would; only the database's clock (`now()`) is compared.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from uuid import UUID
+
+import asyncpg
+
+
+@dataclass(frozen=True)
+class Member:
+    member_id: UUID
+    address: str
+
+
+async def heartbeat(con: asyncpg.Connection, member_id: UUID, address: str) -> None:
+    await con.execute(
+        "INSERT INTO cluster_members (member_id, address, pid, hostname) VALUES ($1, $2, $3, $4)"
+        " ON CONFLICT (member_id) DO UPDATE SET heartbeat_at = now(), address = EXCLUDED.address",
+        member_id, address, os.getpid(), socket.gethostname())
+
+
+async def live_members(con: asyncpg.Connection, ttl_s: float) -> list[Member]:
+    rows = await con.fetch("SELECT member_id, address FROM cluster_members"
+                           " WHERE heartbeat_at > now() - make_interval(secs => $1) ORDER BY member_id", ttl_s)
+    return [Member(r["member_id"], r["address"]) for r in rows]
+
+
+async def forget_dead(con: asyncpg.Connection, older_than_s: float) -> None:
+    """Rows of members gone for long are only noise for operators."""
+    await con.execute("DELETE FROM cluster_members WHERE heartbeat_at < now() - make_interval(secs => $1)",
+                      older_than_s)
+
+
+async def leave(con: asyncpg.Connection, member_id: UUID) -> None:
+    await con.execute("DELETE FROM cluster_members WHERE member_id = $1", member_id)

@@ -1,0 +1,136 @@
+"""The cluster's internal channel (coordinator/cluster/channel.py): frames, local objects by name, errors, and a
+lost answer, over real loopback TCP between two channel endpoints in one trio run."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from coordinator.cluster.channel import AnswerLost, ChannelServer, Codec, Peer, PeerUnreachable, read_frames
+from coordinator.errors import CommitConflict, CoordinatorError, Unavailable
+
+
+KEY = b"k" * 32
+
+
+class Local:
+    """Stands for a process-local object (the file IO): each side has its own."""
+
+
+async def test_frames_survive_any_split():
+    codec = Codec({})
+    frames = b"".join(codec.frame(("x" * n, n)) for n in (0, 1, 70_000, 3))
+    send, receive = trio.testing.memory_stream_pair()
+
+    async def trickle():
+        for i in range(0, len(frames), 7_001):
+            await send.send_all(frames[i:i + 7_001])
+        await send.aclose()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trickle)
+        got = [codec.loads(p) async for p in read_frames(receive)]
+    assert got == [("x" * n, n) for n in (0, 1, 70_000, 3)]
+
+
+async def test_calls_results_errors_and_local_objects():
+    mine, theirs = Local(), Local()
+    release = trio.Event()
+
+    async def echo(value, obj):
+        return value, obj is theirs
+
+    async def conflict():
+        raise CommitConflict("expected 1, found 2", kind="ref")
+
+    async def crash():
+        raise ValueError("boom")
+
+    async def hang():
+        await release.wait()
+
+    server = ChannelServer(Codec({"files": theirs}), {"echo": echo, "conflict": conflict, "crash": crash,
+                                                      "hang": hang}, KEY)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(server.serve, "127.0.0.1", 0)
+        port = listeners[0].socket.getsockname()[1]
+        peer = Peer(f"127.0.0.1:{port}", Codec({"files": mine}), nursery, KEY)
+        # The local object travels by name and arrives as the receiver's own.
+        assert await peer.call("echo", {"a": [1, 2]}, mine) == ({"a": [1, 2]}, True)
+        try:
+            await peer.call("conflict")
+        except CommitConflict as exc:
+            assert (exc.message, exc.kind, exc.status) == ("expected 1, found 2", "ref", 409)
+        else:
+            raise AssertionError("no error")
+        try:
+            await peer.call("crash")
+        except CoordinatorError as exc:
+            assert "ValueError: boom" in exc.message and exc.status == 500
+        # Concurrent calls on one connection; one abandoned by its caller comes back as AnswerLost.
+        results = []
+
+        async def waiting():
+            try:
+                await peer.call("hang", watch=lambda pending: results.append(pending))
+            except AnswerLost:
+                results.append("lost")
+        nursery.start_soon(waiting)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await peer.call("echo", 1, None) == (1, False)
+        Peer.abandon(results[0])
+        await trio.testing.wait_all_tasks_blocked()
+        assert results[-1] == "lost"
+        release.set()
+        nursery.cancel_scope.cancel()
+
+
+async def test_unreachable_peer_is_known_not_sent():
+    async with trio.open_nursery() as nursery:
+        from storage.embedded import free_port
+        peer = Peer(f"127.0.0.1:{free_port()}", Codec({}), nursery, KEY)
+        try:
+            await peer.call("echo", 1)
+        except PeerUnreachable as exc:
+            assert isinstance(exc, Unavailable)
+        else:
+            raise AssertionError("no error")
+
+
+async def test_nothing_is_unpickled_from_a_connection_without_the_cluster_key():
+    """The channel carries pickles, so a dialer must prove it holds the cluster key before any frame is read,
+    and a listener must prove it too before the dialer reads answers."""
+    ran = []
+
+    class Exploit:
+        def __reduce__(self):
+            return (ran.append, ("unpickled",))
+
+    async def echo(value):
+        return value
+
+    server = ChannelServer(Codec({}), {"echo": echo}, KEY)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(server.serve, "127.0.0.1", 0)
+        port = listeners[0].socket.getsockname()[1]
+        # a peer with another key is refused before sending anything
+        try:
+            await Peer(f"127.0.0.1:{port}", Codec({}), nursery, b"x" * 32).call("echo", 1)
+        except PeerUnreachable as exc:
+            assert "handshake" in exc.message
+        else:
+            raise AssertionError("a peer without the key was served")
+        # a raw connection that skips the handshake and sends a pickle straight away is closed unread
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(Codec({}).frame((0, "echo", (Exploit(),))) + b"\0" * 48)
+        with trio.fail_after(10):
+            try:
+                while await stream.receive_some(1024):  # the challenge, then the server hangs up
+                    pass
+            except trio.BrokenResourceError:
+                pass  # reset: it closed with our unread bytes in its buffer
+        await stream.aclose()
+        assert ran == []
+        # and the right key still works
+        assert await Peer(f"127.0.0.1:{port}", Codec({}), nursery, KEY).call("echo", 7) == 7
+        nursery.cancel_scope.cancel()
