@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 from uuid import UUID
@@ -23,13 +24,15 @@ import trio
 
 from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
 
-from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, NotFound, NotOwner, OutcomeUnknown,
-                     Unavailable)
+from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, DuplicateRequest, NotFound, NotOwner,
+                     OutcomeUnknown, Unavailable)
 
 if TYPE_CHECKING:
     from .registry import Registry
 
 log = logging.getLogger(__name__)
+
+RECENT_KEYS = 64  # Idempotency-Keys remembered per table actor (see TableActor.recent_keys)
 
 
 @dataclass
@@ -137,6 +140,7 @@ class _Segment:
     state: Any
     decisions: list[tuple[Request, Decision]] = field(default_factory=list)
     readers: list[tuple[Request, Any]] = field(default_factory=list)
+    duplicates: list[tuple[Request, Any]] = field(default_factory=list)  # (request, key) answered once durable
 
     @property
     def empty(self) -> bool:
@@ -156,6 +160,9 @@ class TableActor:
         self.moved = False                 # the shard's lease moved: this actor retires, answering NotOwner
         self.batches = 0
         self.last_batch_size = 0
+        # Idempotency-Keys of the table's latest changes. Requests with one key are serialized by the member
+        # that receives them; this catches the same key arriving through two members at once (scale-out).
+        self.recent_keys: OrderedDict[Any, None] = OrderedDict()
 
     # -- requester side --------------------------------------------------------------------------------------
 
@@ -242,6 +249,14 @@ class TableActor:
             decision = self._decide(req, seg.state)
             if decision is None:
                 continue
+            if decision.idempotency is not None:
+                key = decision.idempotency.key
+                if key in self.recent_keys:  # applied, and durable
+                    req.reply.fail(DuplicateRequest(key))
+                    continue
+                if any(d.idempotency is not None and d.idempotency.key == key for _, d in seg.decisions):
+                    seg.duplicates.append((req, key))  # applied in this segment: answered once it is durable
+                    continue
             if not decision.writes:
                 if seg.empty:
                     req.reply.set(decision.reply)
@@ -311,6 +326,13 @@ class TableActor:
             req.reply.fail(BadRequest(f"cannot apply request: {type(exc).__name__}: {exc}"))
         return None
 
+    def _remember_keys(self, decisions: list[Decision]) -> None:
+        for d in decisions:
+            if d.idempotency is not None:
+                self.recent_keys[d.idempotency.key] = None
+        while len(self.recent_keys) > RECENT_KEYS:
+            self.recent_keys.popitem(last=False)
+
     def _table_write(self, decisions: list[Decision]) -> TableWrite:
         row = self.row
         w = TableWrite(table_id=self.table_id, expected_version=row.row_version,
@@ -326,7 +348,7 @@ class TableActor:
 
     async def _flush(self, seg: _Segment) -> None:
         decisions = [d for _, d in seg.decisions]
-        requests = [r for r, _ in seg.decisions] + [r for r, _ in seg.readers]
+        requests = [r for r, _ in seg.decisions] + [r for r, _ in seg.readers] + [r for r, _ in seg.duplicates]
         write = self._table_write(decisions)
         group = WriteGroup([write], [d.idempotency for d in decisions if d.idempotency is not None]
                            + [d.marker for d in decisions if d.marker is not None])
@@ -357,6 +379,9 @@ class TableActor:
             req.reply.set(d.reply)
         for req, reply in seg.readers:
             req.reply.set(reply)
+        self._remember_keys(decisions)
+        for req, key in seg.duplicates:
+            req.reply.fail(DuplicateRequest(key))
         for d in decisions:
             if d.after_durable is not None:
                 self.registry.spawn_background(d.after_durable)

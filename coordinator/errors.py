@@ -85,3 +85,15 @@ class OutcomeUnknown(CoordinatorError):
 class NotOwner(Unavailable):
     """Scale-out: this member does not (or no longer) own the table's shard; nothing applied. A member that
     forwarded the request retries at the current owner; a client that sees it retries after Retry-After."""
+
+
+class DuplicateRequest(CoordinatorError):
+    """A request whose Idempotency-Key the table's owner has just applied (the same key sent again, through
+    another member, while the first was in flight). Nothing applied twice: the caller answers with the first
+    request's recorded answer."""
+
+    status = 409
+
+    def __init__(self, key, message: str = "request already applied under this Idempotency-Key"):
+        super().__init__(message, kind="duplicate")
+        self.key = key

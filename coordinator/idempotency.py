@@ -18,7 +18,7 @@ import trio
 
 from storage.records import IdempotencyRecord
 
-from .errors import BadRequest, CoordinatorError, Unavailable
+from .errors import BadRequest, CoordinatorError, DuplicateRequest, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,13 @@ class Idempotency:
                 return Answer(previous.status, previous.body)
             try:
                 return await op()
+            except DuplicateRequest:
+                # The same key reached the table's owner through another member first: its answer is recorded.
+                previous = await self.store.get_idempotency(key)
+                if previous is None:
+                    raise Unavailable(f"Idempotency-Key {key} was applied by a concurrent request whose answer "
+                                      f"is not readable yet; retry") from None
+                return Answer(previous.status, previous.body)
             except CoordinatorError as exc:
                 if 400 <= exc.status < 500 and exc.status not in NEVER_FINAL:
                     await self._record_error(key, route, exc.status, error_body(exc))

@@ -184,3 +184,65 @@ async def test_group_commit_coalesces_tables_into_few_transactions(coord):
     assert flushes < 40, f"{flushes} flushes for 40 concurrent commits: group commit is not coalescing"
     for t in tables:
         assert (await coord.store.get_table(t)).state == {"n": 1}
+
+
+@dataclass
+class KeyedIncrement:
+    """An Increment carrying an Idempotency-Key, recorded with the change like the Iceberg routes do."""
+    key: uuid.UUID
+
+    def decide(self, state: Counter) -> Decision:
+        from storage.records import IdempotencyRecord
+        new = Counter(state.n + 1)
+        return Decision(new, reply=new.n, row_state={"n": new.n}, log=[LogEntry(new.n, {"n": new.n})],
+                        idempotency=IdempotencyRecord(self.key, "increment", 200, str(new.n).encode()))
+
+
+async def test_one_idempotency_key_applies_once_even_without_the_members_serializing(coord):
+    """Two members may hand the owner the same keyed request at once (each checked the store and found nothing):
+    the owner applies it once and the other learns it is a duplicate, whose recorded answer is the first's."""
+    from coordinator.errors import DuplicateRequest
+    from coordinator.idempotency import Answer
+    table_id = await new_counter(coord)
+    key = uuid.uuid4()
+    outcomes = []
+
+    async def one():
+        try:
+            outcomes.append(await coord.registry.submit(table_id, KeyedIncrement(key)))
+        except DuplicateRequest:
+            outcomes.append("duplicate")
+
+    async with trio.open_nursery() as n:  # same batch
+        for _ in range(3):
+            n.start_soon(one)
+    await one()                           # later, once durable
+    assert sorted(outcomes, key=str) == [1, "duplicate", "duplicate", "duplicate"]
+    assert await coord.registry.submit(table_id, Read()) == 1
+
+    async def op() -> Answer:
+        await coord.registry.submit(table_id, KeyedIncrement(key))
+        raise AssertionError("applied twice")
+    answer = await coord.idempotency.run(key, "increment", op, lambda exc: b"")
+    assert (answer.status, answer.body) == (200, b"1")  # replayed from the store (found before running op)
+    coord.idempotency.store = _Forgetful(coord.store, key)  # as if the other member's check raced the first
+    answer = await coord.idempotency.run(key, "increment", lambda: coord.registry.submit(
+        table_id, KeyedIncrement(key)), lambda exc: b"")
+    assert (answer.status, answer.body) == (200, b"1") and await coord.registry.submit(table_id, Read()) == 1
+
+
+class _Forgetful:
+    """The store, except that the first lookup of `key` finds nothing (a member that checked before the first
+    request with the key was durable)."""
+
+    def __init__(self, store, key):
+        self.store, self.key, self.hidden = store, key, True
+
+    async def get_idempotency(self, key):
+        if key == self.key and self.hidden:
+            self.hidden = False
+            return None
+        return await self.store.get_idempotency(key)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
