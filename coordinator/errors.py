@@ -82,6 +82,12 @@ class OutcomeUnknown(CoordinatorError):
     status = 500
 
 
+class AppliedReplyLost(OutcomeUnknown):
+    """Scale-out: the owner made the request durable (its receipt is in the store) and failed before answering.
+    The change is known applied; a catalog that can rebuild the answer from the store does, so the client hears
+    success rather than "state unknown"; anywhere else it stays a 5xx unknown."""
+
+
 class NotOwner(Unavailable):
     """Scale-out: this member does not (or no longer) own the table's shard; nothing applied. A member that
     forwarded the request retries at the current owner; a client that sees it retries after Retry-After."""

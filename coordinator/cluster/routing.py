@@ -23,7 +23,7 @@ import trio
 from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, shard_of
 
 from ..actor import Decision, Participant, Proposal
-from ..errors import CoordinatorError, NotOwner, OutcomeUnknown, Unavailable
+from ..errors import AppliedReplyLost, CoordinatorError, NotOwner, OutcomeUnknown, Unavailable
 from .channel import AnswerLost, PeerUnreachable
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class Router:
             if await self.registry.store.get_idempotency(marker) is None:
                 raise Unavailable(f"the owner of table {table_id} failed before applying the request; nothing "
                                   f"applied, retry", retry_after_s=self.config.retry_after_s)
-            raise OutcomeUnknown(f"the owner of table {table_id} applied the request but failed before answering")
+            raise AppliedReplyLost(f"the owner of table {table_id} applied the request but failed before answering")
 
         return await self._route(table_id, lambda: self.registry.owner(table_id).offer(proposal).wait(),
                                  "submit", (table_id, proposal, marker), resolve)

@@ -26,7 +26,7 @@ from storage.files import join, unsafe_location
 from storage.records import LogEntry, TableRow
 
 from ..actor import Decision
-from ..errors import AlreadyExists, BadRequest, CommitConflict, NotEmpty, NotFound, Unavailable
+from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotEmpty, NotFound, Unavailable
 from ..paging import decode_page_token, encode_page_token
 from . import rules
 from .models import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
@@ -460,6 +460,8 @@ class DeltaCatalog:
         proposal = Commit(req, self.config.delta_max_unpublished_commits, now_ms())
         try:
             await self.registry.submit(table_id, proposal)
+        except AppliedReplyLost:
+            return  # ratified: the answer to a commit carries nothing else
         except CommitConflict as exc:
             if exc.kind != "published":
                 raise

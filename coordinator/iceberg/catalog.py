@@ -20,7 +20,7 @@ from storage.files import is_within, join, path_segment, unsafe_location
 from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace
 
 from ..actor import Decision
-from ..errors import BadRequest, NotFound
+from ..errors import AppliedReplyLost, BadRequest, NotFound
 from ..paging import decode_page_token, encode_page_token
 from . import apply_commit, new_table_metadata
 from .views import apply_view_commit, new_view_metadata
@@ -498,8 +498,13 @@ class IcebergCatalog:
                            idempotency_key: uuid.UUID | None = None) -> IcebergTable:
         if any(getattr(r, "type", None) == "assert-create" for r in requirements):
             return await self._commit_create(ident, requirements, updates, idempotency_key)
-        return await self._submit(ident, lambda: CommitTable(ident, requirements, updates, idempotency_key,
-                                                             self.files, self.warehouse))
+        try:
+            return await self._submit(ident, lambda: CommitTable(ident, requirements, updates, idempotency_key,
+                                                                 self.files, self.warehouse))
+        except AppliedReplyLost:
+            # Applied, but the owner's answer was lost: the table as it is now includes this commit (and perhaps
+            # later ones), which is what a client refreshes to after a commit anyway.
+            return await self.load_table(ident)
 
     async def _commit_create(self, ident: TableIdent, requirements: list, updates: list,
                              idempotency_key: uuid.UUID | None) -> IcebergTable:

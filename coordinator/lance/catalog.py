@@ -26,7 +26,7 @@ from storage.files import is_within, join, path_segment, unsafe_location
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Proposal
-from ..errors import AlreadyExists, BadRequest, NotEmpty, NotFound, Unavailable
+from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotEmpty, NotFound, Unavailable
 from ..transaction import Create
 from . import storage as lance_storage
 from .models import CreateTableVersionRequest, parse_mode
@@ -345,7 +345,10 @@ class LanceCatalog:
     async def create_table_version(self, ident: Ident, req: CreateTableVersionRequest) -> TableVersion:
         async def make(ref: TableRef) -> Proposal:
             return await self._prepare_version(ref.location, req)
-        return await self._submit(ident, make)
+        try:
+            return await self._submit(ident, make)
+        except AppliedReplyLost:
+            return await self.describe_table_version(ident, req.version)  # applied: its record is the answer
 
     async def describe_table_version(self, ident: Ident, version: int | None, branch: str | None = None
                                      ) -> TableVersion:
