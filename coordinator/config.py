@@ -50,7 +50,8 @@ class Config:
 
     # Table actors
     mailbox_size: int = 256          # requests queued per table before 503 + Retry-After
-    actor_idle_s: float = 120.0      # an actor with no request for this long is retired (its state dropped)
+    actor_idle_s: float = 10.0       # an actor with no request for this long ends; its table goes dormant
+    dormant_tables_max: int = 100_000  # idle tables kept compact in memory (least recently used beyond: reload)
     retry_after_s: int = 1           # advertised in Retry-After on 503
 
     # Delta (Unity Catalog)

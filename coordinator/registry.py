@@ -8,6 +8,8 @@ cluster's router, which calls back `owner` here on whichever member holds the ta
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 from uuid import UUID
 
@@ -25,6 +27,26 @@ log = logging.getLogger(__name__)
 StateLoader = Callable[[TableRow], Awaitable[Any]]
 
 
+@dataclass(slots=True)
+class Dormant:
+    """An idle table's state, compacted: what its next actor starts from instead of reading the store."""
+
+    row: TableRow
+    compact: Any
+    epoch: int | None
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """How a format keeps an idle table small (e.g. Iceberg: the metadata file's bytes, not the parsed dict)."""
+
+    compact: Callable[[Any], Any]
+    expand: Callable[[TableRow, Any], Any]
+
+
+KEEP_STATE = Compaction(compact=lambda state: state, expand=lambda row, state: state)
+
+
 class Registry:
     def __init__(self, config: Config, store, files, metrics: Metrics):
         self.config = config
@@ -33,13 +55,20 @@ class Registry:
         self.metrics = metrics
         self.actors: dict[UUID, TableActor] = {}
         self.loaders: dict[str, StateLoader] = {}
+        self.compactions: dict[str, Compaction] = {}
+        # Tables whose actor went idle, least recently used first. An idle table costs its row and compact state
+        # (~2 KB for a small table) instead of a task and parsed state (~20 KB); the least recently used beyond
+        # `dormant_tables_max` are forgotten and reload from the store.
+        self.dormant: OrderedDict[UUID, Dormant] = OrderedDict()
         self._nursery: trio.Nursery | None = None
         self.cluster = None  # coordinator.cluster.Cluster when several members share the database
         metrics.add_gauges(self.gauges)
 
-    def register_format(self, fmt: str, loader: StateLoader) -> None:
-        """Each format says how to build its in-memory state from a table row."""
+    def register_format(self, fmt: str, loader: StateLoader, compaction: Compaction | None = None) -> None:
+        """Each format says how to build its in-memory state from a table row, and may say how to keep it
+        compact while the table is idle (by default the state is kept as it is, only the actor's task ends)."""
         self.loaders[fmt] = loader
+        self.compactions[fmt] = compaction or KEEP_STATE
 
     async def load_state(self, row: TableRow) -> Any:
         return await self.loaders[row.format](row)
@@ -65,6 +94,11 @@ class Registry:
             if self._nursery is None:
                 raise Unavailable("coordinator is not running")
             actor = TableActor(self, table_id, self.config.mailbox_size, epoch=epoch)
+            dormant = self.dormant.pop(table_id, None)
+            if dormant is not None and dormant.epoch == epoch:  # same lease: nobody else can have written since
+                actor.row = dormant.row
+                actor.state = self.compactions[dormant.row.format].expand(dormant.row, dormant.compact)
+                actor.loaded = True
             self.actors[table_id] = actor
             self._nursery.start_soon(actor.run, name=f"table-actor:{table_id}")
         return actor
@@ -97,7 +131,16 @@ class Registry:
             return False
         if self.actors.get(actor.table_id) is actor:
             del self.actors[actor.table_id]
+            self._hibernate(actor)
         return True
+
+    def _hibernate(self, actor: TableActor) -> None:
+        if not actor.loaded or actor.gone or actor.row is None or self.config.dormant_tables_max <= 0:
+            return
+        compaction = self.compactions[actor.row.format]
+        self.dormant[actor.table_id] = Dormant(actor.row, compaction.compact(actor.state), actor.epoch)
+        while len(self.dormant) > self.config.dormant_tables_max:
+            self.dormant.popitem(last=False)
 
     def spawn_background(self, fn: Callable[[], Awaitable[None]]) -> None:
         async def guarded() -> None:
@@ -150,6 +193,7 @@ class Registry:
 
     def forget(self, table_id: UUID) -> None:
         """Drop a loaded actor's state (a peer created the table in a transaction): it reloads on next use."""
+        self.dormant.pop(table_id, None)
         actor = self.actors.get(table_id)
         if actor is not None and actor.gone:
             actor.loaded = False
@@ -158,7 +202,8 @@ class Registry:
 
     def gauges(self) -> dict[str, float]:
         depth = sum(a.send.statistics().current_buffer_used for a in self.actors.values())
-        out = {"coordinator_active_actors": len(self.actors), "coordinator_mailbox_depth_total": depth}
+        out = {"coordinator_active_actors": len(self.actors), "coordinator_mailbox_depth_total": depth,
+               "coordinator_dormant_tables": len(self.dormant)}
         stats = self.store.writer_stats() if hasattr(self.store, "writer_stats") else {}
         if stats:
             out["coordinator_db_flushes_total"] = stats["flushes"]

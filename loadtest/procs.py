@@ -169,7 +169,7 @@ class Child:
 
 
 def service(port: int, database_url: str, data_dir: Path, log: Path, *, cluster: bool = False,
-            warehouse: Path | None = None) -> Child:
+            warehouse: Path | None = None, env: dict[str, str] | None = None) -> Child:
     """`coordinator serve` as a real OS process, against the benchmark's PostgreSQL (`cluster`: as a member of a
     cluster sharing it)."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -179,4 +179,4 @@ def service(port: int, database_url: str, data_dir: Path, log: Path, *, cluster:
     # SIGTERM ends it at once (it installs no handler), which loses nothing: every answered commit is durable.
     # SIGINT would be the clean path, but today a service that has served requests does not exit on it (the
     # KeyboardInterrupt lands in a connection task, which hypercorn logs and swallows).
-    return Child("the coordinator service", argv, log, stop_signal=signal.SIGTERM)
+    return Child("the coordinator service", argv, log, env=env, stop_signal=signal.SIGTERM)

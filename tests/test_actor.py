@@ -246,3 +246,33 @@ class _Forgetful:
 
     def __getattr__(self, name):
         return getattr(self.store, name)
+
+
+async def test_idle_table_goes_dormant_and_wakes_without_reading_the_store(config, nursery, monkeypatch):
+    """An idle actor's task ends and its table stays in memory compact (dormant); the next request starts a new
+    actor from it. Beyond `dormant_tables_max` the least recently used are forgotten and reload from the store."""
+    config.actor_idle_s = 0.05
+    config.dormant_tables_max = 1
+    c = await _open(config, nursery)
+    try:
+        a, b = await new_counter(c), await new_counter(c)
+        assert await c.registry.submit(a, Increment()) == 1
+        await trio.sleep(0.3)
+        assert a not in c.registry.actors and list(c.registry.dormant) == [a]
+        reads = []
+        real_get = c.store.get_table
+
+        async def counting_get(table_id):
+            reads.append(table_id)
+            return await real_get(table_id)
+        monkeypatch.setattr(c.store, "get_table", counting_get)
+        assert await c.registry.submit(a, Increment()) == 2 and reads == []    # woke from memory
+        assert a not in c.registry.dormant
+        assert await c.registry.submit(b, Increment()) == 1 and reads == [b]  # b was forgotten (max 1)
+        await trio.sleep(0.3)
+        assert len(c.registry.dormant) == 1  # one kept, the least recently used forgotten
+        forgotten = a if list(c.registry.dormant) == [b] else b
+        reads.clear()
+        assert await c.registry.submit(forgotten, Read()) in (1, 2) and reads == [forgotten]  # reloaded
+    finally:
+        await _close(c, nursery)

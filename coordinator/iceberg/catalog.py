@@ -20,6 +20,7 @@ from storage.files import is_within, join, path_segment, unsafe_location
 from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace
 
 from ..actor import Decision
+from ..registry import Compaction
 from ..errors import AppliedReplyLost, BadRequest, NotFound
 from ..paging import decode_page_token, encode_page_token
 from . import apply_commit, new_table_metadata
@@ -132,6 +133,16 @@ class IcebergTable:
 
 def _table_from_json(ident: TableIdent, metadata_location: str, metadata_json: bytes) -> IcebergTable:
     return IcebergTable(ident, orjson.loads(metadata_json), metadata_location, metadata_json)
+
+
+def _expand(row: TableRow, data: bytes) -> IcebergTable:
+    """A table's state from its row and the bytes of its current metadata file (read, or kept while idle)."""
+    ident = TableIdent(row.catalog, tuple(row.namespace.split(NAMESPACE_SEP)) if row.namespace else (), row.name)
+    return IcebergTable(ident, orjson.loads(data), row.state["metadata-location"], data)
+
+
+# An idle table keeps only its metadata file's bytes (a tenth of the parsed dict's size).
+COMPACTION = Compaction(compact=lambda table: table.metadata_json, expand=_expand)
 
 
 def metadata_file_name(version: int) -> str:
@@ -306,8 +317,8 @@ class IcebergCatalog:
         self.store = coordinator.store
         self.registry = coordinator.registry
         self.files = coordinator.files
-        self.registry.register_format(FORMAT, self._load_state)
-        self.registry.register_format(VIEW_FORMAT, self._load_state)
+        self.registry.register_format(FORMAT, self._load_state, COMPACTION)
+        self.registry.register_format(VIEW_FORMAT, self._load_state, COMPACTION)
         self._ids: dict[tuple[TableIdent, str], uuid.UUID] = {}
 
     @property
@@ -315,11 +326,7 @@ class IcebergCatalog:
         return self.c.config.warehouse_uri
 
     async def _load_state(self, row: TableRow) -> IcebergTable:
-        location = row.state["metadata-location"]
-        data = await self.files.read(location)
-        ident = TableIdent(row.catalog, tuple(row.namespace.split(NAMESPACE_SEP)) if row.namespace else (),
-                           row.name)
-        return IcebergTable(ident, orjson.loads(data), location, data)
+        return _expand(row, await self.files.read(row.state["metadata-location"]))
 
     # -- namespaces --------------------------------------------------------------------------------------------
 
