@@ -246,25 +246,37 @@ def test_any_member_answers_any_request(database_url, tmp_path):
         stop_all(members)
 
 
+def _tables_and_busiest_member(database_url: str, members, ids):
+    """12 new tables, and the member whose shards own the most of them (the one to kill or freeze)."""
+    names = [f"t{i}" for i in range(12)]
+    tables = create_tables(members[0].base_url, names)
+    owners = leases(database_url)
+    busiest = max(members, key=lambda m: sum(owners[shard_of(t)][0] == ids[m.proc.pid] for t in tables.values()))
+    assert any(owners[shard_of(t)][0] == ids[busiest.proc.pid] for t in tables.values())
+    return names, tables, busiest
+
+
+def _start_writers(urls: list[str], names: list[str], writers: int = 6):
+    """Writers committing to `names` through `urls` until `stop` is set; what they saw goes in acked/statuses."""
+    acked: list = []
+    statuses: Counter = Counter()
+    stop = threading.Event()
+    threads = [threading.Thread(target=_commit_loop, args=(urls, names, w, acked, statuses, stop))
+               for w in range(writers)]
+    for t in threads:
+        t.start()
+    return acked, statuses, stop, threads
+
+
 @pytest.mark.crash
 def test_member_killed_under_load_shards_taken_over_nothing_lost(database_url, tmp_path):
     members = start_cluster(database_url, tmp_path)
     try:
         ids = wait_balanced(database_url, members)
-        names = [f"t{i}" for i in range(12)]
-        tables = create_tables(members[0].base_url, names)
-        owners = leases(database_url)
-        victim = max(members, key=lambda m: sum(owners[shard_of(t)][0] == ids[m.proc.pid] for t in tables.values()))
+        names, tables, victim = _tables_and_busiest_member(database_url, members, ids)
         victim_id = ids[victim.proc.pid]
-        assert any(owners[shard_of(t)][0] == victim_id for t in tables.values())
         survivors = [m for m in members if m is not victim]
-        acked: list = []
-        statuses: Counter = Counter()
-        stop = threading.Event()
-        threads = [threading.Thread(target=_commit_loop, args=([m.base_url for m in survivors], names, w, acked,
-                                                               statuses, stop)) for w in range(6)]
-        for t in threads:
-            t.start()
+        acked, statuses, stop, threads = _start_writers([m.base_url for m in survivors], names)
         time.sleep(2.0)
         before = len(acked)
         victim.kill()
@@ -295,20 +307,11 @@ def test_member_frozen_past_its_lease_applies_nothing_after_resuming(database_ur
     members = start_cluster(database_url, tmp_path)
     try:
         ids = wait_balanced(database_url, members)
-        names = [f"t{i}" for i in range(12)]
-        tables = create_tables(members[0].base_url, names)
-        owners = leases(database_url)
-        frozen = max(members, key=lambda m: sum(owners[shard_of(t)][0] == ids[m.proc.pid] for t in tables.values()))
+        names, tables, frozen = _tables_and_busiest_member(database_url, members, ids)
         frozen_id = ids[frozen.proc.pid]
-        acked: list = []
-        statuses: Counter = Counter()
-        stop = threading.Event()
         # Writers send to every member, the frozen one included: its requests are in flight when it stops, and
         # more queue up in its sockets while it is stopped.
-        threads = [threading.Thread(target=_commit_loop, args=([m.base_url for m in members], names, w, acked,
-                                                               statuses, stop)) for w in range(6)]
-        for t in threads:
-            t.start()
+        acked, statuses, stop, threads = _start_writers([m.base_url for m in members], names)
         time.sleep(2.0)
         os.kill(frozen.proc.pid, signal.SIGSTOP)
         held = {s: epoch for s, (owner, epoch, _) in leases(database_url).items() if owner == frozen_id}
