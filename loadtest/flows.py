@@ -27,10 +27,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import orjson
 import trio
+
+from storage import files
 
 from .http import HttpConnection
 
@@ -288,12 +289,12 @@ def delta_properties(table_id: str) -> dict[str, str]:
 
 
 def local_path(uri: str) -> str:
-    p = urlparse(uri)
-    if p.scheme not in ("", "file"):
+    path = files.local_path(uri)
+    if path is None:
         raise SetupError(f"table location {uri} is not on the local filesystem: the load generator writes the "
                          f"files a client writes (Delta's first commit, Lance's staged manifests), so run the "
                          f"service with a local warehouse")
-    return unquote(p.path) if p.scheme else uri
+    return path
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,12 @@ import json
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import asyncpg
 import httpx
 import pytest
+
+from storage.files import to_local_path
 
 PREFIX = "/api/2.1/unity-catalog"
 FIRST = "00000000000000000000.json"
@@ -29,9 +30,9 @@ COLUMNS = [
 
 
 def local_path(uri: str) -> Path:
-    p = urlparse(uri)
-    assert p.scheme in ("file", ""), uri
-    return Path(unquote(p.path))
+    path = to_local_path(uri)
+    assert path is not None, uri
+    return path
 
 
 def hadoop_uri(uri: str) -> str:
