@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 from uuid import UUID
 
 import trio
 
-from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
+from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
 
 from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, DuplicateRequest, NotFound, NotOwner,
                      OutcomeUnknown, Unavailable)
@@ -107,7 +106,6 @@ class Reply:
 class Request:
     proposal: Proposal
     reply: Reply = field(default_factory=Reply)
-    enqueued_at: float = field(default_factory=time.perf_counter)
 
 
 class Verdict:
@@ -141,10 +139,22 @@ class _Segment:
     decisions: list[tuple[Request, Decision]] = field(default_factory=list)
     readers: list[tuple[Request, Any]] = field(default_factory=list)
     duplicates: list[tuple[Request, Any]] = field(default_factory=list)  # (request, key) answered once durable
+    keys: set[Any] = field(default_factory=set)  # Idempotency-Keys of `decisions`
 
     @property
     def empty(self) -> bool:
         return not self.decisions
+
+    def add(self, req: Request, decision: Decision) -> None:
+        self.decisions.append((req, decision))
+        self.state = decision.state
+        if decision.idempotency is not None:
+            self.keys.add(decision.idempotency.key)
+
+    @property
+    def requests(self) -> list[Request]:
+        """Everyone waiting for this segment's write."""
+        return [r for r, _ in self.decisions] + [r for r, _ in self.readers] + [r for r, _ in self.duplicates]
 
 
 class TableActor:
@@ -174,10 +184,6 @@ class TableActor:
             raise Unavailable(f"table {self.table_id} is busy: its mailbox is full; retry shortly",
                               retry_after_s=self.registry.config.retry_after_s) from None
         return req.reply
-
-    def statistics(self) -> dict[str, int]:
-        return {"mailbox": self.send.statistics().current_buffer_used, "batches": self.batches,
-                "last_batch": self.last_batch_size}
 
     # -- the actor's task ------------------------------------------------------------------------------------
 
@@ -238,15 +244,14 @@ class TableActor:
         for req in batch:
             if isinstance(req.proposal, Participant):
                 # A multi-table transaction: settle what came before it, then hold the table for it.
-                if not seg.empty:
-                    await self._flush(seg)
+                await self._settle(seg)
                 await self._take_part(req)
                 seg = _Segment(self.state)
                 continue
             if self.gone:
                 req.reply.fail(self._gone_error())
                 continue
-            decision = self._decide(req, seg.state)
+            decision = self._decide(req.proposal, req.reply, seg.state)
             if decision is None:
                 continue
             if decision.idempotency is not None:
@@ -254,7 +259,7 @@ class TableActor:
                 if key in self.recent_keys:  # applied, and durable
                     req.reply.fail(DuplicateRequest(key))
                     continue
-                if any(d.idempotency is not None and d.idempotency.key == key for _, d in seg.decisions):
+                if key in seg.keys:
                     seg.duplicates.append((req, key))  # applied in this segment: answered once it is durable
                     continue
             if not decision.writes:
@@ -265,35 +270,31 @@ class TableActor:
                 continue
             if not decision.is_simple and not seg.empty:
                 # Drops and renames are written on their own, against the durable state.
-                await self._flush(seg)
-                seg = _Segment(self.state)
+                seg = await self._settle(seg)
                 if self.gone:
                     req.reply.fail(self._gone_error())
                     continue
-                decision = self._decide(req, seg.state)
+                decision = self._decide(req.proposal, req.reply, seg.state)
                 if decision is None:
                     continue
-            seg.decisions.append((req, decision))
-            seg.state = decision.state
+            seg.add(req, decision)
             if not decision.is_simple:
-                await self._flush(seg)
-                seg = _Segment(self.state)
+                seg = await self._settle(seg)
+        await self._settle(seg)
+
+    async def _settle(self, seg: _Segment) -> _Segment:
+        """Write the segment's changes, if any; the next segment starts from the durable state."""
         if not seg.empty:
             await self._flush(seg)
+        return _Segment(self.state)
 
     async def _take_part(self, req: Request) -> None:
         participant: Participant = req.proposal
         if self.gone:
             req.reply.fail(self._gone_error())
             return
-        try:
-            decision = participant.proposal.decide(self.state)
-        except CoordinatorError as exc:
-            req.reply.fail(exc)
-            return
-        except Exception as exc:
-            log.exception("commit rule failed on table %s", self.table_id)
-            req.reply.fail(BadRequest(f"cannot apply request: {type(exc).__name__}: {exc}"))
+        decision = self._decide(participant.proposal, req.reply, self.state)
+        if decision is None:
             return
         write = self._table_write([decision])
         # The transaction writes every part's files once all parts are accepted, so a rejected one leaves none.
@@ -309,21 +310,18 @@ class TableActor:
                 self.registry.spawn_background(decision.after_durable)
         elif not isinstance(participant.verdict.error, (CommitConflict, BadRequest, NotFound, AlreadyExists)):
             # The write failed or its outcome is unknown: believe only the store.
-            self.loaded = False
-            try:
-                await self._ensure_loaded()
-            except Exception as exc:
-                log.warning("reload of table %s failed (%s); will retry on next request", self.table_id, exc)
+            await self._reload()
 
-    def _decide(self, req: Request, state: Any) -> Decision | None:
+    def _decide(self, proposal: Proposal, reply: Reply, state: Any) -> Decision | None:
+        """The proposal's decision, or None once `reply` has been failed with its rejection."""
         try:
-            return req.proposal.decide(state)
+            return proposal.decide(state)
         except CoordinatorError as exc:
-            req.reply.fail(exc)
+            reply.fail(exc)
         except Exception as exc:
             # Input the rules did not anticipate. Nothing was applied, so say so rather than "state unknown".
             log.exception("commit rule failed on table %s", self.table_id)
-            req.reply.fail(BadRequest(f"cannot apply request: {type(exc).__name__}: {exc}"))
+            reply.fail(BadRequest(f"cannot apply request: {type(exc).__name__}: {exc}"))
         return None
 
     def _remember_keys(self, decisions: list[Decision]) -> None:
@@ -348,28 +346,27 @@ class TableActor:
 
     async def _flush(self, seg: _Segment) -> None:
         decisions = [d for _, d in seg.decisions]
-        requests = [r for r, _ in seg.decisions] + [r for r, _ in seg.readers] + [r for r, _ in seg.duplicates]
         write = self._table_write(decisions)
         group = WriteGroup([write], [d.idempotency for d in decisions if d.idempotency is not None]
                            + [d.marker for d in decisions if d.marker is not None])
         if not self.registry.serving(self):
             # Checked again just before any file is written: a former owner writes as little as possible. The
             # database's fencing is what guarantees it applies nothing.
-            return await self._moved(requests)
+            return await self._moved(seg.requests)
         # The write must not be abandoned half-way by a cancelled requester or a shutdown: shield it.
         with trio.CancelScope(shield=True):
             try:
                 await write_files([f for d in decisions for f in d.files], self.registry.files)
                 result = await self.registry.store.write(group)
             except CoordinatorError as exc:
-                return await self._fail(requests, exc)
+                return await self._fail(seg.requests, exc)
             except Exception as exc:
                 log.exception("writing table %s failed", self.table_id)
-                return await self._fail(requests, Unavailable(f"could not write table files: {exc}"))
+                return await self._fail(seg.requests, Unavailable(f"could not write table files: {exc}"))
         if not result.applied:
             if result.reason == "fenced":
-                return await self._moved(requests)
-            return await self._fail(requests, _not_applied_error(self.table_id, result.reason))
+                return await self._moved(seg.requests)
+            return await self._fail(seg.requests, _not_applied_error(self.table_id, result.reason))
         self.registry.metrics.observe_batch(len(decisions))
         self.row = _advance(self.row, write)
         self.state = seg.state
@@ -396,7 +393,6 @@ class TableActor:
         """The shard's lease moved (fenced by the database, or lapsed on our clock): nothing was applied. Stop
         serving the table here; its next owner loads it from the store."""
         if self.registry.cluster is not None and self.epoch is not None:
-            from storage.records import shard_of
             self.registry.cluster.leases.lost(shard_of(self.table_id), self.epoch)
         for req in requests:
             req.reply.fail(NotOwner(f"table {self.table_id} moved to another member; nothing applied, retry",
@@ -408,11 +404,15 @@ class TableActor:
             log.error("outcome unknown for %d requests on table %s: %s", len(requests), self.table_id, exc)
         for req in requests:
             req.reply.fail(exc)
-        self.loaded = False  # reload from the store before serving again
+        await self._reload()
+
+    async def _reload(self) -> None:
+        """Forget the in-memory state and read the table from the store before serving again."""
+        self.loaded = False
         try:
             await self._ensure_loaded()
-        except Exception as reload_exc:
-            log.warning("reload of table %s failed (%s); will retry on next request", self.table_id, reload_exc)
+        except Exception as exc:
+            log.warning("reload of table %s failed (%s); will retry on next request", self.table_id, exc)
 
 
 def _not_applied_error(table_id: UUID, reason: str | None) -> CoordinatorError:
@@ -427,7 +427,6 @@ def _not_applied_error(table_id: UUID, reason: str | None) -> CoordinatorError:
 
 
 def _advance(row: TableRow, w: TableWrite) -> TableRow:
-    from dataclasses import replace
     changes: dict[str, Any] = {"row_version": w.new_version}
     if w.state is not None:
         changes["state"] = w.state

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable
 from uuid import UUID
 
@@ -21,6 +21,7 @@ from .actor import Participant, Proposal, TableActor, write_files
 from .config import Config
 from .errors import AlreadyExists, NotFound, NotOwner, Unavailable
 from .metrics import Metrics
+from .transaction import transact
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +85,7 @@ class Registry:
     def owner(self, table_id: UUID) -> TableActor:
         """This process's actor for the table. In a cluster, only for a shard this member holds a lease on
         (NotOwner otherwise); an actor of an earlier lease of the shard is replaced, never reused."""
-        epoch = None
-        if self.cluster is not None:
-            epoch = self.cluster.leases.epoch(shard_of(table_id))
-            if epoch is None:
-                raise NotOwner(f"this member does not own table {table_id}'s shard; retry")
+        epoch = self._lease_epoch(table_id)
         actor = self.actors.get(table_id)
         if actor is None or actor.epoch != epoch:
             if self._nursery is None:
@@ -102,6 +99,15 @@ class Registry:
             self.actors[table_id] = actor
             self._nursery.start_soon(actor.run, name=f"table-actor:{table_id}")
         return actor
+
+    def _lease_epoch(self, table_id: UUID) -> int | None:
+        """The epoch of this member's lease on the table's shard (None without a cluster); NotOwner if none."""
+        if self.cluster is None:
+            return None
+        epoch = self.cluster.leases.epoch(shard_of(table_id))
+        if epoch is None:
+            raise NotOwner(f"this member does not own table {table_id}'s shard; retry")
+        return epoch
 
     def serving(self, actor: TableActor) -> bool:
         """May this actor still decide and write? In a cluster: only while its lease's epoch is held."""
@@ -122,7 +128,6 @@ class Registry:
     async def transact(self, parts: list[tuple[UUID, Proposal]], *, creates=(),
                        idempotency: IdempotencyRecord | None = None) -> list[Any]:
         """All parts (and creates) applied atomically, or none; see coordinator.transaction."""
-        from .transaction import transact
         return await transact(self, parts, creates=list(creates), idempotency=idempotency)
 
     def retire(self, actor: TableActor) -> bool:
@@ -165,11 +170,9 @@ class Registry:
     async def create_local(self, row: TableRow, state: Any, row_state: dict[str, Any], log_entries: list[LogEntry],
                            files: list[tuple[str, bytes]], idempotency: IdempotencyRecord | None) -> None:
         """`create` on the member that owns the new table's shard (or alone): the insert is fenced like any write."""
-        epoch = 0
-        if self.cluster is not None:
-            epoch = self.cluster.leases.epoch(shard_of(row.table_id))
-            if epoch is None:
-                raise NotOwner(f"this member does not own table {row.table_id}'s shard; retry")
+        epoch = self._lease_epoch(row.table_id)
+        if epoch is None:
+            epoch = 0
         await write_files(list(files), self.files)
         write = TableWrite(table_id=row.table_id, expected_version=0, epoch=epoch, state=row_state, bump=1,
                            log=list(log_entries), insert=row)
@@ -182,14 +185,16 @@ class Registry:
             if result.reason == "missing-namespace":
                 raise NotFound(f"Namespace does not exist: {row.namespace.replace(chr(31), '.')}", kind="namespace")
             raise AlreadyExists(f"{row.kind.capitalize()} already exists: {row.name}", kind=row.kind)
+        self.adopt(replace(row, row_version=write.new_version, state=row_state), state)
+
+    def adopt(self, row: TableRow, state: Any) -> None:
+        """A table this member just created: its actor starts with `state` in memory instead of reading the store."""
         try:
             actor = self.owner(row.table_id)
         except NotOwner:
             return  # the lease lapsed just now: the next owner loads the row
         if not actor.loaded:
-            from dataclasses import replace
-            actor.row = replace(row, row_version=write.new_version, state=row_state)
-            actor.state, actor.loaded, actor.gone = state, True, False
+            actor.row, actor.state, actor.loaded, actor.gone = row, state, True, False
 
     def forget(self, table_id: UUID) -> None:
         """Drop a loaded actor's state (a peer created the table in a transaction): it reloads on next use."""

@@ -22,7 +22,7 @@ import trio
 
 from storage.records import UNFENCED, IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
 
-from .actor import Decision, Participant, Proposal, write_files
+from .actor import Decision, Participant, Proposal, _not_applied_error, write_files
 from .errors import BadRequest, CoordinatorError, Unavailable
 
 if TYPE_CHECKING:
@@ -81,7 +81,6 @@ async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, 
             participant.verdict.decide(False, error)
         raise
     if not result.applied:
-        from .actor import _not_applied_error
         error = _not_applied_error(writes[0].table_id, result.reason)
         for participant, _, _ in prepared.values():
             participant.verdict.decide(False, error)
@@ -91,9 +90,6 @@ async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, 
     for c in creates:
         if registry.cluster is not None:
             registry.cluster.router.created(c.row.table_id)
-            continue
-        actor = registry.owner(c.row.table_id)
-        if not actor.loaded:
-            actor.row = replace(c.row, row_version=1, state=c.row_state)
-            actor.state, actor.loaded, actor.gone = c.state, True, False
+        else:
+            registry.adopt(replace(c.row, row_version=1, state=c.row_state), c.state)
     return [prepared[i][1].reply for i in range(len(parts))]

@@ -121,9 +121,7 @@ class FileIO:
                 tmp = os.path.join(parent, f".{name}.{uuid.uuid4().hex}.tmp")
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 fds.append((fd, tmp, path))
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                _write_all(fd, data)
             for fd, _, _ in fds:
                 os.fsync(fd)
         finally:
@@ -158,9 +156,7 @@ class FileIO:
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -242,6 +238,12 @@ class FileIO:
             if exclusive and type(exc).__name__ == "AlreadyExistsError":
                 raise AlreadyExists(f"file already exists: {uri}") from None
             raise
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _fsync_dir(path: Path | str) -> None:

@@ -222,13 +222,12 @@ class GroupCommitWriter:
 
     async def _write(self, con: asyncpg.Connection, groups: list[WriteGroup]) -> list[WriteResult]:
         simple = [g for g in groups if g.is_simple]
-        fenced: set[UUID] = set()
+        complex_results: dict[int, WriteResult] = {}
         if len(simple) == len(groups):
             applied, fenced = await self._write_simple(con, simple)
         else:
             async with con.transaction():
                 applied, fenced = await self._write_simple(con, simple) if simple else (set(), set())
-                complex_results = {}
                 for g in groups:
                     if not g.is_simple:
                         complex_results[id(g)] = await self._write_complex(con, g)
@@ -283,8 +282,7 @@ class GroupCommitWriter:
                 for w in group.writes:
                     await self._write_one(con, w)
                 for k in group.idempotency:
-                    await con.execute("INSERT INTO idempotency_keys (key, route, status, body) VALUES ($1,$2,$3,$4)"
-                                      " ON CONFLICT (key) DO NOTHING", k.key, k.route, k.status, k.body)
+                    await _put_idempotency(con, k)
         except NotApplied as na:
             return WriteResult(False, na.reason)
         except asyncpg.UniqueViolationError as exc:
@@ -361,12 +359,7 @@ class GroupCommitWriter:
                 async with self.pool.acquire() as con:
                     w = group.writes[0]
                     version = await con.fetchval("SELECT row_version FROM tables WHERE table_id=$1", w.table_id)
-                    if w.delete:
-                        applied = version is None
-                    elif w.insert is not None:
-                        applied = version == w.new_version
-                    else:
-                        applied = version == w.new_version
+                    applied = version is None if w.delete else version == w.new_version
                     return WriteResult(applied, None if applied else "stale")
             except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
                 if time.monotonic() > deadline:
@@ -481,7 +474,8 @@ class PostgresStore:
                                             " AND path=$3 FOR UPDATE", realm, catalog, path)
                 if before is None:
                     raise NotFound(f"Namespace does not exist: {_show(path)}", kind="namespace")
-                after = {k: v for k, v in before.items() if k not in set(removals)}
+                removed = set(removals)
+                after = {k: v for k, v in before.items() if k not in removed}
                 after.update(updates)
                 await con.execute("UPDATE namespaces SET properties=$4 WHERE realm=$1 AND catalog=$2 AND path=$3",
                                   realm, catalog, path, after)

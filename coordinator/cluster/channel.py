@@ -249,13 +249,12 @@ class Peer:
     async def call(self, method: str, *args: Any, watch: Callable[[Any], Any] | None = None) -> Any:
         """Raises the peer's CoordinatorError, PeerUnreachable (not sent) or AnswerLost (sent, no answer).
         `watch(pending)` lets the caller abandon the call (`abandon(pending)`) when it knows no answer will come."""
-        frame_args = (method, args)
         stream = await self._connect()
         call_id = next(self._ids)
         pending = _Pending()
         if watch is not None:
             watch(pending)
-        frame = self.codec.frame((call_id, *frame_args))
+        frame = self.codec.frame((call_id, method, args))
         self._pending[call_id] = pending
         try:
             try:
