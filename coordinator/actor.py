@@ -394,10 +394,10 @@ class TableActor:
         serving the table here; its next owner loads it from the store."""
         if self.registry.cluster is not None and self.epoch is not None:
             self.registry.cluster.leases.lost(shard_of(self.table_id), self.epoch)
+        # Moved, not dropped: the rest of the batch is told to retry at the new owner, never "does not exist".
+        self.gone = self.moved = True
         for req in requests:
-            req.reply.fail(NotOwner(f"table {self.table_id} moved to another member; nothing applied, retry",
-                                    retry_after_s=self.registry.config.retry_after_s))
-        self.gone = True
+            req.reply.fail(self._gone_error())
 
     async def _fail(self, requests: list[Request], exc: CoordinatorError) -> None:
         if isinstance(exc, OutcomeUnknown):
