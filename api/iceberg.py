@@ -128,7 +128,6 @@ async def _on_error(exc: CoordinatorError) -> Response:
 
 
 def _catalog():
-    from quart import current_app
     return current_app.config["COORDINATOR"].iceberg
 
 
@@ -147,6 +146,17 @@ def _namespace(raw: str) -> tuple[str, ...]:
 
 def _ident(prefix: str, namespace: str, table: str) -> TableIdent:
     return TableIdent(_prefix(prefix), _namespace(namespace), table)
+
+
+def _body_ident(prefix: str, identifier: TableIdentifier) -> TableIdent:
+    """A `TableIdentifier` of a request body (rename, transaction)."""
+    return TableIdent(_prefix(prefix), tuple(identifier.namespace), identifier.name)
+
+
+def _check_body_identifier(identifier: TableIdentifier | None, ident: TableIdent, kind: str) -> None:
+    """A commit body may name its table or view too; then it must be the one in the path."""
+    if identifier is not None and (tuple(identifier.namespace), identifier.name) != (ident.namespace, ident.name):
+        raise BadRequest(f"identifier in the body does not match the {kind} in the path")
 
 
 # -- access: what each route needs (api/access.py enforces it) -------------------------------------------------
@@ -172,18 +182,18 @@ def _list_namespaces_needs(prefix: str) -> Needs:
 
 
 async def _create_namespace_needs(prefix: str) -> Needs:
-    body = parse_model(CreateNamespaceRequest, await read_json())
+    body = await read_model(CreateNamespaceRequest)
     return [(CREATE, ("iceberg", _prefix(prefix), *body.namespace[:-1]))]
 
 
 async def _rename_needs(prefix: str) -> Needs:
-    body = parse_model(RenameTableRequest, await read_json())
+    body = await read_model(RenameTableRequest)
     return [(DROP, ("iceberg", _prefix(prefix), *body.source.namespace, body.source.name)),
             (CREATE, ("iceberg", _prefix(prefix), *body.destination.namespace))]
 
 
 async def _transaction_needs(prefix: str) -> Needs:
-    body = parse_model(CommitTransactionRequest, await read_json())
+    body = await read_model(CommitTransactionRequest)
     return [(WRITE, ("iceberg", _prefix(prefix), *c.identifier.namespace, c.identifier.name))
             for c in body.table_changes if c.identifier is not None]
 
@@ -363,7 +373,7 @@ async def create_table(prefix: str, namespace: str) -> Response:
         write_order=body.write_order, properties=body.properties, stage_create=body.stage_create,
         idempotency_key=_key())
     if body.stage_create:
-        return json_response({"metadata": table.metadata, "config": {}})
+        return json_response(b"".join([b'{"metadata":', table.metadata_json, b',"config":{}}']))
     return _load_response(table)
 
 
@@ -404,9 +414,7 @@ async def load_table(prefix: str, namespace: str, table: str) -> Response:
 async def commit_table(prefix: str, namespace: str, table: str) -> Response:
     body = await read_model(CommitTableRequest)
     ident = _ident(prefix, namespace, table)
-    if body.identifier is not None and (tuple(body.identifier.namespace), body.identifier.name) != (
-            ident.namespace, ident.name):
-        raise BadRequest("identifier in the body does not match the table in the path")
+    _check_body_identifier(body.identifier, ident, "table")
     committed = await _catalog().commit_table(ident, parse_requirements(body.requirements),
                                               parse_updates(body.updates), _key())
     return json_response(b"".join([b'{"metadata-location":', orjson.dumps(committed.metadata_location),
@@ -426,8 +434,8 @@ async def commit_transaction(prefix: str) -> Response:
     for i, change in enumerate(body.table_changes):
         if change.identifier is None:
             raise BadRequest(f"table-changes[{i}].identifier is required")
-        ident = TableIdent(_prefix(prefix), tuple(change.identifier.namespace), change.identifier.name)
-        changes.append((ident, parse_requirements(change.requirements), parse_updates(change.updates)))
+        changes.append((_body_ident(prefix, change.identifier), parse_requirements(change.requirements),
+                        parse_updates(change.updates)))
     if not changes:
         raise BadRequest("table-changes must name at least one table")
     await _catalog().commit_transaction(changes, _key())
@@ -515,9 +523,7 @@ async def load_view(prefix: str, namespace: str, view: str) -> Response:
 async def replace_view(prefix: str, namespace: str, view: str) -> Response:
     body = await read_model(CommitViewRequest)
     ident = _ident(prefix, namespace, view)
-    if body.identifier is not None and (tuple(body.identifier.namespace), body.identifier.name) != (
-            ident.namespace, ident.name):
-        raise BadRequest("identifier in the body does not match the view in the path")
+    _check_body_identifier(body.identifier, ident, "view")
     replaced = await _catalog().replace_view(ident, parse_view_requirements(body.requirements),
                                              parse_view_updates(body.updates), _key())
     return _load_response(replaced)
@@ -533,8 +539,7 @@ async def drop_view(prefix: str, namespace: str, view: str) -> Response:
 
 async def _rename_idents(prefix: str) -> tuple[TableIdent, TableIdent]:
     body = await read_model(RenameTableRequest)
-    return (TableIdent(_prefix(prefix), tuple(body.source.namespace), body.source.name),
-            TableIdent(_prefix(prefix), tuple(body.destination.namespace), body.destination.name))
+    return _body_ident(prefix, body.source), _body_ident(prefix, body.destination)
 
 
 @routes("/views/rename", ["POST"])

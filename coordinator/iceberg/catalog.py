@@ -21,9 +21,11 @@ from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow
 
 from ..actor import Decision
 from ..registry import Compaction
-from ..errors import AppliedReplyLost, BadRequest, NotFound
+from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotFound
 from ..paging import decode_page_token, encode_page_token
+from ..transaction import Create
 from . import apply_commit, new_table_metadata
+from .models import AssertCreate
 from .views import apply_view_commit, new_view_metadata
 
 REALM = "iceberg"
@@ -189,17 +191,9 @@ class CommitTable:
         if new is state.metadata:
             return Decision(state, reply=state)  # nothing changed: no new metadata file
         _check_moved(self.warehouse, state.metadata, new)
-        version = metadata_version(state.metadata_location) + 1
-        location = join(new["location"], "metadata", metadata_file_name(version))
         data, list_json = serialize_metadata(new, state)
-        table = IcebergTable(state.ident, new, location, data, list_json)
-        return Decision(
-            table, reply=table, row_state={"metadata-location": location},
-            log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
-            files=[(location, data)],
-            idempotency=_idempotency(self.idempotency_key, "commit-table", 200, table),
-            after_durable=_delete_after_commit(self.files, state, new, self.warehouse),
-        )
+        return _next_version(state, new, data, list_json, self.idempotency_key, "commit-table",
+                             after_durable=_delete_after_commit(self.files, state, new, self.warehouse))
 
 
 @dataclass
@@ -254,23 +248,57 @@ class ReplaceView:
         if new is state.metadata:
             return Decision(state, reply=state)
         _check_moved(self.warehouse, state.metadata, new)
-        version = metadata_version(state.metadata_location) + 1
-        location = join(new["location"], "metadata", metadata_file_name(version))
-        data = orjson.dumps(new)
-        view = IcebergTable(state.ident, new, location, data)
-        return Decision(view, reply=view, row_state={"metadata-location": location},
-                        log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
-                        files=[(location, data)],
-                        idempotency=_idempotency(self.idempotency_key, "replace-view", 200, view))
+        return _next_version(state, new, orjson.dumps(new), {}, self.idempotency_key, "replace-view")
+
+
+def _next_version(state: IcebergTable, new: dict[str, Any], data: bytes, list_json: dict, idempotency_key,
+                  route: str, after_durable=None) -> Decision:
+    """Write `new` (serialized as `data`) as the table's or view's next metadata file, under its location."""
+    version = metadata_version(state.metadata_location) + 1
+    location = join(new["location"], "metadata", metadata_file_name(version))
+    table = IcebergTable(state.ident, new, location, data, list_json)
+    return Decision(table, reply=table, row_state={"metadata-location": location},
+                    log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
+                    files=[(location, data)], idempotency=_idempotency(idempotency_key, route, 200, table),
+                    after_durable=after_durable)
+
+
+def _creation(ident: TableIdent, metadata: dict[str, Any], table_uuid: str, metadata_location: str | None = None,
+              kind: str = "table") -> Create:
+    """A new table's or view's row, state, first log entry and metadata file (none when `metadata_location`
+    names an existing file: register)."""
+    data = orjson.dumps(metadata)
+    files = []
+    if metadata_location is None:
+        metadata_location = join(metadata["location"], "metadata", metadata_file_name(0))
+        files = [(metadata_location, data)]
+    row = TableRow(table_id=uuid.UUID(table_uuid), realm=REALM, catalog=ident.catalog, namespace=ident.ns_path,
+                   name=ident.name, format=FORMAT if kind == "table" else VIEW_FORMAT,
+                   location=metadata["location"], kind=kind)
+    return Create(row, IcebergTable(ident, metadata, metadata_location, data),
+                  {"metadata-location": metadata_location},
+                  [LogEntry(max(metadata_version(metadata_location), 0),
+                            {"metadata-location": metadata_location, "previous": None})],
+                  files)
+
+
+def _creates_table(requirements: list) -> bool:
+    """`assert-create`: the change creates its table (the create transaction after a stage-create)."""
+    return any(isinstance(r, AssertCreate) for r in requirements)
+
+
+def _refusal(location: str | None, warehouse: str) -> BadRequest:
+    """Why table files may not go to `location`: it is unsafe in itself, or outside the warehouse."""
+    why = unsafe_location(location or "")
+    return BadRequest(f"location {location!r} is refused: {why}" if why else
+                      f"location {location!r} is outside the warehouse {warehouse!r}")
 
 
 def _check_moved(warehouse: str | None, old: dict[str, Any], new: dict[str, Any]) -> None:
     """`set-location` moves where the next metadata files are written: only to a place below the warehouse."""
     location = new.get("location")
     if warehouse is not None and location != old.get("location") and not is_within(warehouse, location or ""):
-        why = unsafe_location(location or "")
-        raise BadRequest(f"location {location!r} is refused: {why}" if why else
-                         f"location {location!r} is outside the warehouse {warehouse!r}")
+        raise _refusal(location, warehouse)
 
 
 def _delete_after_commit(fileio, old: IcebergTable, new: dict[str, Any], warehouse: str | None = None):
@@ -367,9 +395,7 @@ class IcebergCatalog:
             raise BadRequest(f"properties both updated and removed: {sorted(overlap)}")
         # The answer depends on the properties before the change; it is recorded with the change, so the
         # record is finished inside the store's transaction from `before`.
-        before = await self.store.get_namespace(REALM, catalog, join_namespace(namespace))
-        if before is None:
-            raise NotFound(f"Namespace does not exist: {'.'.join(namespace)}", kind="namespace")
+        before = await self.load_namespace(catalog, namespace)
         result = {"updated": sorted(updates), "removed": sorted(k for k in removals if k in before)}
         missing = sorted(k for k in removals if k not in before)
         if missing:
@@ -435,18 +461,19 @@ class IcebergCatalog:
 
     def check_location(self, location: str) -> str:
         location = location.rstrip("/")
-        unsafe = unsafe_location(location)
-        if unsafe is not None:
-            raise BadRequest(f"location {location!r} is refused: {unsafe}")
-        if not is_within(self.warehouse, location):
-            raise BadRequest(f"location {location!r} is outside the warehouse {self.warehouse!r}")
+        if not is_within(self.warehouse, location):  # never for an unsafe location
+            raise _refusal(location, self.warehouse)
         return location
+
+    async def _check_creatable(self, ident: TableIdent) -> None:
+        """A new table or view (created, registered or renamed to) needs a valid name in an existing namespace."""
+        _check_name(ident.name)
+        await self.load_namespace(ident.catalog, ident.namespace)
 
     async def create_table(self, ident: TableIdent, *, schema: dict, location: str | None,
                            partition_spec: dict | None, write_order: dict | None, properties: dict[str, str],
                            stage_create: bool, idempotency_key: uuid.UUID | None = None) -> IcebergTable:
-        _check_name(ident.name)
-        await self.load_namespace(ident.catalog, ident.namespace)
+        await self._check_creatable(ident)
         location = self.check_location(location) if location else self.default_location(ident)
         table_uuid = str(uuid.uuid4())
         metadata = new_table_metadata(location=location, schema=schema, partition_spec=partition_spec,
@@ -460,27 +487,15 @@ class IcebergCatalog:
 
     async def _insert(self, ident: TableIdent, metadata: dict, table_uuid: str, idempotency_key, route: str,
                       metadata_location: str | None = None, kind: str = "table") -> IcebergTable:
-        data = orjson.dumps(metadata)
-        files = []
-        if metadata_location is None:
-            metadata_location = join(metadata["location"], "metadata", metadata_file_name(0))
-            files = [(metadata_location, data)]
-        table = IcebergTable(ident, metadata, metadata_location, data)
-        row = TableRow(table_id=uuid.UUID(table_uuid), realm=REALM, catalog=ident.catalog, namespace=ident.ns_path,
-                       name=ident.name, format=FORMAT if kind == "table" else VIEW_FORMAT,
-                       location=metadata["location"], kind=kind)
-        await self.registry.create(
-            row, state=table, row_state={"metadata-location": metadata_location},
-            log_entries=[LogEntry(max(metadata_version(metadata_location), 0),
-                                  {"metadata-location": metadata_location, "previous": None})],
-            files=files, idempotency=_idempotency(idempotency_key, route, 200, table))
-        self._ids[(ident, kind)] = row.table_id
-        return table
+        new = _creation(ident, metadata, table_uuid, metadata_location, kind)
+        await self.registry.create(new.row, state=new.state, row_state=new.row_state, log_entries=new.log,
+                                   files=new.files, idempotency=_idempotency(idempotency_key, route, 200, new.state))
+        self._ids[(ident, kind)] = new.row.table_id
+        return new.state
 
     async def register_table(self, ident: TableIdent, metadata_location: str,
                              idempotency_key: uuid.UUID | None = None) -> IcebergTable:
-        _check_name(ident.name)
-        await self.load_namespace(ident.catalog, ident.namespace)
+        await self._check_creatable(ident)
         # Only files in the warehouse are read (the answer would otherwise tell which files exist anywhere the
         # service can read), and only tables located there are taken (their commits write metadata there).
         self.check_location(metadata_location)
@@ -503,7 +518,7 @@ class IcebergCatalog:
 
     async def commit_table(self, ident: TableIdent, requirements: list, updates: list,
                            idempotency_key: uuid.UUID | None = None) -> IcebergTable:
-        if any(getattr(r, "type", None) == "assert-create" for r in requirements):
+        if _creates_table(requirements):
             return await self._commit_create(ident, requirements, updates, idempotency_key)
         try:
             return await self._submit(ident, lambda: CommitTable(ident, requirements, updates, idempotency_key,
@@ -516,40 +531,29 @@ class IcebergCatalog:
     async def _commit_create(self, ident: TableIdent, requirements: list, updates: list,
                              idempotency_key: uuid.UUID | None) -> IcebergTable:
         """The create transaction (stage-create, then commit with `assert-create`): the table must not exist."""
-        _check_name(ident.name)
-        await self.load_namespace(ident.catalog, ident.namespace)
-        table_uuid = str(uuid.uuid4())
-        metadata = apply_commit(None, requirements, updates, base_location=None, now_ms=_now_ms(),
-                                table_uuid=table_uuid)
-        if not metadata.get("location"):
-            metadata = {**metadata, "location": self.default_location(ident)}
-        else:
-            self.check_location(metadata["location"])
+        metadata = await self._create_transaction_metadata(ident, requirements, updates)
         return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key, "commit-table")
+
+    async def _create_transaction_metadata(self, ident: TableIdent, requirements: list, updates: list) -> dict:
+        """The new table's metadata: at the location the updates set (which must be in the warehouse), else at
+        the default location."""
+        await self._check_creatable(ident)
+        metadata = apply_commit(None, requirements, updates, base_location=None, now_ms=_now_ms(),
+                                table_uuid=str(uuid.uuid4()))
+        if not metadata.get("location"):
+            return {**metadata, "location": self.default_location(ident)}
+        self.check_location(metadata["location"])
+        return metadata
 
     async def commit_transaction(self, changes: list[tuple[TableIdent, list, list]],
                                  idempotency_key: uuid.UUID | None = None) -> None:
         """All table changes apply atomically or none do (coordinator.transaction); `assert-create` changes
         create their table in the same database transaction."""
-        from ..transaction import Create
         parts, creates = [], []
         for ident, requirements, updates in changes:
-            if any(getattr(r, "type", None) == "assert-create" for r in requirements):
-                _check_name(ident.name)
-                await self.load_namespace(ident.catalog, ident.namespace)
-                metadata = apply_commit(None, requirements, updates, base_location=None, now_ms=_now_ms(),
-                                        table_uuid=str(uuid.uuid4()))
-                if not metadata.get("location"):
-                    metadata = {**metadata, "location": self.default_location(ident)}
-                self.check_location(metadata["location"])
-                data = orjson.dumps(metadata)
-                location = join(metadata["location"], "metadata", metadata_file_name(0))
-                row = TableRow(table_id=uuid.UUID(metadata["table-uuid"]), realm=REALM, catalog=ident.catalog,
-                               namespace=ident.ns_path, name=ident.name, format=FORMAT, location=metadata["location"])
-                creates.append(Create(row, IcebergTable(ident, metadata, location, data),
-                                      {"metadata-location": location},
-                                      [LogEntry(0, {"metadata-location": location, "previous": None})],
-                                      [(location, data)]))
+            if _creates_table(requirements):
+                metadata = await self._create_transaction_metadata(ident, requirements, updates)
+                creates.append(_creation(ident, metadata, metadata["table-uuid"]))
             else:
                 parts.append((await self._resolve(ident), CommitTable(ident, requirements, updates,
                                                                       files=self.files, warehouse=self.warehouse)))
@@ -587,21 +591,21 @@ class IcebergCatalog:
 
     async def rename_table(self, source: TableIdent, dest: TableIdent,
                            idempotency_key: uuid.UUID | None = None) -> None:
-        _check_name(dest.name)
-        await self.load_namespace(dest.catalog, dest.namespace)
-        if await self.store.find_table(REALM, dest.catalog, dest.ns_path, dest.name) is not None:
-            from ..errors import AlreadyExists
-            raise AlreadyExists(f"Table already exists: {dest}", kind="table")
-        await self._submit(source, lambda: RenameTable(source, dest, idempotency_key))
-        self._ids.pop((source, "table"), None)
+        await self._rename(source, dest, idempotency_key, "table", "Table already exists")
 
+    async def _rename(self, source: TableIdent, dest: TableIdent, idempotency_key: uuid.UUID | None, kind: str,
+                      taken: str) -> None:
+        await self._check_creatable(dest)
+        if await self.store.find_table(REALM, dest.catalog, dest.ns_path, dest.name) is not None:
+            raise AlreadyExists(f"{taken}: {dest}", kind=kind)
+        await self._submit(source, lambda: RenameTable(source, dest, idempotency_key), kind=kind)
+        self._ids.pop((source, kind), None)
 
     # -- views -------------------------------------------------------------------------------------------------
 
     async def create_view(self, ident: TableIdent, *, schema: dict, view_version: dict, location: str | None,
                           properties: dict[str, str], idempotency_key: uuid.UUID | None = None) -> IcebergTable:
-        _check_name(ident.name)
-        await self.load_namespace(ident.catalog, ident.namespace)
+        await self._check_creatable(ident)
         location = self.check_location(location) if location else self.default_location(ident)
         view_uuid = str(uuid.uuid4())
         metadata = new_view_metadata(view_uuid=view_uuid, location=location, schema=schema, version=view_version,
@@ -623,13 +627,7 @@ class IcebergCatalog:
 
     async def rename_view(self, source: TableIdent, dest: TableIdent,
                           idempotency_key: uuid.UUID | None = None) -> None:
-        _check_name(dest.name)
-        await self.load_namespace(dest.catalog, dest.namespace)
-        if await self.store.find_table(REALM, dest.catalog, dest.ns_path, dest.name) is not None:
-            from ..errors import AlreadyExists
-            raise AlreadyExists(f"View or table already exists: {dest}", kind="view")
-        await self._submit(source, lambda: RenameTable(source, dest, idempotency_key), kind="view")
-        self._ids.pop((source, "view"), None)
+        await self._rename(source, dest, idempotency_key, "view", "View or table already exists")
 
 
 def _format_version(properties: dict[str, str]) -> int | None:

@@ -121,6 +121,16 @@ def _fresh_type(type_: Any, next_id, id_map: dict[int, int]) -> Any:
     }
 
 
+def _fresh_sources(fields: list[dict], id_map: dict[int, int], label: str) -> list[dict]:
+    """Partition or sort fields with their source columns renumbered as the schema's columns were."""
+    fresh = []
+    for i, field in enumerate(fields):
+        if field["source-id"] not in id_map:
+            raise BadRequest(f"{label}.fields[{i}].source-id: cannot find source column {field['source-id']}")
+        fresh.append({**field, "source-id": id_map[field["source-id"]]})
+    return fresh
+
+
 def _parse(model: type[m._Stored], raw: Any, field: str) -> dict:
     try:
         return model.model_validate(raw).stored()
@@ -157,13 +167,14 @@ def new_table_metadata(
         version = _check_format_version(format_version, "format-version")
 
     raw_schema = _parse(m.Schema, schema, "schema")
-    ids = [field_id for field_id, *_ in iter_nested({**raw_schema, "type": "struct"})]
+    struct = {**raw_schema, "type": "struct"}
+    ids = [entry[0] for entry in iter_nested(struct)]
     if len(set(ids)) != len(ids):
         raise BadRequest("schema: duplicate field ids")
 
     counter = iter(range(1, 1 << 31))
     id_map: dict[int, int] = {}
-    fresh = _fresh_type({**raw_schema, "type": "struct"}, lambda: next(counter), id_map)
+    fresh = _fresh_type(struct, lambda: next(counter), id_map)
     fresh["schema-id"] = 0
     if raw_schema.get("identifier-field-ids"):
         try:
@@ -172,20 +183,12 @@ def new_table_metadata(
             raise BadRequest(f"schema.identifier-field-ids: cannot find field id {exc.args[0]}") from None
 
     spec = _parse(m.PartitionSpec, partition_spec or {"fields": []}, "partition-spec")
-    spec_fields = []
-    for i, field in enumerate(spec["fields"]):
-        if field["source-id"] not in id_map:
-            raise BadRequest(f"partition-spec.fields[{i}].source-id: cannot find source column {field['source-id']}")
-        spec_fields.append(
-            {**field, "source-id": id_map[field["source-id"]], "field-id": PARTITION_DATA_ID_START + i}
-        )
-
+    spec_fields = [
+        {**field, "field-id": PARTITION_DATA_ID_START + i}
+        for i, field in enumerate(_fresh_sources(spec["fields"], id_map, "partition-spec"))
+    ]
     order = _parse(m.SortOrder, sort_order or {"fields": []}, "write-order")
-    order_fields = []
-    for i, field in enumerate(order["fields"]):
-        if field["source-id"] not in id_map:
-            raise BadRequest(f"write-order.fields[{i}].source-id: cannot find source column {field['source-id']}")
-        order_fields.append({**field, "source-id": id_map[field["source-id"]]})
+    order_fields = _fresh_sources(order["fields"], id_map, "write-order")
 
     persisted = {"write.parquet.compression-codec": "zstd"}
     persisted.update((k, v) for k, v in properties.items() if k not in RESERVED_PROPERTIES)
@@ -234,7 +237,8 @@ def apply_commit(
 
     `base=None` is the create-transaction path (requires assert-create, else NotFound): the format version
     is the first upgrade-format-version's (Java `buildFromEmpty`), the UUID `table_uuid` unless the updates
-    assign one, and a missing location is left for the caller to fill in. `base_location` is the metadata file `base` was read from; it is appended to metadata-log.
+    assign one, and a missing location is left for the caller to fill in. `base_location` is the metadata file
+    `base` was read from; it is appended to metadata-log.
 
     Raises CommitConflict when a requirement fails or the updates are stale (sequence number or first-row-id
     behind the table), BadRequest when the updates are invalid.
@@ -263,11 +267,11 @@ def apply_commit(
         except Stale as exc:
             raise CommitConflict(f"Validation failed, please retry: updates[{i}]: {exc}") from None
 
-    if base is not None and not builder.changed:
-        return base
     if base is None:
         # The catalog may assign its default location to a create transaction that did not set one.
         return _build(builder, base_location=None, require_location=False)
+    if not builder.changed:
+        return base
     return _build(builder, base_location=base_location)
 
 
@@ -275,7 +279,7 @@ def _build(b: MetadataBuilder, *, base_location: str | None, require_location: b
     """Java `Builder.build()` plus the `TableMetadata` constructor's checks."""
     md = b.md
     md["last-updated-ms"] = b.last_updated_ms
-    _check_complete(md, require_location)
+    _check_complete(b, require_location)
     _reconcile_snapshot_log(b)
     _check_snapshot_log_times(b)
     if base_location is not None:
@@ -298,11 +302,12 @@ def _build(b: MetadataBuilder, *, base_location: str | None, require_location: b
     return md
 
 
-def _check_complete(md: dict, require_location: bool) -> None:
+def _check_complete(b: MetadataBuilder, require_location: bool) -> None:
     """What Java's constructor and build() insist on: a current schema, a default spec and sort order
     that exist, a location and UUID, and a default spec/sort order whose source columns are in the
     current schema (so dropping a partition column without changing the spec fails)."""
-    schema = next((s for s in md["schemas"] if s.get("schema-id") == md.get("current-schema-id")), None)
+    md = b.md
+    schema = b.current_schema()
     if schema is None:
         raise BadRequest(f"current-schema-id: no schema with id {md.get('current-schema-id')} (add a schema first)")
     spec = next((s for s in md["partition-specs"] if s["spec-id"] == md.get("default-spec-id")), None)
@@ -315,15 +320,28 @@ def _check_complete(md: dict, require_location: bool) -> None:
         raise BadRequest("location: table location is required")
     if md["format-version"] > 1 and not md.get("table-uuid"):
         raise BadRequest(f"table-uuid: required in format v{md['format-version']}")
-    column_ids = {field_id for field_id, *_ in iter_nested(schema)}
-    for field in spec["fields"]:
-        if field["transform"].strip().lower() != "void" and field["source-id"] not in column_ids:
+    spec_fields = [f for f in spec["fields"] if f["transform"].strip().lower() != "void"]
+    missing = _missing_columns(schema, [f["source-id"] for f in (*spec_fields, *order["fields"])])
+    for field in spec_fields:
+        if field["source-id"] in missing:
             raise BadRequest(
                 f"partition-specs: default spec field {field['name']} references missing column {field['source-id']}"
             )
     for field in order["fields"]:
-        if field["source-id"] not in column_ids:
+        if field["source-id"] in missing:
             raise BadRequest(f"sort-orders: default sort order references missing column {field['source-id']}")
+
+
+def _missing_columns(schema: dict, column_ids: list[int]) -> set[int]:
+    """Which of `column_ids` are not in `schema`. This runs on every commit: a table that is neither
+    partitioned nor sorted is not walked at all, and the walk stops once every column is found."""
+    missing = set(column_ids)
+    if missing:
+        for entry in iter_nested(schema):
+            missing.discard(entry[0])
+            if not missing:
+                break
+    return missing
 
 
 def _reconcile_snapshot_log(b: MetadataBuilder) -> None:

@@ -24,10 +24,13 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
 )
+
+from coordinator.errors import BadRequest
 
 
 class _Message(BaseModel):
@@ -462,6 +465,20 @@ for _model in (StructField, StructType, ListType, MapType, Schema):
 # --------------------------------------------------------------------------------------------------
 
 _TYPE_TAGS = {"primitive", "struct", "list", "map"}
+
+
+def parse_list(adapter: TypeAdapter, raw: Any, field: str, discriminator: str) -> list:
+    """Parse a request's `field` array (requirements, updates); BadRequest naming the element and field on
+    anything malformed."""
+    if not isinstance(raw, list):
+        raise BadRequest(f"{field}: expected a list")
+    parsed = []
+    for i, item in enumerate(raw):
+        try:
+            parsed.append(adapter.validate_python(item))
+        except ValidationError as exc:
+            raise BadRequest(validation_message(f"{field}[{i}]", discriminator, exc, item)) from None
+    return parsed
 
 
 def validation_message(prefix: str, discriminator: str, exc: ValidationError, item: Any) -> str:

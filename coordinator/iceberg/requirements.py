@@ -11,25 +11,18 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from coordinator.errors import BadRequest, CommitConflict
 from coordinator.iceberg import models as m
+from coordinator.iceberg.updates import implicit_refs
 
 _REQUIREMENTS = TypeAdapter(m.Requirement)
 
 
 def parse_requirements(raw: list) -> list[m.Requirement]:
     """Parse a request's `requirements` array; BadRequest naming the element and field on anything malformed."""
-    if not isinstance(raw, list):
-        raise BadRequest("requirements: expected a list")
-    parsed = []
-    for i, item in enumerate(raw):
-        try:
-            parsed.append(_REQUIREMENTS.validate_python(item))
-        except ValidationError as exc:
-            raise BadRequest(m.validation_message(f"requirements[{i}]", "type", exc, item)) from None
-    return parsed
+    return m.parse_list(_REQUIREMENTS, raw, "requirements", "type")
 
 
 def check_requirements(base: dict | None, requirements: list[m.Requirement]) -> None:
@@ -46,6 +39,11 @@ def _existing(base: dict | None, requirement: Any) -> dict:
     if base is None:
         raise _fail(f"table does not exist ({requirement.type})")
     return base
+
+
+def _expect_id(what: str, expected: int, found: Any) -> None:
+    if found != expected:
+        raise _fail(f"{what} changed: expected id {expected}, found {found}")
 
 
 @functools.singledispatch
@@ -77,8 +75,7 @@ def _assert_ref_snapshot_id(r: m.AssertRefSnapshotId, base: dict | None) -> None
     md = _existing(base, r)
     refs = md.get("refs")
     if refs is None:
-        current = md.get("current-snapshot-id")
-        refs = {"main": {"snapshot-id": current, "type": "branch"}} if current not in (None, -1) else {}
+        refs = implicit_refs(md)
     ref = refs.get(r.ref)
     if ref is not None:
         kind = ref.get("type", "branch")
@@ -92,38 +89,26 @@ def _assert_ref_snapshot_id(r: m.AssertRefSnapshotId, base: dict | None) -> None
 
 @check_requirement.register(m.AssertLastAssignedFieldId)
 def _assert_last_assigned_field_id(r: m.AssertLastAssignedFieldId, base: dict | None) -> None:
-    if base is not None and base.get("last-column-id") != r.last_assigned_field_id:
-        raise _fail(
-            f"last assigned field id changed: expected id {r.last_assigned_field_id}, "
-            f"found {base.get('last-column-id')}"
-        )
+    if base is not None:
+        _expect_id("last assigned field id", r.last_assigned_field_id, base.get("last-column-id"))
 
 
 @check_requirement.register(m.AssertCurrentSchemaId)
 def _assert_current_schema_id(r: m.AssertCurrentSchemaId, base: dict | None) -> None:
-    found = _existing(base, r).get("current-schema-id")
-    if found != r.current_schema_id:
-        raise _fail(f"current schema changed: expected id {r.current_schema_id}, found {found}")
+    _expect_id("current schema", r.current_schema_id, _existing(base, r).get("current-schema-id"))
 
 
 @check_requirement.register(m.AssertLastAssignedPartitionId)
 def _assert_last_assigned_partition_id(r: m.AssertLastAssignedPartitionId, base: dict | None) -> None:
-    if base is not None and base.get("last-partition-id") != r.last_assigned_partition_id:
-        raise _fail(
-            f"last assigned partition id changed: expected id {r.last_assigned_partition_id}, "
-            f"found {base.get('last-partition-id')}"
-        )
+    if base is not None:
+        _expect_id("last assigned partition id", r.last_assigned_partition_id, base.get("last-partition-id"))
 
 
 @check_requirement.register(m.AssertDefaultSpecId)
 def _assert_default_spec_id(r: m.AssertDefaultSpecId, base: dict | None) -> None:
-    found = _existing(base, r).get("default-spec-id")
-    if found != r.default_spec_id:
-        raise _fail(f"default partition spec changed: expected id {r.default_spec_id}, found {found}")
+    _expect_id("default partition spec", r.default_spec_id, _existing(base, r).get("default-spec-id"))
 
 
 @check_requirement.register(m.AssertDefaultSortOrderId)
 def _assert_default_sort_order_id(r: m.AssertDefaultSortOrderId, base: dict | None) -> None:
-    found = _existing(base, r).get("default-sort-order-id")
-    if found != r.default_sort_order_id:
-        raise _fail(f"default sort order changed: expected id {r.default_sort_order_id}, found {found}")
+    _expect_id("default sort order", r.default_sort_order_id, _existing(base, r).get("default-sort-order-id"))

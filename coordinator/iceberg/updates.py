@@ -20,11 +20,10 @@ import functools
 import threading
 import uuid as uuidlib
 from collections import OrderedDict
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
-from coordinator.errors import BadRequest
 from coordinator.iceberg import models as m
 
 MAIN_BRANCH = "main"
@@ -53,15 +52,7 @@ _UPDATES = TypeAdapter(m.Update)
 
 def parse_updates(raw: list) -> list[m.Update]:
     """Parse a request's `updates` array; BadRequest naming the element and field on anything malformed."""
-    if not isinstance(raw, list):
-        raise BadRequest("updates: expected a list")
-    parsed = []
-    for i, item in enumerate(raw):
-        try:
-            parsed.append(_UPDATES.validate_python(item))
-        except ValidationError as exc:
-            raise BadRequest(m.validation_message(f"updates[{i}]", "action", exc, item)) from None
-    return parsed
+    return m.parse_list(_UPDATES, raw, "updates", "action")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -71,29 +62,35 @@ def parse_updates(raw: list) -> list[m.Update]:
 
 def iter_nested(type_: Any, path: str = "") -> Iterator[tuple[int, str, Any, dict]]:
     """Yield (id, full name, type, holder) for every field under `type_`, list elements and map keys/values
-    included, with Java's `indexByName` names (`a.b`, `a.element`, `a.key`, `a.value`)."""
+    included, with Java's `indexByName` names (`a.b`, `a.element`, `a.key`, `a.value`).
+
+    Nested generators are only started for nested types, not for each primitive: a wide schema is walked on
+    every commit (metadata.py's `_check_complete`)."""
     if not isinstance(type_, dict):
         return
     kind = type_.get("type")
     prefix = f"{path}." if path else ""
     if kind == "struct":
         for field in type_.get("fields", ()):
-            name = prefix + field["name"]
-            yield field["id"], name, field["type"], field
-            yield from iter_nested(field["type"], name)
+            name, child = prefix + field["name"], field["type"]
+            yield field["id"], name, child, field
+            if isinstance(child, dict):
+                yield from iter_nested(child, name)
     elif kind == "list":
-        name = prefix + "element"
-        yield type_["element-id"], name, type_["element"], type_
-        yield from iter_nested(type_["element"], name)
+        name, child = prefix + "element", type_["element"]
+        yield type_["element-id"], name, child, type_
+        if isinstance(child, dict):
+            yield from iter_nested(child, name)
     elif kind == "map":
         for part in ("key", "value"):
-            name = prefix + part
-            yield type_[f"{part}-id"], name, type_[part], type_
-            yield from iter_nested(type_[part], name)
+            name, child = prefix + part, type_[part]
+            yield type_[f"{part}-id"], name, child, type_
+            if isinstance(child, dict):
+                yield from iter_nested(child, name)
 
 
 def highest_field_id(schema: dict) -> int:
-    return max((field_id for field_id, *_ in iter_nested(schema)), default=0)
+    return max((entry[0] for entry in iter_nested(schema)), default=0)
 
 
 def _primitive_key(type_: Any) -> Any:
@@ -194,6 +191,12 @@ def check_transform(transform: str, source_type: Any, field: str) -> None:
     allowed = _TRANSFORM_SOURCES.get(name)
     if allowed is not None and base_type not in allowed:
         raise Invalid(field, f"cannot apply {transform} to a {source_type} column")
+
+
+def implicit_refs(md: dict) -> dict:
+    """Java's parser: metadata without `refs` (older writers) has a main branch at current-snapshot-id, if any."""
+    current = md.get("current-snapshot-id")
+    return {MAIN_BRANCH: {"snapshot-id": current, "type": "branch"}} if current not in (None, -1) else {}
 
 
 def strip_trailing_slash(location: str) -> str:
@@ -305,8 +308,7 @@ class MetadataBuilder:
                 md[key] = empty()
         md.setdefault("last-sequence-number", 0)
         if md.get("refs") is None:
-            current = self.current_snapshot_id
-            md["refs"] = {MAIN_BRANCH: {"snapshot-id": current, "type": "branch"}} if current != -1 else {}
+            md["refs"] = implicit_refs(md)
 
     # copy-on-write ------------------------------------------------------------------------------
 
@@ -364,6 +366,43 @@ class MetadataBuilder:
 
     def current_schema(self) -> dict | None:
         return self.schema(self.md.get("current-schema-id"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared by the add-*/set-* actions
+# --------------------------------------------------------------------------------------------------
+
+
+def _transform_key(transform: str) -> str:
+    return transform.replace(" ", "").lower()
+
+
+def _reuse_or_new_id(existing: list[dict], id_key: str, start: int, same: Callable[[dict], bool]) -> tuple[int, bool]:
+    """Java's `reuseOrCreateNew*Id`: (id of the first existing item `same` accepts, True), else (one more than
+    the highest id, at least `start`, False)."""
+    new_id = start
+    for item in existing:
+        if same(item):
+            return item[id_key], True
+        if item[id_key] >= new_id:
+            new_id = item[id_key] + 1
+    return new_id, False
+
+
+def _resolve_last_added(requested: int, last_added: int | None, field: str, what: str) -> int:
+    """-1 means the schema/spec/sort order added last in this change set."""
+    if requested != LAST_ADDED:
+        return requested
+    if last_added is None:
+        raise Invalid(field, f"cannot set last added {what}: no {what} has been added")
+    return last_added
+
+
+def _check_source(field: dict, types_by_id: dict[int, Any], path: str) -> None:
+    """A partition or sort field's source column is in the current schema and its transform applies to it."""
+    if field["source-id"] not in types_by_id:
+        raise Invalid(f"{path}.source-id", f"cannot find source column {field['source-id']}")
+    check_transform(field["transform"], types_by_id[field["source-id"]], f"{path}.transform")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -425,15 +464,9 @@ def _add_schema(u: m.AddSchemaUpdate, b: MetadataBuilder) -> None:
     last_column_id = b.md.get("last-column-id", 0)
     new_last_column_id = max(last_column_id, highest_field_id(schema))
 
-    new_id = b.md.get("current-schema-id", 0)
-    found = False
-    for existing in b.md["schemas"]:
-        if same_schema(existing, schema):
-            new_id, found = existing["schema-id"], True
-            break
-        if existing["schema-id"] >= new_id:
-            new_id = existing["schema-id"] + 1
-
+    new_id, found = _reuse_or_new_id(
+        b.md["schemas"], "schema-id", b.md.get("current-schema-id", 0), lambda s: same_schema(s, schema)
+    )
     if found and new_last_column_id == last_column_id:
         added_here = b.last_added_schema_id is not None and new_id in b.added_schema_ids
         b.last_added_schema_id = new_id if added_here else None
@@ -450,11 +483,7 @@ def _add_schema(u: m.AddSchemaUpdate, b: MetadataBuilder) -> None:
 @apply_update.register(m.SetCurrentSchemaUpdate)
 def _set_current_schema(u: m.SetCurrentSchemaUpdate, b: MetadataBuilder) -> None:
     """Java `setCurrentSchema(int)`: -1 means the schema added last in this change set."""
-    schema_id = u.schema_id
-    if schema_id == LAST_ADDED:
-        if b.last_added_schema_id is None:
-            raise Invalid("schema-id", "cannot set last added schema: no schema has been added")
-        schema_id = b.last_added_schema_id
+    schema_id = _resolve_last_added(u.schema_id, b.last_added_schema_id, "schema-id", "schema")
     if schema_id == b.md.get("current-schema-id"):
         return
     if b.schema(schema_id) is None:
@@ -464,7 +493,12 @@ def _set_current_schema(u: m.SetCurrentSchemaUpdate, b: MetadataBuilder) -> None
 
 def _spec_key(fields: list[dict]) -> list[tuple]:
     """Java `PartitionSpec.compatibleWith`: same fields in order by source, transform and name; ids ignored."""
-    return [(f["source-id"], f["transform"].replace(" ", "").lower(), f["name"]) for f in fields]
+    return [(f["source-id"], _transform_key(f["transform"]), f["name"]) for f in fields]
+
+
+def _order_key(fields: list[dict]) -> list[tuple]:
+    """Java `SortOrder.sameOrder`: same fields in order; the order id is ignored."""
+    return [(f["source-id"], _transform_key(f["transform"]), f["direction"], f["null-order"]) for f in fields]
 
 
 @apply_update.register(m.AddPartitionSpecUpdate)
@@ -486,9 +520,7 @@ def _add_spec(u: m.AddPartitionSpecUpdate, b: MetadataBuilder) -> None:
     names: set[str] = set()
     for i, field in enumerate(fields):
         if field["transform"].strip().lower() != "void":  # void may keep a dropped column (v1)
-            if field["source-id"] not in types_by_id:
-                raise Invalid(f"spec.fields[{i}].source-id", f"cannot find source column {field['source-id']}")
-            check_transform(field["transform"], types_by_id[field["source-id"]], f"spec.fields[{i}].transform")
+            _check_source(field, types_by_id, f"spec.fields[{i}]")
         name = field["name"]
         if not name:
             raise Invalid(f"spec.fields[{i}].name", "cannot use empty partition name")
@@ -498,13 +530,8 @@ def _add_spec(u: m.AddPartitionSpecUpdate, b: MetadataBuilder) -> None:
             raise Invalid(f"spec.fields[{i}].name", f"partition name {name} conflicts with a schema field")
         names.add(name)
 
-    new_id, found = 0, False
-    for existing in b.md["partition-specs"]:
-        if _spec_key(existing["fields"]) == _spec_key(fields):
-            new_id, found = existing["spec-id"], True
-            break
-        if existing["spec-id"] >= new_id:
-            new_id = existing["spec-id"] + 1
+    key = _spec_key(fields)
+    new_id, found = _reuse_or_new_id(b.md["partition-specs"], "spec-id", 0, lambda s: _spec_key(s["fields"]) == key)
     if found:
         added_here = b.last_added_spec_id is not None and b.last_added_spec_id in b.added_spec_ids
         b.last_added_spec_id = new_id if added_here else None
@@ -534,14 +561,14 @@ def _assign_partition_field_ids(fields: list[dict], b: MetadataBuilder) -> None:
             last = max(last, f["field-id"])
         return
     existing = {
-        (f["source-id"], f["transform"].replace(" ", "").lower()): f["field-id"]
+        (f["source-id"], _transform_key(f["transform"])): f["field-id"]
         for s in b.md["partition-specs"]
         for f in s["fields"]
     }
     last = max([b.md.get("last-partition-id", 0), PARTITION_DATA_ID_START - 1, *explicit])
     for f in fields:
         if f.get("field-id") is None:
-            reuse = existing.get((f["source-id"], f["transform"].replace(" ", "").lower()))
+            reuse = existing.get((f["source-id"], _transform_key(f["transform"])))
             if reuse is None or reuse in explicit:
                 last += 1
                 reuse = last
@@ -551,11 +578,7 @@ def _assign_partition_field_ids(fields: list[dict], b: MetadataBuilder) -> None:
 @apply_update.register(m.SetDefaultSpecUpdate)
 def _set_default_spec(u: m.SetDefaultSpecUpdate, b: MetadataBuilder) -> None:
     """Java `setDefaultPartitionSpec(int)`: -1 means the spec added last in this change set."""
-    spec_id = u.spec_id
-    if spec_id == LAST_ADDED:
-        if b.last_added_spec_id is None:
-            raise Invalid("spec-id", "cannot set last added spec: no spec has been added")
-        spec_id = b.last_added_spec_id
+    spec_id = _resolve_last_added(u.spec_id, b.last_added_spec_id, "spec-id", "spec")
     if spec_id == b.md.get("default-spec-id"):
         return
     # Java defers this to build(), where an unknown default spec fails; failing here names the field.
@@ -575,26 +598,16 @@ def _add_sort_order(u: m.AddSortOrderUpdate, b: MetadataBuilder) -> None:
         raise Invalid("sort-order", "cannot add a sort order before a schema is added")
     types_by_id, _ = _field_index(schema)
     for i, field in enumerate(fields):
-        if field["source-id"] not in types_by_id:
-            raise Invalid(f"sort-order.fields[{i}].source-id", f"cannot find source column {field['source-id']}")
-        check_transform(field["transform"], types_by_id[field["source-id"]], f"sort-order.fields[{i}].transform")
+        _check_source(field, types_by_id, f"sort-order.fields[{i}]")
 
-    key = [(f["source-id"], f["transform"].replace(" ", "").lower(), f["direction"], f["null-order"]) for f in fields]
     if not fields:
         new_id = UNSORTED_ORDER_ID
         found = any(o["order-id"] == UNSORTED_ORDER_ID for o in b.md["sort-orders"])
     else:
-        new_id, found = INITIAL_SORT_ORDER_ID, False
-        for existing in b.md["sort-orders"]:
-            existing_key = [
-                (f["source-id"], f["transform"].replace(" ", "").lower(), f["direction"], f["null-order"])
-                for f in existing["fields"]
-            ]
-            if existing_key == key:
-                new_id, found = existing["order-id"], True
-                break
-            if existing["order-id"] >= new_id:
-                new_id = existing["order-id"] + 1
+        key = _order_key(fields)
+        new_id, found = _reuse_or_new_id(
+            b.md["sort-orders"], "order-id", INITIAL_SORT_ORDER_ID, lambda o: _order_key(o["fields"]) == key
+        )
     if found:
         added_here = b.last_added_order_id is not None and b.last_added_order_id in b.added_order_ids
         b.last_added_order_id = new_id if added_here else None
@@ -611,11 +624,7 @@ def _add_sort_order(u: m.AddSortOrderUpdate, b: MetadataBuilder) -> None:
 @apply_update.register(m.SetDefaultSortOrderUpdate)
 def _set_default_sort_order(u: m.SetDefaultSortOrderUpdate, b: MetadataBuilder) -> None:
     """Java `setDefaultSortOrder(int)`: -1 means the order added last in this change set."""
-    order_id = u.sort_order_id
-    if order_id == LAST_ADDED:
-        if b.last_added_order_id is None:
-            raise Invalid("sort-order-id", "cannot set last added sort order: no sort order has been added")
-        order_id = b.last_added_order_id
+    order_id = _resolve_last_added(u.sort_order_id, b.last_added_order_id, "sort-order-id", "sort order")
     if order_id == b.md.get("default-sort-order-id"):
         return
     if not any(o["order-id"] == order_id for o in b.md["sort-orders"]):
@@ -739,9 +748,8 @@ def _remove_snapshots(u: m.RemoveSnapshotsUpdate, b: MetadataBuilder) -> None:
     if not removed:
         return
     b.set("snapshots", [s for s in b.md["snapshots"] if s["snapshot-id"] not in removed])
-    for key in ("statistics", "partition-statistics"):
-        if any(f["snapshot-id"] in removed for f in b.md[key]):
-            b.set(key, [f for f in b.md[key] if f["snapshot-id"] not in removed])
+    _remove_per_snapshot(b, "statistics", removed)
+    _remove_per_snapshot(b, "partition-statistics", removed)
     for name in [n for n, ref in b.md["refs"].items() if ref["snapshot-id"] in removed]:
         _remove_ref(b, name)
     b.removed_snapshots = True
@@ -786,9 +794,9 @@ def _replace_per_snapshot(b: MetadataBuilder, key: str, item: dict) -> None:
     b.changed = True
 
 
-def _remove_per_snapshot(b: MetadataBuilder, key: str, snapshot_id: int) -> None:
-    if any(f["snapshot-id"] == snapshot_id for f in b.md[key]):
-        b.set(key, [f for f in b.md[key] if f["snapshot-id"] != snapshot_id])
+def _remove_per_snapshot(b: MetadataBuilder, key: str, snapshot_ids: set[int]) -> None:
+    if any(f["snapshot-id"] in snapshot_ids for f in b.md[key]):
+        b.set(key, [f for f in b.md[key] if f["snapshot-id"] not in snapshot_ids])
 
 
 @apply_update.register(m.SetStatisticsUpdate)
@@ -798,7 +806,7 @@ def _set_statistics(u: m.SetStatisticsUpdate, b: MetadataBuilder) -> None:
 
 @apply_update.register(m.RemoveStatisticsUpdate)
 def _remove_statistics(u: m.RemoveStatisticsUpdate, b: MetadataBuilder) -> None:
-    _remove_per_snapshot(b, "statistics", u.snapshot_id)
+    _remove_per_snapshot(b, "statistics", {u.snapshot_id})
 
 
 @apply_update.register(m.SetPartitionStatisticsUpdate)
@@ -808,7 +816,7 @@ def _set_partition_statistics(u: m.SetPartitionStatisticsUpdate, b: MetadataBuil
 
 @apply_update.register(m.RemovePartitionStatisticsUpdate)
 def _remove_partition_statistics(u: m.RemovePartitionStatisticsUpdate, b: MetadataBuilder) -> None:
-    _remove_per_snapshot(b, "partition-statistics", u.snapshot_id)
+    _remove_per_snapshot(b, "partition-statistics", {u.snapshot_id})
 
 
 @apply_update.register(m.AddEncryptionKeyUpdate)

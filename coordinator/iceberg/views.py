@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from ..errors import BadRequest, CommitConflict
 from . import models as m
@@ -47,23 +47,11 @@ _REQUIREMENTS = TypeAdapter(AssertViewUUID)
 
 
 def parse_view_requirements(raw: list) -> list[AssertViewUUID]:
-    out = []
-    for i, item in enumerate(raw or []):
-        try:
-            out.append(_REQUIREMENTS.validate_python(item))
-        except ValidationError as exc:
-            raise BadRequest(m.validation_message(f"requirements[{i}]", "type", exc, item)) from None
-    return out
+    return m.parse_list(_REQUIREMENTS, raw, "requirements", "type")
 
 
 def parse_view_updates(raw: list) -> list:
-    out = []
-    for i, item in enumerate(raw or []):
-        try:
-            out.append(_UPDATES.validate_python(item))
-        except ValidationError as exc:
-            raise BadRequest(m.validation_message(f"updates[{i}]", "action", exc, item)) from None
-    return out
+    return m.parse_list(_UPDATES, raw, "updates", "action")
 
 
 def _check_version(version: dict[str, Any], field: str) -> None:
