@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Any, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
-from quart import Response, request
+from quart import Response, g, request
 
 from coordinator.errors import BadRequest
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 JSON = "application/json"
 
@@ -115,5 +116,18 @@ def parse_model(model: type[M], value: Any) -> M:
         raise BadRequest(f"invalid request: {describe_validation_error(exc)}") from None
 
 
+async def parsed_once(key: Any, parse: Callable[[], Awaitable[T]]) -> T:
+    """A request's parsed body, parsed once per request: a route whose access policy names its object from the
+    body (a commit by table id, a multi-table commit) and its view share it instead of parsing it twice."""
+    bodies = g.setdefault("parsed_bodies", {})
+    if key not in bodies:
+        bodies[key] = await parse()
+    return bodies[key]
+
+
 async def read_model(model: type[M], allow_empty: bool = False) -> M:
+    return await parsed_once(model, lambda: _read_model(model, allow_empty))
+
+
+async def _read_model(model: type[M], allow_empty: bool) -> M:
     return parse_model(model, await read_json(allow_empty))

@@ -8,7 +8,7 @@ call). Errors use Unity Catalog's body, `{"error_code", "message", "details"}`, 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Awaitable
 
 from quart import Blueprint, Response, current_app, request
 from werkzeug.exceptions import HTTPException
@@ -21,7 +21,7 @@ from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, Coord
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
 
 from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
-from .common import INT64_MAX, json_response, parse_model, read_json, read_model
+from .common import INT64_MAX, json_response, parse_model, parsed_once, read_json, read_model
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ def _on_listed(privilege: Privilege, *args: str):
 
 def _on_new_table(privilege: Privilege, model):
     async def needs() -> Needs:
-        body = parse_model(model, await read_json())
+        body = await read_model(model)
         return _on(privilege, body.catalog_name, body.schema_name)
     return needs
 
@@ -152,7 +152,7 @@ async def _on_table_id(privilege: Privilege, table_id: str) -> Needs:
 
 
 async def _create_schema_needs() -> Needs:
-    return _on(CREATE, parse_model(CreateSchema, await read_json()).catalog_name)
+    return _on(CREATE, (await read_model(CreateSchema)).catalog_name)
 
 
 async def _get_commits_needs() -> Needs:
@@ -160,11 +160,11 @@ async def _get_commits_needs() -> Needs:
 
 
 async def _commit_needs() -> Needs:
-    return await _on_table_id(WRITE, parse_model(CommitRequest, await read_json()).table_id)
+    return await _on_table_id(WRITE, (await read_model(CommitRequest)).table_id)
 
 
 async def _metrics_needs() -> Needs:
-    return await _on_table_id(WRITE, parse_model(MetricsRequest, await read_json()).table_id)
+    return await _on_table_id(WRITE, (await read_model(MetricsRequest)).table_id)
 
 
 def _listing(key: str, items: list[dict], token: str | None) -> Response:
@@ -276,7 +276,11 @@ async def delete_table(full_name: str) -> Response:
 _GET_COMMITS_INTS = ("start_version", "end_version")
 
 
-async def _get_commits_request() -> GetCommitsRequest:
+def _get_commits_request() -> Awaitable[GetCommitsRequest]:
+    return parsed_once(GetCommitsRequest, _read_get_commits_request)
+
+
+async def _read_get_commits_request() -> GetCommitsRequest:
     """The spec puts GET's parameters in a JSON body; some HTTP clients (unitycatalog-client's aiohttp among
     them) never send a GET body, so query parameters are read too. Both given and different is an error."""
     body = await read_json(allow_empty=True)

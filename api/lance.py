@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from quart import Blueprint, Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
@@ -27,7 +27,7 @@ from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersion
                                TableVersion)
 
 from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
-from .common import describe_validation_error, json_response, parse_json
+from .common import empty_response, json_response, parse_json, parse_model, parsed_once
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +77,14 @@ def _detail(exc: CoordinatorError) -> str:
     return "nothing was applied"
 
 
-def error_response(exc: CoordinatorError) -> Response:
-    code = error_code(exc)
-    body = {"error": exc.message, "code": code, "detail": _detail(exc), "instance": request.path}
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
+def _error(message: str, code: int, detail: str, headers: dict[str, str] | None = None) -> Response:
+    body = {"error": message, "code": code, "detail": detail, "instance": request.path}
     return json_response(body, STATUS_OF_CODE[code], headers)
+
+
+def error_response(exc: CoordinatorError) -> Response:
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
+    return _error(exc.message, error_code(exc), _detail(exc), headers)
 
 
 @bp.errorhandler(CoordinatorError)
@@ -92,8 +95,7 @@ async def _on_error(exc: CoordinatorError) -> Response:
 @bp.errorhandler(HTTPException)
 async def _on_http_error(exc: HTTPException) -> Response:
     code = {404: 4, 405: 0, 413: 13}.get(exc.code or 400, 13)
-    return json_response({"error": exc.description or exc.name, "code": code, "detail": "nothing was applied",
-                          "instance": request.path}, STATUS_OF_CODE[code])
+    return _error(exc.description or exc.name, code, "nothing was applied")
 
 
 # -- request plumbing ------------------------------------------------------------------------------------------
@@ -128,22 +130,24 @@ def _table(raw: str) -> tuple[str, ...]:
 
 
 async def _body(model: type[BaseModel], levels: tuple[str, ...] | None = None) -> Any:
-    """The JSON body as `model`. A missing body (pylance sends none for some operations) or JSON `null` reads
-    as `{}`. An `id` in the body must agree with the route (spec: "Standard Operations")."""
+    """The JSON body as `model`, parsed once per request (the batch routes' access policies read it too). A
+    missing body (pylance sends none for some operations) or JSON `null` reads as `{}`. An `id` in the body
+    must agree with the route (spec: "Standard Operations")."""
+    body = await parsed_once(model, lambda: _read_body(model))
+    body_id = getattr(body, "id", None)
+    if levels is not None and body_id is not None and tuple(body_id) != levels:
+        raise BadRequest(f"the id in the body {body_id!r} does not match the id in the route {list(levels)!r}")
+    return body
+
+
+async def _read_body(model: type[BaseModel]) -> Any:
     data = await request.get_data()
     value = parse_json(data) if data.strip() else {}
     if value is None:
         value = {}
     if not isinstance(value, dict):
         raise BadRequest("request body must be a JSON object")
-    try:
-        body = model.model_validate(value)
-    except ValidationError as exc:
-        raise BadRequest(f"invalid request: {describe_validation_error(exc)}") from None
-    body_id = getattr(body, "id", None)
-    if levels is not None and body_id is not None and tuple(body_id) != levels:
-        raise BadRequest(f"the id in the body {body_id!r} does not match the id in the route {list(levels)!r}")
-    return body
+    return parse_model(model, value)
 
 
 # -- access: what each route needs (api/access.py enforces it) -------------------------------------------------
@@ -214,10 +218,6 @@ def _page(key: str, page: Page, items: list[Any]) -> Response:
     return json_response(body)
 
 
-def _ok() -> Response:
-    return Response(b"", status=200)
-
-
 # -- response shapes (spec names) ------------------------------------------------------------------------------
 
 
@@ -267,7 +267,7 @@ async def namespace_exists(id: str) -> Response:
     ns = _levels(id)
     await _body(DescribeNamespaceRequest, ns)
     await _catalog().describe_namespace(ns)
-    return _ok()
+    return empty_response(200)
 
 
 @bp.post("/v1/namespace/<id>/drop")
@@ -323,9 +323,7 @@ async def describe_table(id: str) -> Response:
     if body.tag is not None:
         raise BadRequest("describe by tag: tags live in the dataset (_refs/tags); resolve the tag with Lance",
                          kind="unsupported")
-    if body.branch not in (None, "", "main"):
-        raise BadRequest(f"branch {body.branch!r}: this server manages the main branch only", kind="unsupported")
-    table = await _catalog().describe_table(ident, body.version)
+    table = await _catalog().describe_table(ident, body.version, body.branch)
     out: dict[str, Any] = {"table": table.name, "namespace": list(table.namespace), "location": table.location,
                            "storage_options": {}, "properties": dict(table.properties), "managed_versioning": True}
     if body.version is not None:
@@ -343,7 +341,7 @@ async def table_exists(id: str) -> Response:
     ident = _table(id)
     body = await _body(TableExistsRequest, ident)
     await _catalog().describe_table(ident, body.version)
-    return _ok()
+    return empty_response(200)
 
 
 @bp.post("/v1/table/<id>/register")
@@ -414,7 +412,7 @@ async def delete_table_versions(id: str) -> Response:
 @guard(_batch_create_needs)
 async def batch_create_table_versions() -> Response:
     body = await _body(BatchCreateTableVersionsRequest)
-    entries = [(tuple(e.id), CreateTableVersionRequest.model_validate(e.model_dump())) for e in body.entries]
+    entries = [(tuple(e.id), e) for e in body.entries]
     versions = await _catalog().batch_create_versions(entries)
     return json_response({"versions": [v.to_spec() for v in versions]})
 

@@ -65,8 +65,7 @@ def parse_table_id(raw: str) -> uuid.UUID:
 def _table_named(state: Any, full: FullName) -> DeltaTable:
     # Names were resolved to an id before the request reached the actor; a drop and re-create in between
     # means the id no longer carries this name.
-    if not isinstance(state, DeltaTable) or (state.info["catalog_name"], state.info["schema_name"],
-                                             state.info["name"]) != full:
+    if not isinstance(state, DeltaTable) or state.full_name != full:
         raise NotFound(f"Table does not exist: {'.'.join(full)}", kind="table")
     return state
 
@@ -91,11 +90,11 @@ class DropTable:
 
 def _unused_staging(state: Any, full: FullName, location: str) -> StagingTable:
     if isinstance(state, DeltaTable):
-        if (state.info["catalog_name"], state.info["schema_name"], state.info["name"]) == full:
+        if state.full_name == full:
             # A second create of the same table (a retry, or a race lost to an identical request).
             raise AlreadyExists(f"Table already exists: {'.'.join(full)}", kind="table")
         raise BadRequest(f"storage_location {location!r} is not an unused staging location: table "
-                         f"{state.info['catalog_name']}.{state.info['schema_name']}.{state.info['name']} uses it")
+                         f"{'.'.join(state.full_name)} uses it")
     if not isinstance(state, StagingTable):
         raise NotFound(f"Staging table does not exist at {location!r}", kind="table")
     if (state.catalog_name, state.schema_name, state.name) != full:
@@ -130,11 +129,7 @@ class CreateFromStaging:
         catalog, schema, name = self.full
         info = {"name": name, "catalog_name": catalog, "schema_name": schema, "table_type": "MANAGED",
                 "data_source_format": "DELTA", "columns": self.columns, "storage_location": state.location,
-                "comment": self.comment, "properties": self.properties, "owner": OWNER,
-                "created_at": self.now_ms, "created_by": OWNER, "updated_at": self.now_ms, "updated_by": OWNER,
-                "table_id": str(state.table_id)}
-        if info["comment"] is None:
-            del info["comment"]
+                **_owned(self.comment, self.properties, self.now_ms), "table_id": str(state.table_id)}
         table = DeltaTable(state.table_id, rules.freeze(info), last=0, published=0, unpublished=(),
                            newest=self.first_commit)
         return Decision(table, reply=table, row_state=table.row_state(), log=[LogEntry(0, self.first_commit)],
@@ -192,16 +187,25 @@ def table_info(table: DeltaTable) -> dict[str, Any]:
     return dict(table.info)
 
 
+def _owned(comment: str | None, properties: dict[str, str], now: int) -> dict[str, Any]:
+    """The fields every UC object carries after its own: its comment (only when it has one), properties,
+    owner and audit stamps."""
+    fields: dict[str, Any] = {} if comment is None else {"comment": comment}
+    return {**fields, "properties": properties, "owner": OWNER, "created_at": now, "created_by": OWNER,
+            "updated_at": now, "updated_by": OWNER}
+
+
 def _entry(body: CreateCatalog | CreateSchema, id_field: str) -> dict[str, Any]:
     if body.storage_root is not None:
         raise BadRequest("storage_root is not supported: managed tables are placed under the service's "
                          "configured managed root")
-    now = now_ms()
-    entry = {id_field: str(uuid.uuid4()), "comment": body.comment, "properties": body.properties, "owner": OWNER,
-             "created_at": now, "created_by": OWNER, "updated_at": now, "updated_by": OWNER}
-    if body.comment is None:
-        del entry["comment"]
-    return entry
+    return {id_field: str(uuid.uuid4()), **_owned(body.comment, body.properties, now_ms())}
+
+
+def _refuse_unsafe(location: str) -> None:
+    unsafe = unsafe_location(location)
+    if unsafe is not None:
+        raise BadRequest(f"storage_location {location!r} is refused: {unsafe}")
 
 
 # -- the catalog -------------------------------------------------------------------------------------------------
@@ -250,13 +254,18 @@ class DeltaCatalog:
         return catalog_info(name, entry)
 
     async def list_catalogs(self, page_token: str | None, limit: int) -> tuple[list[dict], str | None]:
-        names = await self.store.list_namespaces(CATALOG_REALM, "", None, after=decode_page_token(page_token),
+        return await self._list_entries(CATALOG_REALM, "", page_token, limit, catalog_info)
+
+    async def _list_entries(self, realm: str, catalog: str, page_token: str | None, limit: int,
+                            info: Callable[[str, dict[str, Any]], dict[str, Any]]) -> tuple[list[dict], str | None]:
+        """A page of catalogs or schemas (`namespaces` rows), each shaped by `info(name, entry)`."""
+        names = await self.store.list_namespaces(realm, catalog, None, after=decode_page_token(page_token),
                                                  limit=limit)
         out = []
         for name in names:
-            entry = await self.store.get_namespace(CATALOG_REALM, "", name)
+            entry = await self.store.get_namespace(realm, catalog, name)
             if entry is not None:  # dropped since the listing
-                out.append(catalog_info(name, entry))
+                out.append(info(name, entry))
         return out, encode_page_token(names[-1]) if len(names) == limit else None
 
     async def delete_catalog(self, name: str, force: bool) -> None:
@@ -293,14 +302,7 @@ class DeltaCatalog:
 
     async def list_schemas(self, catalog: str, page_token: str | None, limit: int) -> tuple[list[dict], str | None]:
         await self.get_catalog(catalog)
-        names = await self.store.list_namespaces(REALM, catalog, None, after=decode_page_token(page_token),
-                                                 limit=limit)
-        out = []
-        for name in names:
-            entry = await self.store.get_namespace(REALM, catalog, name)
-            if entry is not None:
-                out.append(schema_info(catalog, name, entry))
-        return out, encode_page_token(names[-1]) if len(names) == limit else None
+        return await self._list_entries(REALM, catalog, page_token, limit, functools.partial(schema_info, catalog))
 
     async def delete_schema(self, catalog: str, name: str, force: bool) -> None:
         await self.get_schema(catalog, name)
@@ -342,9 +344,7 @@ class DeltaCatalog:
                 "id": str(table_id), "staging_location": location}
 
     def _staging_id(self, location: str) -> uuid.UUID:
-        unsafe = unsafe_location(location)
-        if unsafe is not None:
-            raise BadRequest(f"storage_location {location!r} is refused: {unsafe}")
+        _refuse_unsafe(location)
         root = rules.normalize_uri(self.managed_root)
         loc = rules.normalize_uri(location)
         parent, _, last = loc.rpartition("/")
@@ -399,9 +399,7 @@ class DeltaCatalog:
     async def _create_external(self, body: CreateTable, full: FullName, columns: list[dict]) -> dict[str, Any]:
         location = body.storage_location.rstrip("/")
         # The client's own location, but spelled so that every reader resolves it to the same absolute place.
-        unsafe = unsafe_location(location)
-        if unsafe is not None:
-            raise BadRequest(f"storage_location {location!r} is refused: {unsafe}")
+        _refuse_unsafe(location)
         parsed = urlparse(location)
         if not (parsed.path.startswith("/") or (parsed.scheme and parsed.netloc)):
             raise BadRequest(f"storage_location {location!r} must be an absolute path or a URI")
@@ -409,14 +407,10 @@ class DeltaCatalog:
             raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must not be inside the managed "
                              f"storage root")
         table_id = uuid.uuid4()
-        now = now_ms()
         info = {"name": body.name, "catalog_name": body.catalog_name, "schema_name": body.schema_name,
                 "table_type": "EXTERNAL", "data_source_format": body.data_source_format, "columns": columns,
-                "storage_location": location, "comment": body.comment, "properties": dict(body.properties),
-                "owner": OWNER, "created_at": now, "created_by": OWNER, "updated_at": now, "updated_by": OWNER,
+                "storage_location": location, **_owned(body.comment, dict(body.properties), now_ms()),
                 "table_id": str(table_id)}
-        if info["comment"] is None:
-            del info["comment"]
         table = DeltaTable(table_id, rules.freeze(info), last=-1, published=-1, unpublished=(), newest=None)
         row = TableRow(table_id=table_id, realm=REALM, catalog=full[0], namespace=full[1], name=full[2],
                        format=FORMAT, location=location)

@@ -72,6 +72,10 @@ class DeltaTable:
     def location(self) -> str:
         return self.info["storage_location"]
 
+    @property
+    def full_name(self) -> tuple[str, str, str]:
+        return self.info["catalog_name"], self.info["schema_name"], self.info["name"]
+
     def row_state(self) -> dict[str, Any]:
         # The catalog entry rides along on every write: a table row is one compare-and-set, and the entry
         # (columns, properties) is a few KB, so keeping it in the row avoids a second store to keep in step.
@@ -217,6 +221,8 @@ def decide_commit(table: DeltaTable, req: CommitRequest, *, max_unpublished: int
                               f"(limit {max_unpublished}); publish (backfill) commits up to version "
                               f"{table.last} and report latest_published_version before committing again")
 
+    if req.metadata is None and req.uniform is None:
+        return new   # most commits: the catalog entry stays as it is, so it is neither copied nor compared
     info = dict(new.info)
     if req.metadata is not None:
         _apply_metadata(info, table, req.metadata, now_ms)

@@ -10,9 +10,8 @@ transaction (`Registry.transact`), so single and batched commits share one path.
 
 from __future__ import annotations
 
-import functools
-
 import base64
+import functools
 import hashlib
 import logging
 import time
@@ -27,9 +26,10 @@ from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Proposal
 from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotEmpty, NotFound, Unavailable
+from ..paging import encode_page_token
 from ..transaction import Create
 from . import storage as lance_storage
-from .models import CreateTableVersionRequest, parse_mode
+from .models import CreateTableVersionEntry, CreateTableVersionRequest, parse_mode
 from .rules import CreateVersion, DeleteVersions, ReadTable, RemoveTable, Steps, show
 from .table import (MANIFEST_MAGIC, NAMING_SCHEMES, LanceTable, TableVersion, check_staging_path, infer_scheme,
                     manifest_uri, resolve_path, version_of_manifest_name)
@@ -40,6 +40,7 @@ REALM = "lance"
 CATALOG = ""
 FORMAT = "lance"
 Ident = tuple[str, ...]   # namespace levels + table name
+VersionRequest = CreateTableVersionRequest | CreateTableVersionEntry   # a batch entry is read as a request
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ class LanceCatalog:
         await self.describe_namespace(ns)
         paths = await self.store.list_namespaces(REALM, CATALOG, join_namespace(ns), after=_decode(page_token),
                                                  limit=limit)
-        nxt = _encode(paths[-1]) if limit and len(paths) == limit else None
+        nxt = encode_page_token(paths[-1]) if limit and len(paths) == limit else None
         return Page([split_namespace(p)[-1] for p in paths], nxt)
 
     async def drop_namespace(self, ns: Ident, mode: str | None, behavior: str | None) -> dict[str, str]:
@@ -211,7 +212,8 @@ class LanceCatalog:
     # -- tables ------------------------------------------------------------------------------------------------
 
     def default_location(self, ident: Ident, table_id: uuid.UUID) -> str:
-        return join(self.warehouse, *(_safe(level) for level in ident[:-1]), f"{_safe(ident[-1])}-{table_id.hex}")
+        return join(self.warehouse, *(path_segment(level) for level in ident[:-1]),
+                    f"{path_segment(ident[-1])}-{table_id.hex}")
 
     def check_location(self, location: str) -> str:
         location = location.rstrip("/")
@@ -250,7 +252,9 @@ class LanceCatalog:
         self._refs[ident] = TableRef(row.table_id, row.location)
         return state
 
-    async def describe_table(self, ident: Ident, version: int | None = None) -> LanceTable:
+    async def describe_table(self, ident: Ident, version: int | None = None, branch: str | None = None
+                             ) -> LanceTable:
+        _no_branch(branch)
         state = await self._read(ident)
         if version is not None and state.find(version) is None:
             raise NotFound(f"version {version} of table {show(ident)} does not exist", kind="version")
@@ -310,7 +314,7 @@ class LanceCatalog:
             await self.describe_namespace(ns)
         rows = await self.store.list_tables(REALM, CATALOG, None if ns is None else join_namespace(ns),
                                             after=_decode(page_token), limit=limit)
-        nxt = _encode(rows[-1].namespace + chr(30) + rows[-1].name) if limit and len(rows) == limit else None
+        nxt = encode_page_token(rows[-1].namespace + chr(30) + rows[-1].name) if limit and len(rows) == limit else None
         if not include_declared:
             rows = [r for r in rows if int(r.state.get("high_water", 0)) > 0]
         items = [r.name if ns is not None else (*split_namespace(r.namespace), r.name) for r in rows]
@@ -318,7 +322,7 @@ class LanceCatalog:
 
     # -- versions ----------------------------------------------------------------------------------------------
 
-    async def _prepare_version(self, location: str, req: CreateTableVersionRequest | Any) -> CreateVersion:
+    async def _prepare_version(self, location: str, req: VersionRequest) -> CreateVersion:
         """Read the staged manifest (outside the actor: I/O) and check it, so the rule itself stays pure."""
         _no_branch(req.branch)
         if req.naming_scheme is not None and req.naming_scheme not in NAMING_SCHEMES:
@@ -389,8 +393,7 @@ class LanceCatalog:
 
     # -- batches -----------------------------------------------------------------------------------------------
 
-    async def batch_create_versions(self, entries: list[tuple[Ident, CreateTableVersionRequest]]
-                                    ) -> list[TableVersion]:
+    async def batch_create_versions(self, entries: list[tuple[Ident, VersionRequest]]) -> list[TableVersion]:
         return [reply for _, reply in await self.batch_commit([("create_table_version", ident, req)
                                                                 for ident, req in entries])]
 
@@ -488,11 +491,12 @@ class _Batch:
             except BadRequest as exc:
                 raise BadRequest(f"operation {index} ({op.kind}): {exc.message}") from None
             if op.kind == "declare_table":
-                current = self.live.get(op.ident)
-                if current is None and op.ident not in self.live:
-                    if await cat.store.find_table(REALM, CATALOG, join_namespace(op.ident[:-1]), op.ident[-1]):
-                        current = True  # exists outside the batch
-                if current is not None:
+                if op.ident in self.live:   # declared, or deregistered (None), by an earlier operation
+                    taken = self.live[op.ident] is not None
+                else:
+                    taken = await cat.store.find_table(REALM, CATALOG, join_namespace(op.ident[:-1]),
+                                                       op.ident[-1]) is not None
+                if taken:
                     raise AlreadyExists(f"operation {index} ({op.label}): Table already exists: {show(op.ident)}",
                                         kind="table")
                 await cat.describe_namespace(op.ident[:-1])
@@ -547,10 +551,7 @@ class _Batch:
             elif any(isinstance(p, RemoveTable) for _, _, p in t.steps):
                 cat._refs.pop(t.ident, None)
         for fn in after:
-            try:
-                await fn()
-            except Exception as exc:  # clean-up only
-                log.warning("removing staged manifests after a batch commit failed: %s", exc)
+            await fn()   # a Steps chain: it logs and swallows a failed clean-up itself
         return [(op.kind, replies[i]) for i, op in enumerate(self.ops)]
 
 
@@ -574,18 +575,13 @@ def _no_branch(branch: str | None) -> None:
         raise BadRequest(f"branch {branch!r}: this server manages the main branch only", kind="unsupported")
 
 
-_safe = path_segment
-
-
 def _same(a: str, b: str) -> bool:
     return is_within(a, b) and is_within(b, a)
 
 
-def _encode(value: str) -> str:
-    return base64.urlsafe_b64encode(value.encode()).decode()
-
-
 def _decode(token: str | None) -> str | None:
+    """`paging.decode_page_token`, but strict: that one drops characters outside the alphabet, so a garbled
+    token would silently restart the listing instead of being refused."""
     if not token:
         return None
     try:

@@ -9,6 +9,7 @@ by the catalog before the proposal reaches the actor, so these rules can be re-d
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -17,7 +18,7 @@ from storage.records import LogEntry
 
 from ..actor import Decision, Proposal
 from ..errors import BadRequest, CommitConflict, CoordinatorError, NotFound
-from .table import LanceTable, TableVersion, manifest_uri
+from .table import LanceTable, TableVersion, in_ranges, manifest_uri
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +85,7 @@ class CreateVersion:
         new = state.with_version(entry)
         after = None
         if self.remove_staging is not None and self.staging_uri != final:
-            remove, staging = self.remove_staging, self.staging_uri
-
-            async def after() -> None:
-                await remove(staging)
+            after = functools.partial(self.remove_staging, self.staging_uri)
         return Decision(new, reply=entry, row_state=new.row_state(), log=[LogEntry(self.version, entry.payload())],
                         files=[(final, self.data)], after_durable=after)
 
@@ -154,7 +152,7 @@ class Steps:
             if d.log_delete:
                 # The store applies deletions before inserts; a version this batch created and a later operation
                 # deletes must therefore not be inserted at all (nor its manifest written).
-                created = [(e, f) for e, f in created if not _in_ranges(e.version, d.log_delete)]
+                created = [(e, f) for e, f in created if not in_ranges(e.version, d.log_delete)]
                 deleted_ranges.extend(d.log_delete)
             if d.log:
                 created.extend((e, d.files if i == 0 else []) for i, e in enumerate(d.log))
@@ -164,10 +162,6 @@ class Steps:
             return Decision(None, reply=replies, delete=True, after_durable=after)
         return Decision(current, reply=replies, row_state=current.row_state(), log=[e for e, _ in created],
                         log_delete=deleted_ranges, files=[f for _, fs in created for f in fs], after_durable=after)
-
-
-def _in_ranges(n: int, ranges: list[tuple[int, int]]) -> bool:
-    return any(n >= start and (end < 0 or n < end) for start, end in ranges)
 
 
 def _chain(afters: list[AfterDurable]) -> AfterDurable | None:

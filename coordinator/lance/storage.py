@@ -46,14 +46,14 @@ def list_manifests(files: FileIO, location: str) -> list[FoundManifest]:
         import obstore
         store, key = files.object_store(location)
         prefix = key.rstrip("/") + f"/{VERSIONS_DIR}/"
-        scheme, bucket = urlparse(location).scheme, urlparse(location).netloc
+        root = urlparse(location)
         for chunk in obstore.list(store, prefix=prefix):
             for meta in chunk:
                 name = meta["path"].rsplit("/", 1)[-1]
                 parsed = version_of_manifest_name(name)
                 if parsed is None:
                     continue
-                _keep(found, FoundManifest(parsed[0], parsed[1], f"{scheme}://{bucket}/{meta['path']}",
+                _keep(found, FoundManifest(parsed[0], parsed[1], f"{root.scheme}://{root.netloc}/{meta['path']}",
                                            int(meta["size"]), int(meta["last_modified"].timestamp() * 1000)))
     return [found[v] for v in sorted(found)]
 

@@ -111,6 +111,11 @@ def check_staging_path(location: str, uri: str, version: int) -> str:
     return name
 
 
+def in_ranges(version: int, ranges: list[tuple[int, int]]) -> bool:
+    """Whether `version` is in one of the [start, end) ranges of a version delete (end -1: through the latest)."""
+    return any(version >= start and (end < 0 or version < end) for start, end in ranges)
+
+
 # -- state -----------------------------------------------------------------------------------------------------
 
 
@@ -190,9 +195,7 @@ class LanceTable:
         return replace(self, versions=self.versions + (v,), high_water=max(self.high_water, v.version))
 
     def without_ranges(self, ranges: list[tuple[int, int]]) -> tuple["LanceTable", int]:
-        def gone(n: int) -> bool:
-            return any(n >= start and (end < 0 or n < end) for start, end in ranges)
-        kept = tuple(v for v in self.versions if not gone(v.version))
+        kept = tuple(v for v in self.versions if not in_ranges(v.version, ranges))
         return replace(self, versions=kept), len(self.versions) - len(kept)
 
     def row_state(self) -> dict[str, Any]:
