@@ -92,14 +92,22 @@ class Reply:
 
     def fail(self, error: BaseException) -> None:
         if not self._event.is_set():
-            self.error = error
+            # The requester raises it afresh; the actor's frames in its traceback would only be kept alive.
+            self.error = error.with_traceback(None)
             self._event.set()
 
     async def wait(self) -> Any:
         await self._event.wait()
-        if self.error is not None:
-            raise self.error
-        return self.value
+        error = self.error
+        if error is None:
+            return self.value
+        # Raised once, then let go: an error kept here (or in this frame) would tie a reference cycle through
+        # its traceback, and every rejected commit (409s come by the thousand) would wait for the cyclic GC.
+        self.error = None
+        try:
+            raise error
+        finally:
+            del error
 
 
 @dataclass
