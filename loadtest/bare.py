@@ -17,7 +17,7 @@ from hypercorn.trio import serve
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from api.server import hypercorn_config
+from api.server import hypercorn_config, tune_gc
 from coordinator.config import Config
 
 EMPTY = b"{}"
@@ -49,6 +49,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=8282)
     args = ap.parse_args()
     config = hypercorn_config(Config(host=args.host, port=args.port))
+    tune_gc()  # the service's own garbage-collector settings, so that the two compare like for like
     try:
         trio.run(serve, create_app(), config)
     except KeyboardInterrupt:
