@@ -109,11 +109,12 @@ class LanceCatalog:
                     log.warning("removing staged manifest %s failed: %s", v.staging_uri, exc)
 
     async def _remove_unrecorded_manifests(self, row: TableRow, state: LanceTable) -> None:
-        """A final manifest is written before its version is recorded; if the recording never happened (crash,
-        database failure) the file stays behind. Lance probes final paths before committing, so such a file
-        would make every writer skip a version we then refuse. The actor (re)loads exactly after those events
-        and before serving, so it removes them here: files for versions above the high-water mark are ours
-        (a declared location must hold no manifests) and were never acknowledged."""
+        """Final manifests above the high-water mark were never recorded: ours are written only after their
+        version is, but a client may put one there itself (a final name handed in as `manifest_path`) and its
+        commit then be refused or lost (crash, database failure). Lance probes final paths before committing, so
+        such a file would make every writer skip a version we then refuse. The actor loads before serving and
+        reloads after every failed write, so it removes them here: files for versions above the high-water mark
+        are in our table (a declared location must hold no manifests) and were never acknowledged."""
         orphans = []
         version = state.high_water + 1
         while True:
@@ -484,8 +485,8 @@ class _Batch:
       (its message names the operation index); nothing is applied.
     - Operations on a table declared in the same batch are folded into its creation; deregistering a table the
       same batch declared is refused as pointless.
-    - Staged manifests are read before anything is decided; their final copies are written before the commit
-      (like every version/create) and staging files are removed after it.
+    - Staged manifests are read before anything is decided; their final copies are written once the commit is
+      recorded (like every version/create) and staging files are removed after that.
     """
 
     def __init__(self, catalog: LanceCatalog, ops: list[_Op]):
@@ -563,7 +564,7 @@ class _Batch:
             d = Steps(t.steps).decide(initial)   # pure; raises (nothing applied) like an actor would
             replies.update(d.reply)
             replies[t.declared_by] = d.state
-            creates.append(Create(row, d.state, d.state.row_state(), d.log, d.files))
+            creates.append(Create(row, d.state, d.state.row_state(), d.log, published=d.published))
             if d.after_durable is not None:
                 after.append(d.after_durable)
         try:
