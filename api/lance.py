@@ -18,7 +18,7 @@ from werkzeug.exceptions import HTTPException
 
 from coordinator.auth import Privilege
 from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
-                                NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
+                                NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable, Unpublished)
 from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersionsRequest,
                                BatchDeleteTableVersionsRequest, CreateNamespaceRequest, CreateTableVersionRequest,
                                DeclareTableRequest, DeregisterTableRequest, DescribeNamespaceRequest,
@@ -72,6 +72,8 @@ def _detail(exc: CoordinatorError) -> str:
     """Whether the request changed anything: the one thing a client must know to recover."""
     if isinstance(exc, OutcomeUnknown):
         return "the commit may or may not have been applied: describe the version to find out"
+    if isinstance(exc, Unpublished):
+        return "the commit was recorded but its manifest is not in place yet; retry the same request"
     if isinstance(exc, Unavailable):
         return "nothing was applied; retry"
     return "nothing was applied"

@@ -24,7 +24,7 @@ import trio
 from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
 
 from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, DuplicateRequest, NotFound, NotOwner,
-                     OutcomeUnknown, Unavailable)
+                     OutcomeUnknown, Unavailable, Unpublished)
 
 if TYPE_CHECKING:
     from .registry import Registry
@@ -40,6 +40,12 @@ class Decision:
 
     `row_state` set (or `delete`/`rename`/`log`/`log_delete`) means a write: the table row's `state` becomes
     `row_state` and the log rows are appended. No write means a read or a no-op, answered from `state`.
+
+    `files` have names no other commit uses (a stale writer leaves only an orphan), so they are written before
+    the row. `published` files have fixed names (Lance's `_versions/N.manifest`): only the database may decide
+    who writes them, so they are written once it accepted the row, before anyone is told. It records one commit
+    per name (Lance: version N once), so every writer of a name writes the same bytes: a late write by a process
+    that committed and then froze is harmless. The format's loader restores them if the process dies in between.
     """
 
     state: Any
@@ -50,6 +56,7 @@ class Decision:
     delete: bool = False
     rename: tuple[str, str, str] | None = None
     files: list[tuple[str, bytes]] = field(default_factory=list)       # made durable before the row
+    published: list[tuple[str, bytes]] = field(default_factory=list)   # made durable after it, before replies
     idempotency: IdempotencyRecord | None = None
     after_durable: Callable[[], Awaitable[None]] | None = None         # best-effort clean-up (old files)
     marker: IdempotencyRecord | None = None   # a forwarded request's receipt (coordinator/cluster/routing.py)
@@ -117,7 +124,8 @@ class Request:
 
 
 class Verdict:
-    """The transaction's outcome as seen by one participant: applied, or not (with the error to raise)."""
+    """The transaction's outcome as seen by one participant: applied, or not (with the error to raise). Applied
+    with an Unpublished error: its published files are not written yet."""
 
     def __init__(self) -> None:
         self.event = trio.Event()
@@ -305,7 +313,8 @@ class TableActor:
         if decision is None:
             return
         write = self._table_write([decision])
-        # The transaction writes every part's files once all parts are accepted, so a rejected one leaves none.
+        # The transaction writes every part's files once all parts are accepted, so a rejected one leaves none,
+        # and their published files once the database accepted it, before the verdict.
         req.reply.set((decision, write))
         # Hold the table: nothing else is decided until the transaction's single write has an outcome.
         with trio.CancelScope(shield=True):
@@ -314,7 +323,11 @@ class TableActor:
             self.row = _advance(self.row, write)
             self.state = decision.state
             self.gone = write.delete
-            if decision.after_durable is not None:
+            # The transaction could not write the published files: restore them before any clean-up may remove
+            # what they are restored from.
+            restored = (not isinstance(participant.verdict.error, Unpublished)
+                        or await self._restore(decision.published))
+            if restored and decision.after_durable is not None:
                 self.registry.spawn_background(decision.after_durable)
         elif not isinstance(participant.verdict.error, (CommitConflict, BadRequest, NotFound, AlreadyExists)):
             # The write failed or its outcome is unknown: believe only the store.
@@ -380,16 +393,50 @@ class TableActor:
         self.state = seg.state
         if write.delete:
             self.gone = True
+        self._remember_keys(decisions)
+        if not await self._publish([f for d in decisions for f in d.published]):
+            # Applied, but a published file is still missing: nobody hears success yet, and no clean-up runs (it
+            # may remove what restores the file). A retry is answered as the same commit once it is restored.
+            error = Unpublished(f"table {self.table_id}: the commit was recorded but its files could not be "
+                                f"written yet; retry", retry_after_s=self.registry.config.retry_after_s)
+            for req in seg.requests:
+                req.reply.fail(error)
+            return
         for req, d in seg.decisions:
             req.reply.set(d.reply)
         for req, reply in seg.readers:
             req.reply.set(reply)
-        self._remember_keys(decisions)
         for req, key in seg.duplicates:
             req.reply.fail(DuplicateRequest(key))
         for d in decisions:
             if d.after_durable is not None:
                 self.registry.spawn_background(d.after_durable)
+
+    async def _publish(self, files: list[tuple[str, bytes]]) -> bool:
+        """Write an applied segment's published files; False if they are still missing (see `_restore`)."""
+        if not files:
+            return True
+        try:
+            with trio.CancelScope(shield=True):
+                await write_files(files, self.registry.files)
+            return True
+        except Exception as exc:
+            log.error("table %s: commit recorded but its files could not be written: %s", self.table_id, exc)
+        return await self._restore(files)
+
+    async def _restore(self, files: list[tuple[str, bytes]]) -> bool:
+        """Published files of an applied change could not be written. The change stands; the format's loader
+        restores such files from what the rows record (Lance: the staged manifest), so reload and check. If they
+        are still missing, the next request loads again."""
+        with trio.CancelScope(shield=True):
+            await self._reload()
+            try:
+                if self.loaded and all([await self.registry.files.exists(uri) for uri, _ in files]):
+                    return True
+            except Exception as exc:
+                log.error("table %s: cannot check restored files: %s", self.table_id, exc)
+            self.loaded = False
+            return False
 
     def _gone_error(self) -> CoordinatorError:
         if self.moved:
@@ -444,7 +491,7 @@ def _advance(row: TableRow, w: TableWrite) -> TableRow:
 
 
 async def write_files(files: list[tuple[str, bytes]], fileio) -> None:
-    """Write (and fsync) all files of a segment before the row that points at them."""
+    """Write (and fsync) files with one thread hop: a segment's `files` before its row, `published` after it."""
     if files:
         await fileio.write_many(files)
 

@@ -13,6 +13,7 @@ into its own status code and body; nothing below `api/` knows about HTTP bodies.
      ├── CommitConflict        a requirement / expected version did not hold          (409)
      ├── TooManyRequests       the client must act first (e.g. backfill)              (429)
      ├── Unavailable           overloaded or database down; known NOT applied         (503 + Retry-After)
+     │    └── Unpublished      applied, but a file it publishes is not written yet    (503 + Retry-After)
      └── OutcomeUnknown        the write may or may not have applied                  (5xx, "state unknown")
 """
 
@@ -74,6 +75,11 @@ class Unavailable(CoordinatorError):
     def __init__(self, message: str, *, retry_after_s: int = 1, kind: str | None = None):
         super().__init__(message, kind=kind)
         self.retry_after_s = retry_after_s
+
+
+class Unpublished(Unavailable):
+    """Applied, but a file it publishes (actor.Decision.published) could not be written yet. Still safe to
+    retry: the table's next load restores the file, and the retry is answered as the same commit."""
 
 
 class OutcomeUnknown(CoordinatorError):

@@ -10,10 +10,13 @@ In a cluster the same steps run across members (two-phase over the internal chan
 routing.py): a part whose table another member owns is validated and held there (`Registry.prepare`), this
 member writes every row in its one database transaction, the decision point, and sends each owner the verdict.
 Each row's write carries its owner's lease epoch, so a part whose owner lost its lease meanwhile applies nothing.
+The parts' published files (`Decision.published`) are written here once that transaction committed, before any
+verdict: an owner's clean-up after an applied verdict may remove what would restore them.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -23,10 +26,12 @@ import trio
 from storage.records import UNFENCED, IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
 
 from .actor import Decision, Participant, Proposal, _not_applied_error, write_files
-from .errors import BadRequest, CoordinatorError, Unavailable
+from .errors import BadRequest, CoordinatorError, Unavailable, Unpublished
 
 if TYPE_CHECKING:
     from .registry import Registry
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,6 +43,7 @@ class Create:
     row_state: dict[str, Any]
     log: list[LogEntry] = field(default_factory=list)
     files: list[tuple[str, bytes]] = field(default_factory=list)
+    published: list[tuple[str, bytes]] = field(default_factory=list)   # as Decision.published
 
 
 async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, creates: list[Create] = (),
@@ -85,11 +91,23 @@ async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, 
         for participant, _, _ in prepared.values():
             participant.verdict.decide(False, error)
         raise error
+    published = [f for i in order for f in prepared[i][1].published] + [f for c in creates for f in c.published]
+    unpublished = None
+    try:
+        with trio.CancelScope(shield=True):
+            await write_files(published, registry.files)
+    except Exception as exc:
+        # Applied, but some published file is missing. Each owner restores its own before any clean-up (see
+        # TableActor._take_part); a created table is not adopted, so that its first load restores them.
+        log.error("transaction recorded but its files could not be written: %s", exc)
+        unpublished = Unpublished(f"the commit was recorded but its files could not be written yet ({exc}); retry")
     for participant, _, _ in prepared.values():
-        participant.verdict.decide(True)
+        participant.verdict.decide(True, unpublished)
     for c in creates:
         if registry.cluster is not None:
             registry.cluster.router.created(c.row.table_id)
-        else:
+        elif unpublished is None:
             registry.adopt(replace(c.row, row_version=1, state=c.row_state), c.state)
+    if unpublished is not None:
+        raise unpublished
     return [prepared[i][1].reply for i in range(len(parts))]

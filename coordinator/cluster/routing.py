@@ -23,7 +23,7 @@ import trio
 from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, shard_of
 
 from ..actor import Decision, Participant, Proposal
-from ..errors import AppliedReplyLost, CoordinatorError, NotOwner, OutcomeUnknown, Unavailable
+from ..errors import AppliedReplyLost, CoordinatorError, NotOwner, OutcomeUnknown, Unavailable, Unpublished
 from .channel import AnswerLost, PeerUnreachable
 
 if TYPE_CHECKING:
@@ -54,7 +54,8 @@ class Router:
         self.registry = cluster.registry
         self.leases = cluster.leases
         self.config = cluster.config
-        self.prepared: dict[UUID, tuple[Participant, TableWrite]] = {}
+        # txid -> (participant, its write, whether it publishes files) of parts held here for another member
+        self.prepared: dict[UUID, tuple[Participant, TableWrite, bool]] = {}
         self.forwarded = 0
 
     # -- the sending side --------------------------------------------------------------------------------------
@@ -86,7 +87,8 @@ class Router:
 
     async def prepare(self, table_id: UUID, participant: Participant) -> tuple[Decision, TableWrite]:
         """A transaction's part at the table's owner. A remote owner holds its table until `verdict` arrives;
-        its decision comes back without its clean-up hook (that runs at the owner once applied)."""
+        its decision comes back without its clean-up hook (that runs at the owner once applied). Its files come
+        back too: this member writes them (published ones once its transaction applied, before the verdict)."""
         txid = uuid.uuid4()
 
         async def resolve() -> Any:
@@ -100,9 +102,9 @@ class Router:
                                    "prepare", (txid, table_id, participant.proposal), resolve, via=via)
         if not via:
             return answer
-        reply, files, write = answer
+        reply, files, published, write = answer
         self.cluster.nursery.start_soon(self._send_verdict, via[0], txid, participant)
-        return Decision(None, reply=reply, files=files), write
+        return Decision(None, reply=reply, files=files, published=published), write
 
     async def _send_verdict(self, peer, txid: UUID, participant: Participant) -> None:
         await participant.verdict.event.wait()
@@ -180,12 +182,13 @@ class Router:
     async def on_create(self, *args) -> None:
         await self.registry.create_local(*args)
 
-    async def on_prepare(self, txid: UUID, table_id: UUID, proposal: Proposal) -> tuple[Any, list, TableWrite]:
+    async def on_prepare(self, txid: UUID, table_id: UUID, proposal: Proposal
+                         ) -> tuple[Any, list, list, TableWrite]:
         participant = Participant(proposal)
         decision, write = await self.registry.owner(table_id).offer(participant).wait()
-        self.prepared[txid] = (participant, write)
+        self.prepared[txid] = (participant, write, bool(decision.published))
         self.cluster.nursery.start_soon(self._settle_if_abandoned, txid, table_id)
-        return decision.reply, decision.files, write
+        return decision.reply, decision.files, decision.published, write
 
     async def on_verdict(self, txid: UUID, applied: bool, error: CoordinatorError | None) -> None:
         entry = self.prepared.pop(txid, None)
@@ -208,7 +211,7 @@ class Router:
         entry = self.prepared.pop(txid, None)
         if entry is None:
             return
-        participant, write = entry
+        participant, write, publishes = entry
         shard = shard_of(table_id)
         try:
             await self.leases.bump(shard, write.epoch)
@@ -216,7 +219,12 @@ class Router:
             applied = (row is None) if write.delete else (row is not None and row.row_version == write.new_version)
             log.warning("transaction %s abandoned by its member: settled %s from the store", txid,
                         "applied" if applied else "not applied")
-            participant.verdict.decide(applied, None if applied else Unavailable("transaction abandoned"))
+            error = None if applied else Unavailable("transaction abandoned")
+            if applied and publishes:
+                # Its member may have died before writing our part's published files: the actor restores them
+                # (if missing) before its clean-up.
+                error = Unpublished("transaction abandoned after it applied")
+            participant.verdict.decide(applied, error)
         except Exception as exc:
             # Cannot tell: stop serving the shard; the next owner loads the table from the store.
             log.error("cannot settle abandoned transaction %s: %s", txid, exc)

@@ -76,15 +76,45 @@ class LanceCatalog:
         high = max(int(row.state.get("high_water", 0)), versions[-1].version if versions else 0)
         state = LanceTable(split_namespace(row.namespace), row.name, row.location or "",
                            dict(row.state.get("properties") or {}), versions, high)
+        await self._restore_final_manifests(state)
         await self._remove_unrecorded_manifests(row, state)
         return state
 
+    async def _restore_final_manifests(self, state: LanceTable) -> None:
+        """A final manifest is written once its version is recorded, so a crash in between leaves a recorded
+        version without it. Its staged manifest is removed only after the final one is written, so it is still
+        there: copy it back, from the latest version down to the first whose final manifest exists (earlier ones
+        were written before that one). Without a matching staged copy the version is logged and the table served;
+        a storage error fails the load instead, so that nothing is answered while a restorable file is missing."""
+        for v in reversed(state.versions):
+            if await self.files.exists(v.manifest_uri):
+                return
+            data = None
+            if v.staging_uri not in (None, v.manifest_uri):   # a final name the client handed in has no copy
+                try:
+                    data = await self.files.read(v.staging_uri)
+                except NotFound:
+                    pass
+            if data is None or len(data) != v.size or hashlib.sha256(data).hexdigest() != v.sha256:
+                log.error("table %s: version %d's manifest %s is missing and %s holds no copy of it",
+                          show(state.ident), v.version, v.manifest_uri, v.staging_uri)
+                continue
+            await self.files.write_many([(v.manifest_uri, data)])
+            log.warning("table %s: restored version %d's manifest %s from %s", show(state.ident), v.version,
+                        v.manifest_uri, v.staging_uri)
+            if not version_of_manifest_name(v.staging_uri.rpartition("/")[2]):   # as CreateVersion's clean-up
+                try:
+                    await self.files.delete(v.staging_uri)
+                except Exception as exc:
+                    log.warning("removing staged manifest %s failed: %s", v.staging_uri, exc)
+
     async def _remove_unrecorded_manifests(self, row: TableRow, state: LanceTable) -> None:
-        """A final manifest is written before its version is recorded; if the recording never happened (crash,
-        database failure) the file stays behind. Lance probes final paths before committing, so such a file
-        would make every writer skip a version we then refuse. The actor (re)loads exactly after those events
-        and before serving, so it removes them here: files for versions above the high-water mark are ours
-        (a declared location must hold no manifests) and were never acknowledged."""
+        """Final manifests above the high-water mark were never recorded: ours are written only after their
+        version is, but a client may put one there itself (a final name handed in as `manifest_path`) and its
+        commit then be refused or lost (crash, database failure). Lance probes final paths before committing, so
+        such a file would make every writer skip a version we then refuse. The actor loads before serving and
+        reloads after every failed write, so it removes them here: files for versions above the high-water mark
+        are in our table (a declared location must hold no manifests) and were never acknowledged."""
         orphans = []
         version = state.high_water + 1
         while True:
@@ -455,8 +485,8 @@ class _Batch:
       (its message names the operation index); nothing is applied.
     - Operations on a table declared in the same batch are folded into its creation; deregistering a table the
       same batch declared is refused as pointless.
-    - Staged manifests are read before anything is decided; their final copies are written before the commit
-      (like every version/create) and staging files are removed after it.
+    - Staged manifests are read before anything is decided; their final copies are written once the commit is
+      recorded (like every version/create) and staging files are removed after that.
     """
 
     def __init__(self, catalog: LanceCatalog, ops: list[_Op]):
@@ -534,7 +564,7 @@ class _Batch:
             d = Steps(t.steps).decide(initial)   # pure; raises (nothing applied) like an actor would
             replies.update(d.reply)
             replies[t.declared_by] = d.state
-            creates.append(Create(row, d.state, d.state.row_state(), d.log, d.files))
+            creates.append(Create(row, d.state, d.state.row_state(), d.log, published=d.published))
             if d.after_durable is not None:
                 after.append(d.after_durable)
         try:

@@ -1,10 +1,12 @@
 """Lance commit rules: pure `decide(state) -> Decision` proposals for the table actor.
 
 The coordinator is Lance's external manifest store (spec: "External Manifest Store"; `managed_versioning`).
-A writer stages its manifest itself and asks for version N; the server FINALIZES: the staged bytes become
-`_versions/<final name>` (written durably before the row), the version is recorded in the commit log, and the
-staging file is removed afterwards (best effort). Everything that needs I/O (reading the staged manifest) is done
-by the catalog before the proposal reaches the actor, so these rules can be re-decided and composed freely.
+A writer stages its manifest itself and asks for version N; the server FINALIZES: the version is recorded in the
+commit log, then the staged bytes become `_versions/<final name>` (`Decision.published`: written only by the
+process whose database write applied, so a fenced former owner can never overwrite a committed manifest), and the
+staging file is removed afterwards (best effort; until then it is what restores a final manifest lost to a crash,
+see `LanceCatalog._load_state`). Everything that needs I/O (reading the staged manifest) is done by the catalog
+before the proposal reaches the actor, so these rules can be re-decided and composed freely.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ class CreateVersion:
         if self.remove_staging is not None and self.staging_uri != final:
             after = functools.partial(self.remove_staging, self.staging_uri)
         return Decision(new, reply=entry, row_state=new.row_state(), log=[LogEntry(self.version, entry.payload())],
-                        files=[(final, self.data)], after_durable=after)
+                        published=[(final, self.data)], after_durable=after)
 
 
 @dataclass
@@ -155,13 +157,14 @@ class Steps:
                 created = [(e, f) for e, f in created if not in_ranges(e.version, d.log_delete)]
                 deleted_ranges.extend(d.log_delete)
             if d.log:
-                created.extend((e, d.files if i == 0 else []) for i, e in enumerate(d.log))
+                created.extend((e, d.published if i == 0 else []) for i, e in enumerate(d.log))
             current = d.state
         after = _chain(afters)
         if removed_by is not None:
             return Decision(None, reply=replies, delete=True, after_durable=after)
         return Decision(current, reply=replies, row_state=current.row_state(), log=[e for e, _ in created],
-                        log_delete=deleted_ranges, files=[f for _, fs in created for f in fs], after_durable=after)
+                        log_delete=deleted_ranges, published=[f for _, fs in created for f in fs],
+                        after_durable=after)
 
 
 def _chain(afters: list[AfterDurable]) -> AfterDurable | None:

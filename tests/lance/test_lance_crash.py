@@ -72,8 +72,8 @@ def test_acknowledged_versions_survive_sigkill(database_url, tmp_path):
         for t in tables:
             listed = [v.version for v in ns.list_table_versions(ListTableVersionsRequest(id=["db", t])).versions]
             assert listed == list(range(1, listed[-1] + 1)), f"{t}: versions must be contiguous"
-            # A manifest written for a commit the crash cut short was removed when the table was loaded again:
-            # Lance writers probe final paths, and would otherwise skip a version.
+            # Final manifests are exactly the recorded versions: none for a commit the crash cut short (Lance
+            # writers probe final paths, and would skip a version), and a recorded one restored if it was lost.
             location = ns.describe_table(DescribeTableRequest(id=["db", t])).location
             on_disk = sorted(version_of_manifest_name(n)[0] for n in
                              os.listdir(Path("/" + object_path(location)) / "_versions")

@@ -136,11 +136,11 @@ async def test_manifest_of_an_unrecorded_commit_is_removed_before_serving(coord,
         await cat.create_table_version(("a",), create(2, stage(a.location, 2)))
     monkeypatch.setattr(coord.store, "write", real_write)
     assert [v.version for v in (await cat.describe_table(("a",))).versions] == [1]   # served after the reload
-    # The final manifest was written before the failed write; the actor's reload removed it, so a Lance writer
-    # probing `_versions/` will not skip version 2.
+    # A final manifest is written only once its version is recorded, so a Lance writer probing `_versions/` will
+    # not skip version 2.
     assert not to_local_path(manifest_uri(a.location, 2, "V2")).exists()
 
-    # As after a crash: manifests for versions 2 and 3 on storage, never recorded.
+    # As after a client put final manifests there itself and crashed: versions 2 and 3 on storage, never recorded.
     for v in (2, 3):
         to_local_path(manifest_uri(a.location, v, "V2")).write_bytes(b"uncommitted LANC")
     coord.registry.actors[cat._refs[("a",)].table_id].loaded = False      # next request reloads
