@@ -31,8 +31,8 @@ from . import procs
 from .flows import FLOWS
 from .runner import run
 
-COLUMNS = ("processes", "protocol", "scenario", "commits_per_s", "p50_ms", "p99_ms", "conflicts", "errors",
-           "server_cpu_ms_per_request", "writes_per_db_txn", "loadgen_cpu_pct")
+COLUMNS = ("processes", "protocol", "scenario", "commits_per_s", "p50_ms", "p99_ms", "commit_request_p99_ms",
+           "conflicts", "errors", "server_cpu_ms_per_request", "writes_per_db_txn", "loadgen_cpu_pct")
 
 
 def main() -> None:

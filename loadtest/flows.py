@@ -66,6 +66,7 @@ class Stats:
     errors: int = 0             # anything else that was not 2xx
     error_samples: list[str] = field(default_factory=list)
     latencies_s: list[float] = field(default_factory=list)   # per logical commit, retries included
+    commit_request_latencies_s: list[float] = field(default_factory=list)   # per commit request, 409s included
     late: int = 0               # open loop: due in the window but not started before it ended
 
     def error(self, status: int, body: bytes) -> None:
@@ -83,10 +84,16 @@ class Writer(ABC):
         self.stats = stats
         self.rng = random.Random()
 
-    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+    async def request(self, method: str, path: str, body: Any = None, *, commit: bool = False
+                      ) -> tuple[int, bytes]:
+        """`commit`: a commit request, whose own latency (what the coordinator adds) is recorded too."""
         self.stats.requests += 1
+        started = time.perf_counter()
         with trio.fail_after(60):
-            return await self.conn.request(method, path, body)
+            answer = await self.conn.request(method, path, body)
+        if commit:
+            self.stats.commit_request_latencies_s.append(time.perf_counter() - started)
+        return answer
 
     async def start(self) -> None:
         """Connect and read the table's state, as a client does before its first commit."""
@@ -189,8 +196,8 @@ class IcebergWriter(Writer):
     async def commit(self, deadline: float) -> bool:
         while time.perf_counter() < deadline:
             new_id = self.rng.getrandbits(62)
-            status, body = await self.request("POST", self.table.path,
-                                              iceberg_commit_body(self.snapshot_id, new_id, self.seq + 1))
+            body = iceberg_commit_body(self.snapshot_id, new_id, self.seq + 1)
+            status, body = await self.request("POST", self.table.path, body, commit=True)
             if status == 200:
                 self.snapshot_id, self.seq = new_id, self.seq + 1
                 self.stats.writes += 1
@@ -235,7 +242,7 @@ class IcebergPropsWriter(IcebergWriter):
         while time.perf_counter() < deadline:
             status, body = await self.request("POST", self.table.path, {
                 "requirements": [], "updates": [{"action": "set-properties",
-                                                 "updates": {"k": str(self.rng.getrandbits(32))}}]})
+                                                 "updates": {"k": str(self.rng.getrandbits(32))}}]}, commit=True)
             if status == 200:
                 self.stats.writes += 1
                 return True
@@ -339,7 +346,8 @@ class DeltaWriter(Writer):
     async def commit(self, deadline: float) -> bool:
         while time.perf_counter() < deadline:
             v = self.last + 1
-            status, body = await self.request("POST", f"{UC}/delta/preview/commits", delta_commit_body(self.table, v))
+            status, body = await self.request("POST", f"{UC}/delta/preview/commits", delta_commit_body(self.table, v),
+                                              commit=True)
             if status == 200:
                 self.last = v
                 self.stats.writes += 1
@@ -448,7 +456,7 @@ class LanceWriter(Writer):
             v = self.latest + 1
             staged = stage_manifest(self.table.location, v)
             status, body = await self.request("POST", f"{self.table.route}/version/create",
-                                              lance_create_body(self.table, v, staged))
+                                              lance_create_body(self.table, v, staged), commit=True)
             if status == 200:
                 self.latest = v
                 self.stats.writes += 1

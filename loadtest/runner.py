@@ -68,6 +68,8 @@ class RunResult:
     commits_per_s: float
     p50_ms: float
     p99_ms: float
+    commit_request_p50_ms: float      # one commit request (a 409 included), not the logical commit's retries
+    commit_request_p99_ms: float
     server_cpu_ms_per_request: float | None
     server_cpu_ms_per_commit: float | None
     server_cpu_pct: float | None
@@ -109,6 +111,7 @@ async def run(flow: Flow, base: str | list[str], tables: list[Any], writers_per_
         await _start_all(writers)
         # Only the window counts: forget the start-up reads.
         stats.requests = stats.conflicts = stats.errors = stats.writes = 0
+        stats.commit_request_latencies_s.clear()
         before = await scrape(metrics_base)
         meter.start()
         if on_start is not None:
@@ -165,6 +168,8 @@ async def run(flow: Flow, base: str | list[str], tables: list[Any], writers_per_
         duration_s=round(elapsed, 2), commits=stats.commits, writes=stats.writes, requests=stats.requests,
         conflicts=stats.conflicts, errors=stats.errors, commits_per_s=round(stats.commits / elapsed, 1),
         p50_ms=round(pct(stats.latencies_s, 50) * 1000, 2), p99_ms=round(pct(stats.latencies_s, 99) * 1000, 2),
+        commit_request_p50_ms=round(pct(stats.commit_request_latencies_s, 50) * 1000, 2),
+        commit_request_p99_ms=round(pct(stats.commit_request_latencies_s, 99) * 1000, 2),
         server_cpu_ms_per_request=round(1000 * cpu.server_s / max(stats.requests, 1), 3) if server else None,
         server_cpu_ms_per_commit=round(1000 * cpu.server_s / max(stats.commits, 1), 3) if server else None,
         server_cpu_pct=round(100 * cpu.server_s / elapsed, 1) if server else None,
