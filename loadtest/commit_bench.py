@@ -32,7 +32,8 @@ from .flows import FLOWS
 from .runner import run
 
 COLUMNS = ("processes", "protocol", "scenario", "commits_per_s", "p50_ms", "p99_ms", "commit_request_p99_ms",
-           "conflicts", "errors", "server_cpu_ms_per_request", "writes_per_db_txn", "loadgen_cpu_pct")
+           "conflicts", "errors", "server_cpu_ms_per_request", "writes_per_db_txn", "server_cpu_pct", "pg_cpu_pct",
+           "loadgen_cpu_pct")
 
 
 def main() -> None:
@@ -65,6 +66,7 @@ def main() -> None:
             print("starting PostgreSQL ...", flush=True)
             pg = EmbeddedPostgres(tmp / "pg")
             dsn = pg.start()
+            pg_pid = procs.postmaster_pid(pg.pgdata)
             for n in counts:
                 print(f"starting the service as {n} process(es) ...", flush=True)
                 children = []
@@ -78,7 +80,7 @@ def main() -> None:
                 bases = [base for _, base in children]
                 if n > 1:
                     wait_balanced(bases)
-                measure(args, bases, [c.pid for c, _ in children], rows, processes=n)
+                measure(args, bases, [c.pid for c, _ in children], rows, processes=n, pg_pid=pg_pid)
                 for child, _ in children:
                     child.stop()
                 children = []
@@ -98,7 +100,7 @@ def main() -> None:
         args.json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
 
 
-def measure(args, bases: list[str], pids, rows: list, *, processes: int) -> None:
+def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid: int | None = None) -> None:
     for name in args.flows.split(","):
         flow = FLOWS[name]
         for cfg in args.matrix.split(","):
@@ -109,9 +111,12 @@ def measure(args, bases: list[str], pids, rows: list, *, processes: int) -> None
 
             async def go(flow=flow, tables=tables, writers=writers, cfg=cfg, tag=tag):
                 ts = await flow.prepare(bases[0], tables, tag)
-                return await run(flow, bases, ts, writers, args.duration, meter=procs.CpuMeter(pids, None),
+                return await run(flow, bases, ts, writers, args.duration, meter=procs.CpuMeter(pids, pg_pid),
                                  metrics_base=bases, scenario=cfg)
-            rows.append({"processes": processes, **trio.run(go).as_dict()})
+            r = trio.run(go)
+            # What the machine's cores went to: the service processes, PostgreSQL and this load generator.
+            pg_pct = None if r.pg_cpu_ms_per_commit is None else round(r.pg_cpu_ms_per_commit * r.commits_per_s / 10, 1)
+            rows.append({"processes": processes, **r.as_dict(), "pg_cpu_pct": pg_pct})
     if processes > 1:
         for base in bases:
             _, body = procs.http_get(base + "/metrics")
