@@ -75,8 +75,9 @@ def parse_json(data: bytes) -> Any:
 
 def _beyond_int64(data: bytes) -> bool:
     """Whether any run of 19 or more digits (in a number or a string) exceeds INT64_MAX: only then can an integer
-    be out of range. Iceberg snapshot ids have 19 digits and are in range, so a commit body is not walked."""
-    return any(len(m) > 19 or int(m) > INT64_MAX for m in _NINETEEN_DIGITS.findall(data))
+    be out of range. Iceberg snapshot ids have 19 digits and Delta's commit file names a zero-padded 20-digit
+    version, both in range, so neither commit body is walked."""
+    return any(len(m) > 19 or int(m) > INT64_MAX for m in (r.lstrip(b"0") for r in _NINETEEN_DIGITS.findall(data)))
 
 
 def _check_value(value: Any) -> None:
