@@ -6,7 +6,9 @@
 
 `--processes 1,2` measures, in one run on one PostgreSQL, the service as one process (the default, no cluster)
 and as a cluster of 2 member processes (`serve --cluster`, each on its own port; writers spread over them
-round-robin as a load balancer would, so about half the requests are forwarded to the owning member).
+round-robin as a load balancer would, so about half the requests are forwarded to the owning member). First it
+measures the machine's ceiling for the same counts: the bare quart-trio app (loadtest/bare.py) as 1 and as 2
+processes, no database, no work: what N processes of the HTTP stack alone can serve here.
 
 Flows (loadtest/flows.py): `iceberg` (add-snapshot + set-snapshot-ref guarded by assert-ref-snapshot-id, reload
 and retry on 409), `delta` (staged commit at last+1, backfill every few versions), `lance` (version/list limit 1,
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,7 +33,7 @@ from storage.embedded import EmbeddedPostgres, free_port
 
 from . import procs
 from .flows import FLOWS
-from .runner import run
+from .runner import hammer, run
 
 COLUMNS = ("processes", "protocol", "scenario", "commits_per_s", "p50_ms", "p99_ms", "commit_request_p99_ms",
            "conflicts", "errors", "server_cpu_ms_per_request", "writes_per_db_txn", "server_cpu_pct", "pg_cpu_pct",
@@ -57,6 +61,7 @@ def main() -> None:
     tmp = pg = None
     children: list = []
     rows = []
+    ceiling: list[dict] = []
     try:
         if args.url:
             measure(args, [args.url], args.server_pid, rows, processes=1)
@@ -67,6 +72,8 @@ def main() -> None:
             pg = EmbeddedPostgres(tmp / "pg")
             dsn = pg.start()
             pg_pid = procs.postmaster_pid(pg.pgdata)
+            if len(counts) > 1:
+                ceiling = [bare_ceiling(n, args.duration, tmp) for n in counts]
             for n in counts:
                 print(f"starting the service as {n} process(es) ...", flush=True)
                 children = []
@@ -92,12 +99,39 @@ def main() -> None:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     print()
+    if ceiling:
+        print("| bare quart-trio processes | requests/s | ratio | server CPU ms/request | server CPU % |")
+        print("|---|---|---|---|---|")
+        for r in ceiling:
+            ratio = r["requests_per_s"] / ceiling[0]["requests_per_s"]
+            print(f"| {r['processes']} | {r['requests_per_s']} | {ratio:.2f}x | {r['server_cpu_ms_per_request']} "
+                  f"| {r['server_cpu_pct']} |")
+        print()
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "|".join("---" for _ in COLUMNS) + "|")
     for r in rows:
         print("| " + " | ".join(str(r[c]) for c in COLUMNS) + " |")
     if args.json:
         args.json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+
+
+def bare_ceiling(n: int, duration_s: float, tmp: Path) -> dict:
+    """The bare quart-trio app as `n` processes, hammered at once: the HTTP stack's own limit on this machine."""
+    print(f"measuring the bare quart-trio app as {n} process(es) for {duration_s:g} s ...", flush=True)
+    children = []
+    try:
+        for i in range(n):
+            port = free_port()
+            argv = [sys.executable, "-m", "loadtest.bare", "--port", str(port)]
+            child = procs.Child("the bare quart-trio app", argv, tmp / f"bare{n}-{i}.log", stop_signal=signal.SIGTERM)
+            children.append((child.start(f"http://127.0.0.1:{port}/healthz"), f"http://127.0.0.1:{port}"))
+        path, body = FLOWS["iceberg"].sample_request()
+        r = trio.run(hammer, [base for _, base in children], path, body, 64, duration_s,
+                     procs.CpuMeter([c.pid for c, _ in children], None))
+        return {"processes": n, **r}
+    finally:
+        for child, _ in children:
+            child.stop()
 
 
 def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid: int | None = None) -> None:

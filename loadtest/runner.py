@@ -181,9 +181,10 @@ async def run(flow: Flow, base: str | list[str], tables: list[Any], writers_per_
         offered_per_s=rate_per_s, late=stats.late, error_samples=stats.error_samples)
 
 
-async def hammer(base: str, path: str, body: Any, connections: int, duration_s: float, meter: CpuMeter
+async def hammer(base: str | list[str], path: str, body: Any, connections: int, duration_s: float, meter: CpuMeter
                  ) -> dict[str, float]:
-    """The same request over and over on `connections` keep-alive connections (for the bare app)."""
+    """The same request over and over on `connections` keep-alive connections (for the bare app), spread
+    round-robin over the bases when there are several."""
     import orjson
     data = orjson.dumps(body)
     count = 0
@@ -192,9 +193,11 @@ async def hammer(base: str, path: str, body: Any, connections: int, duration_s: 
     meter.start()
     deadline = time.perf_counter() + duration_s
 
-    async def loop() -> None:
+    bases = base if isinstance(base, list) else [base]
+
+    async def loop(i: int) -> None:
         nonlocal count, bad
-        conn = HttpConnection(base)
+        conn = HttpConnection(bases[i % len(bases)])
         try:
             while time.perf_counter() < deadline:
                 t = time.perf_counter()
@@ -206,8 +209,8 @@ async def hammer(base: str, path: str, body: Any, connections: int, duration_s: 
             await conn.close()
 
     async with trio.open_nursery() as n:
-        for _ in range(connections):
-            n.start_soon(loop)
+        for i in range(connections):
+            n.start_soon(loop, i)
     cpu = meter.stop()
     if bad:
         raise SystemExit(f"the bare app answered {bad} of {count} requests to {path} with an error; "
