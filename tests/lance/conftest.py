@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -34,16 +35,25 @@ def rest(service):
         yield client
 
 
-@pytest.fixture
-async def coord(config, nursery):
-    """The coordinator in-process (no HTTP), for tests about actors and transactions."""
+@asynccontextmanager
+async def coordinator_in_process(config, nursery):
+    """A coordinator running in this process (no HTTP), stopped with the test's nursery."""
     c = Coordinator(config)
     await trio.to_thread.run_sync(c.open)
     await nursery.start(c.run)
-    yield c
-    nursery.cancel_scope.cancel()
-    with trio.CancelScope(shield=True):
-        await trio.to_thread.run_sync(c.close)
+    try:
+        yield c
+    finally:
+        nursery.cancel_scope.cancel()
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(c.close)
+
+
+@pytest.fixture
+async def coord(config, nursery):
+    """The coordinator in-process (no HTTP), for tests about actors and transactions."""
+    async with coordinator_in_process(config, nursery) as c:
+        yield c
 
 
 def stage(location: str, version: int, data: bytes | None = None, scheme: str = "V2") -> str:

@@ -17,24 +17,18 @@ import trio
 
 from coordinator.errors import NotOwner, Unavailable, Unpublished
 from coordinator.lance.table import manifest_uri, object_path, version_of_manifest_name
-from coordinator.service import Coordinator
 from storage.files import to_local_path
 from storage.postgres import WriteResult
 
-from .conftest import fake_manifest, local, stage
+from .conftest import coordinator_in_process, fake_manifest, local, stage
 from .test_lance_transactions import create
 
 
 @pytest.fixture
 async def other(config, nursery):
     """A second process on the same database: the table's next owner while `coord` still holds its old state."""
-    c = Coordinator(config)
-    await trio.to_thread.run_sync(c.open)
-    await nursery.start(c.run)
-    yield c
-    nursery.cancel_scope.cancel()
-    with trio.CancelScope(shield=True):
-        await trio.to_thread.run_sync(c.close)
+    async with coordinator_in_process(config, nursery) as c:
+        yield c
 
 
 def final(location: str, version: int) -> Path:
