@@ -176,7 +176,6 @@ def service(port: int, database_url: str, data_dir: Path, log: Path, *, cluster:
     argv = [sys.executable, "-m", "api.cli", "serve", "--port", str(port), "--database-url", database_url,
             "--data-dir", str(data_dir), "--warehouse", str(warehouse or data_dir / "warehouse"),
             "--log-level", "warning"] + (["--cluster"] if cluster else [])
-    # SIGTERM ends it at once (it installs no handler), which loses nothing: every answered commit is durable.
-    # SIGINT would be the clean path, but today a service that has served requests does not exit on it (the
-    # KeyboardInterrupt lands in a connection task, which hypercorn logs and swallows).
+    # SIGTERM: the service's graceful stop (it handles SIGINT and SIGTERM alike); `Child.stop` kills it after a
+    # grace period, which would lose nothing either: every answered commit is durable.
     return Child("the coordinator service", argv, log, env=env, stop_signal=signal.SIGTERM)
