@@ -63,7 +63,16 @@ def _row(r: asyncpg.Record) -> TableRow:
 
 _TABLE_COLS = "table_id, realm, catalog, namespace, name, kind, format, location, row_version, epoch, state"
 
-_SIMPLE_WRITE_SQL = """
+# Both write statements record the Idempotency-Keys of the rows they changed, in the same statement as the change.
+_IDEMPOTENCY_CTE = """idem AS (
+    INSERT INTO idempotency_keys (key, route, status, body)
+    SELECT k.key, k.route, k.status, k.body
+    FROM unnest($9::uuid[], $10::uuid[], $11::text[], $12::int[], $13::bytea[]) AS k(table_id, key, route, status, body)
+    WHERE k.table_id IN (SELECT table_id FROM upd)
+    ON CONFLICT (key) DO NOTHING
+)"""
+
+_SIMPLE_WRITE_SQL = f"""
 WITH u AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::jsonb[])
         AS u(table_id, expected, epoch, new_version, state)
@@ -76,13 +85,7 @@ WITH u AS (
     SELECT l.table_id, l.version, l.payload
     FROM unnest($6::uuid[], $7::bigint[], $8::jsonb[]) AS l(table_id, version, payload)
     WHERE l.table_id IN (SELECT table_id FROM upd)
-), idem AS (
-    INSERT INTO idempotency_keys (key, route, status, body)
-    SELECT k.key, k.route, k.status, k.body
-    FROM unnest($9::uuid[], $10::uuid[], $11::text[], $12::int[], $13::bytea[]) AS k(table_id, key, route, status, body)
-    WHERE k.table_id IN (SELECT table_id FROM upd)
-    ON CONFLICT (key) DO NOTHING
-)
+), {_IDEMPOTENCY_CTE}
 SELECT table_id FROM upd
 """
 
@@ -90,7 +93,7 @@ SELECT table_id FROM upd
 # requires its shard's lease to still carry the epoch the writing actor serves under. FOR SHARE makes the check
 # hold until commit: a takeover (an UPDATE of the lease row) waits for this write, and this write, if the takeover
 # came first, sees the new epoch (READ COMMITTED re-reads a locked row's latest version) and applies nothing.
-_FENCED_WRITE_SQL = """
+_FENCED_WRITE_SQL = f"""
 WITH u AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::jsonb[], $14::int[])
         AS u(table_id, expected, epoch, new_version, state, shard)
@@ -108,13 +111,7 @@ WITH u AS (
     SELECT l.table_id, l.version, l.payload, upd.epoch
     FROM unnest($6::uuid[], $7::bigint[], $8::jsonb[]) AS l(table_id, version, payload)
     JOIN upd ON upd.table_id = l.table_id
-), idem AS (
-    INSERT INTO idempotency_keys (key, route, status, body)
-    SELECT k.key, k.route, k.status, k.body
-    FROM unnest($9::uuid[], $10::uuid[], $11::text[], $12::int[], $13::bytea[]) AS k(table_id, key, route, status, body)
-    WHERE k.table_id IN (SELECT table_id FROM upd)
-    ON CONFLICT (key) DO NOTHING
-)
+), {_IDEMPOTENCY_CTE}
 SELECT u.table_id, upd.table_id IS NOT NULL AS applied,
        NOT EXISTS (SELECT 1 FROM fence f WHERE f.shard = u.shard AND f.epoch = u.epoch) AS fenced
 FROM u LEFT JOIN upd ON upd.table_id = u.table_id
