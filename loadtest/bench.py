@@ -206,10 +206,7 @@ class Bench:
                 f"{r['rows_per_s']:.0f} rows/s; {r['ms_per_txn']} ms per txn per connection; "
                 f"fsync={r['fsync']}, synchronous_commit={r['synchronous_commit']}")))
         port = free_port()
-        bare = self.start_child(procs.Child("the bare quart-trio app", [sys.executable, "-m", "loadtest.bare",
-                                                                        "--port", str(port)],
-                                            self.logs / "bare.log", stop_signal=signal.SIGTERM),
-                                f"http://127.0.0.1:{port}/healthz")
+        bare = self.start_child(procs.bare_app(port, self.logs / "bare.log"), f"http://127.0.0.1:{port}/healthz")
         self.raw["bare"] = {}
         try:
             for proto in PROTOCOLS:

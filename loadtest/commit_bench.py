@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -122,8 +120,7 @@ def bare_ceiling(n: int, duration_s: float, tmp: Path) -> dict:
     try:
         for i in range(n):
             port = free_port()
-            argv = [sys.executable, "-m", "loadtest.bare", "--port", str(port)]
-            child = procs.Child("the bare quart-trio app", argv, tmp / f"bare{n}-{i}.log", stop_signal=signal.SIGTERM)
+            child = procs.bare_app(port, tmp / f"bare{n}-{i}.log")
             children.append((child.start(f"http://127.0.0.1:{port}/healthz"), f"http://127.0.0.1:{port}"))
         path, body = FLOWS["iceberg"].sample_request()
         r = trio.run(hammer, [base for _, base in children], path, body, 64, duration_s,

@@ -179,3 +179,9 @@ def service(port: int, database_url: str, data_dir: Path, log: Path, *, cluster:
     # SIGTERM: the service's graceful stop (it handles SIGINT and SIGTERM alike); `Child.stop` kills it after a
     # grace period, which would lose nothing either: every answered commit is durable.
     return Child("the coordinator service", argv, log, env=env, stop_signal=signal.SIGTERM)
+
+
+def bare_app(port: int, log: Path) -> Child:
+    """The bare quart-trio app (loadtest/bare.py): the HTTP stack's own limit, for comparison in the same run."""
+    return Child("the bare quart-trio app", [sys.executable, "-m", "loadtest.bare", "--port", str(port)], log,
+                 stop_signal=signal.SIGTERM)
