@@ -32,7 +32,7 @@ from . import storage as lance_storage
 from .models import CreateTableVersionEntry, CreateTableVersionRequest, parse_mode
 from .rules import CreateVersion, DeleteVersions, ReadTable, RemoveTable, Steps, show
 from .table import (MANIFEST_MAGIC, NAMING_SCHEMES, LanceTable, TableVersion, check_staging_path, infer_scheme,
-                    manifest_uri, resolve_path, version_of_manifest_name)
+                    is_staged, manifest_uri, resolve_path)
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class LanceCatalog:
             await self.files.write_many([(v.manifest_uri, data)])
             log.warning("table %s: restored version %d's manifest %s from %s", show(state.ident), v.version,
                         v.manifest_uri, v.staging_uri)
-            if not version_of_manifest_name(v.staging_uri.rpartition("/")[2]):   # as CreateVersion's clean-up
+            if is_staged(v.staging_uri):   # as CreateVersion's clean-up
                 try:
                     await self.files.delete(v.staging_uri)
                 except Exception as exc:
@@ -372,8 +372,7 @@ class LanceCatalog:
             if data[-len(MANIFEST_MAGIC):] != MANIFEST_MAGIC:
                 raise BadRequest(f"{req.manifest_path} is not a Lance manifest (no {MANIFEST_MAGIC!r} footer)")
             sha = hashlib.sha256(data).hexdigest()
-        # A client that hands in a final manifest name (not a staged one) keeps that file.
-        remove = None if version_of_manifest_name(name) else self.files.delete
+        remove = self.files.delete if is_staged(staging) else None
         return CreateVersion(req.version, staging, data, sha, scheme, int(time.time() * 1000), req.metadata, remove)
 
     async def create_table_version(self, ident: Ident, req: CreateTableVersionRequest) -> TableVersion:

@@ -49,6 +49,12 @@ def version_of_manifest_name(name: str) -> tuple[int, str] | None:
     return n, "V1"
 
 
+def is_staged(uri: str) -> bool:
+    """Whether a version's manifest_path names a staging file, the server's to remove once the final manifest is
+    written; a final manifest name the client handed in is the client's own file and stays."""
+    return version_of_manifest_name(uri.rpartition("/")[2]) is None
+
+
 def infer_scheme(staging_name: str, version: int) -> str | None:
     for scheme in NAMING_SCHEMES:
         if staging_name.startswith(manifest_name(version, scheme)):
