@@ -240,10 +240,9 @@ class TableActor:
         if not self.registry.serving(self):
             # The shard's lease lapsed or moved: whatever we hold in memory may be stale. Nothing is decided here
             # any more; the requester (or its client) retries at the current owner.
-            for req in batch:
-                req.reply.fail(NotOwner(f"table {self.table_id} is moving to another member; nothing applied, "
-                                        f"retry", retry_after_s=self.registry.config.retry_after_s))
             self.gone = self.moved = True
+            for req in batch:
+                req.reply.fail(self._gone_error())
             return
         try:
             await self._ensure_loaded()
