@@ -119,7 +119,7 @@ class Leases:
                 "UPDATE shard_leases l SET expires_at = now() + make_interval(secs => $2)"
                 " FROM (SELECT shard FROM shard_leases WHERE owner = $1 ORDER BY shard FOR UPDATE) s"
                 " WHERE l.shard = s.shard AND l.owner = $1 RETURNING l.shard, l.epoch", me, ttl)
-            live = await members.live_members(con, ttl)
+            live = await members.count_live(con, ttl)
             rows = await con.fetch(
                 "SELECT l.shard, l.owner, l.epoch, l.expires_at > now() AS live,"
                 " l.expires_at < now() - make_interval(secs => $1) AS orphaned, m.address"
@@ -132,7 +132,7 @@ class Leases:
         for shard in set(self.held) - set(held):
             log.warning("lease of shard %d lost (epoch %d)", shard, self.held[shard].epoch)
         self.held = held
-        self.live_members = max(len(live), 1)
+        self.live_members = max(live, 1)
         self.owners = {r["shard"]: ShardOwner(r["owner"], r["epoch"], r["address"], r["live"]) for r in rows}
         target = math.ceil(SHARDS / self.live_members)
 
