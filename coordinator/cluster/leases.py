@@ -60,7 +60,6 @@ class Leases:
         self.held: dict[int, Lease] = {}
         self.owners: dict[int, ShardOwner] = {}
         self.live_members = 0
-        self.rounds = 0
         self._round_done = trio.Event()
         self.takeovers = 0
         self.on_round: list = []  # callbacks after each pass (the router abandons calls to former owners)
@@ -99,7 +98,6 @@ class Leases:
                 raise
             except Exception as exc:  # database down: keep what is still valid locally, try again
                 log.warning("lease round failed: %s", exc)
-            self.rounds += 1
             for callback in self.on_round:
                 callback()
             self._round_done.set()

@@ -26,11 +26,5 @@ async def count_live(con: asyncpg.Connection, ttl_s: float) -> int:
                               " WHERE heartbeat_at > now() - make_interval(secs => $1)", ttl_s)
 
 
-async def forget_dead(con: asyncpg.Connection, older_than_s: float) -> None:
-    """Rows of members gone for long are only noise for operators."""
-    await con.execute("DELETE FROM cluster_members WHERE heartbeat_at < now() - make_interval(secs => $1)",
-                      older_than_s)
-
-
 async def leave(con: asyncpg.Connection, member_id: UUID) -> None:
     await con.execute("DELETE FROM cluster_members WHERE member_id = $1", member_id)
