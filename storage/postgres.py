@@ -356,7 +356,7 @@ class GroupCommitWriter:
                 async with self.pool.acquire() as con:
                     w = group.writes[0]
                     version = await con.fetchval("SELECT row_version FROM tables WHERE table_id=$1", w.table_id)
-                    applied = version is None if w.delete else version == w.new_version
+                    applied = w.applied_at(version)
                     return WriteResult(applied, None if applied else "stale")
             except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
                 if time.monotonic() > deadline:

@@ -85,6 +85,12 @@ class TableWrite:
         """The hot path: a CAS update plus log inserts, written set-based with everyone else's."""
         return self.insert is None and not self.delete and self.rename is None and not self.log_delete
 
+    def applied_at(self, row_version: int | None) -> bool:
+        """Whether the table's row, read at `row_version` (None: no row) after this write's outcome was lost,
+        shows it applied. Sound only while nobody else can write the row (its actor still waits on this write,
+        or the writer's lease epoch is fenced out)."""
+        return row_version is None if self.delete else row_version == self.new_version
+
 
 @dataclass
 class WriteGroup:

@@ -298,8 +298,3 @@ class Peer:
                 pending.event.set()  # ok stays None: the answer is lost
             self._pending.clear()
         self.nursery.start_soon(trio.aclose_forcefully, stream)
-
-    async def aclose(self) -> None:
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            await trio.aclose_forcefully(stream)

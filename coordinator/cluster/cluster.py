@@ -30,7 +30,8 @@ class Cluster:
         self.router = Router(self)
         # What a proposal may refer to that only makes sense in this process: sent by name, resolved at the peer.
         self.codec = Codec({"files": coordinator.files, "store": coordinator.store})
-        self.key = b""  # the channel's HMAC key, derived at start from the secret all members share in the database
+        # The channel's HMAC key (`server.key`, also dialled with) is derived at start from the secret all members
+        # share in the database.
         self.server = ChannelServer(self.codec, {
             "submit": self.router.on_submit, "create": self.router.on_create, "prepare": self.router.on_prepare,
             "verdict": self.router.on_verdict, "forget": self.router.on_forget, "ping": self._ping}, b"")
@@ -46,7 +47,7 @@ class Cluster:
         """Serve the channel, then join: `started` once the first lease pass is done (this member then owns its
         share of shards if any were free)."""
         secret = await self.store.signing_key(new_signing_key())
-        self.key = self.server.key = hmac.new(secret, b"cluster-channel", hashlib.sha256).digest()
+        self.server.key = hmac.new(secret, b"cluster-channel", hashlib.sha256).digest()
         try:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
@@ -68,7 +69,7 @@ class Cluster:
     def peer(self, address: str) -> Peer:
         peer = self.peers.get(address)
         if peer is None:
-            peer = self.peers[address] = Peer(address, self.codec, self.nursery, self.key)
+            peer = self.peers[address] = Peer(address, self.codec, self.nursery, self.server.key)
         return peer
 
     async def call_watching(self, peer: Peer, shard: int, member: uuid.UUID, method: str, *args: Any) -> Any:

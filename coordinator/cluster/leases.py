@@ -60,7 +60,6 @@ class Leases:
         self.held: dict[int, Lease] = {}
         self.owners: dict[int, ShardOwner] = {}
         self.live_members = 0
-        self.rounds = 0
         self._round_done = trio.Event()
         self.takeovers = 0
         self.on_round: list = []  # callbacks after each pass (the router abandons calls to former owners)
@@ -99,7 +98,6 @@ class Leases:
                 raise
             except Exception as exc:  # database down: keep what is still valid locally, try again
                 log.warning("lease round failed: %s", exc)
-            self.rounds += 1
             for callback in self.on_round:
                 callback()
             self._round_done.set()
@@ -119,7 +117,7 @@ class Leases:
                 "UPDATE shard_leases l SET expires_at = now() + make_interval(secs => $2)"
                 " FROM (SELECT shard FROM shard_leases WHERE owner = $1 ORDER BY shard FOR UPDATE) s"
                 " WHERE l.shard = s.shard AND l.owner = $1 RETURNING l.shard, l.epoch", me, ttl)
-            live = await members.live_members(con, ttl)
+            live = await members.count_live(con, ttl)
             rows = await con.fetch(
                 "SELECT l.shard, l.owner, l.epoch, l.expires_at > now() AS live,"
                 " l.expires_at < now() - make_interval(secs => $1) AS orphaned, m.address"
@@ -132,7 +130,7 @@ class Leases:
         for shard in set(self.held) - set(held):
             log.warning("lease of shard %d lost (epoch %d)", shard, self.held[shard].epoch)
         self.held = held
-        self.live_members = max(len(live), 1)
+        self.live_members = max(live, 1)
         self.owners = {r["shard"]: ShardOwner(r["owner"], r["epoch"], r["address"], r["live"]) for r in rows}
         target = math.ceil(SHARDS / self.live_members)
 

@@ -8,16 +8,9 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
 from uuid import UUID
 
 import asyncpg
-
-
-@dataclass(frozen=True)
-class Member:
-    member_id: UUID
-    address: str
 
 
 async def heartbeat(con: asyncpg.Connection, member_id: UUID, address: str) -> None:
@@ -27,16 +20,10 @@ async def heartbeat(con: asyncpg.Connection, member_id: UUID, address: str) -> N
         member_id, address, os.getpid(), socket.gethostname())
 
 
-async def live_members(con: asyncpg.Connection, ttl_s: float) -> list[Member]:
-    rows = await con.fetch("SELECT member_id, address FROM cluster_members"
-                           " WHERE heartbeat_at > now() - make_interval(secs => $1) ORDER BY member_id", ttl_s)
-    return [Member(r["member_id"], r["address"]) for r in rows]
-
-
-async def forget_dead(con: asyncpg.Connection, older_than_s: float) -> None:
-    """Rows of members gone for long are only noise for operators."""
-    await con.execute("DELETE FROM cluster_members WHERE heartbeat_at < now() - make_interval(secs => $1)",
-                      older_than_s)
+async def count_live(con: asyncpg.Connection, ttl_s: float) -> int:
+    """How many members share the shards (each member's fair share is SHARDS / this)."""
+    return await con.fetchval("SELECT count(*) FROM cluster_members"
+                              " WHERE heartbeat_at > now() - make_interval(secs => $1)", ttl_s)
 
 
 async def leave(con: asyncpg.Connection, member_id: UUID) -> None:

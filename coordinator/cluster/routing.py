@@ -216,7 +216,7 @@ class Router:
         try:
             await self.leases.bump(shard, write.epoch)
             row = await self.registry.store.get_table(table_id)
-            applied = (row is None) if write.delete else (row is not None and row.row_version == write.new_version)
+            applied = write.applied_at(None if row is None else row.row_version)
             log.warning("transaction %s abandoned by its member: settled %s from the store", txid,
                         "applied" if applied else "not applied")
             error = None if applied else Unavailable("transaction abandoned")
