@@ -147,8 +147,10 @@ def _assert_protocol_error(path: str, r: httpx.Response, status: int) -> None:
             401: "NotAuthorizedException", 403: "ForbiddenException"}[status], body
 
 
-def test_every_route_refuses_requests_without_a_valid_token(secured, tokens):
+def test_every_route_refuses_requests_without_a_valid_token(secured):
     checked = 0
+    expired = jwt.encode({"iss": "commit-coordinator", "sub": "admin", "exp": int(time.time()) - 5},
+                         "a-key-this-service-never-signed-with", algorithm="HS256")
     with httpx.Client(base_url=secured, timeout=30) as http:
         for rule, method, path, view in _routes():
             r = http.request(method, path, json={} if method in ("POST", "DELETE") else None)
@@ -156,8 +158,6 @@ def test_every_route_refuses_requests_without_a_valid_token(secured, tokens):
                 assert r.status_code != 401, (method, path)
                 continue
             _assert_protocol_error(path, r, 401)
-            expired = jwt.encode({"iss": "commit-coordinator", "sub": "admin", "exp": int(time.time()) - 5},
-                                 "a-key-this-service-never-signed-with", algorithm="HS256")
             _assert_protocol_error(path, http.request(method, path, headers=bearer(expired)), 401)
             checked += 1
     assert checked > 60
@@ -213,8 +213,7 @@ def test_token_endpoint(secured):
 
 
 def test_expired_token_is_refused(auth_config):
-    from tests.support import write_auth_file as w
-    w(auth_config.auth_file, CLIENTS, token_ttl_s=2)
+    write_auth_file(auth_config.auth_file, CLIENTS, token_ttl_s=2)
     with EmbeddedService(auth_config) as base_url:
         token = fetch_token(base_url, "reader", "reader-secret")
         assert httpx.get(f"{base_url}/v1/namespaces", headers=bearer(token)).status_code == 200
