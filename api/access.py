@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Awaitable, Callable, Union
 
-from quart import current_app, g, request
+from quart import current_app, request
 
 from coordinator.auth import Privilege, Resource
 from coordinator.errors import Forbidden, Unauthorized
@@ -76,7 +76,6 @@ async def enforce() -> None:
         raise Unauthorized("authentication required: send 'Authorization: Bearer <token>' (tokens come from "
                            "POST /v1/oauth/tokens with grant_type=client_credentials)")
     principal = authority.principal(credential)
-    g.principal = principal
     if policy is None:  # no route matched: the caller is known, and will get the protocol's 404
         return
     needs = policy(**(request.view_args or {}))

@@ -77,7 +77,11 @@ def _beyond_int64(data: bytes) -> bool:
     """Whether any run of 19 or more digits (in a number or a string) exceeds INT64_MAX: only then can an integer
     be out of range. Iceberg snapshot ids have 19 digits and Delta's commit file names a zero-padded 20-digit
     version, both in range, so neither commit body is walked."""
-    return any(len(m) > 19 or int(m) > INT64_MAX for m in (r.lstrip(b"0") for r in _NINETEEN_DIGITS.findall(data)))
+    for run in _NINETEEN_DIGITS.findall(data):
+        digits = run.lstrip(b"0")  # empty for a run of zeros, e.g. Delta's first commit 00000000000000000000.json
+        if len(digits) > 19 or (len(digits) == 19 and int(digits) > INT64_MAX):
+            return True
+    return False
 
 
 def _check_value(value: Any) -> None:

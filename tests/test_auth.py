@@ -21,6 +21,7 @@ from coordinator.auth import (AuthConfig, Grant, Principal, Privilege, format_pa
                               verify_secret)
 from coordinator.config import Config, ConfigError
 from coordinator.service import Coordinator
+from tests.delta.conftest import PREFIX, UC, commit_info
 from tests.support import fetch_token, write_auth_file
 
 CLIENTS = {
@@ -147,8 +148,10 @@ def _assert_protocol_error(path: str, r: httpx.Response, status: int) -> None:
             401: "NotAuthorizedException", 403: "ForbiddenException"}[status], body
 
 
-def test_every_route_refuses_requests_without_a_valid_token(secured, tokens):
+def test_every_route_refuses_requests_without_a_valid_token(secured):
     checked = 0
+    expired = jwt.encode({"iss": "commit-coordinator", "sub": "admin", "exp": int(time.time()) - 5},
+                         "a-key-this-service-never-signed-with", algorithm="HS256")
     with httpx.Client(base_url=secured, timeout=30) as http:
         for rule, method, path, view in _routes():
             r = http.request(method, path, json={} if method in ("POST", "DELETE") else None)
@@ -156,8 +159,6 @@ def test_every_route_refuses_requests_without_a_valid_token(secured, tokens):
                 assert r.status_code != 401, (method, path)
                 continue
             _assert_protocol_error(path, r, 401)
-            expired = jwt.encode({"iss": "commit-coordinator", "sub": "admin", "exp": int(time.time()) - 5},
-                                 "a-key-this-service-never-signed-with", algorithm="HS256")
             _assert_protocol_error(path, http.request(method, path, headers=bearer(expired)), 401)
             checked += 1
     assert checked > 60
@@ -213,8 +214,7 @@ def test_token_endpoint(secured):
 
 
 def test_expired_token_is_refused(auth_config):
-    from tests.support import write_auth_file as w
-    w(auth_config.auth_file, CLIENTS, token_ttl_s=2)
+    write_auth_file(auth_config.auth_file, CLIENTS, token_ttl_s=2)
     with EmbeddedService(auth_config) as base_url:
         token = fetch_token(base_url, "reader", "reader-secret")
         assert httpx.get(f"{base_url}/v1/namespaces", headers=bearer(token)).status_code == 200
@@ -350,18 +350,16 @@ def test_unitycatalog_client_with_token(secured, tokens):
 def test_delta_commit_by_table_id_is_authorized_on_the_tables_name(secured, tokens):
     """Commits name a table by id only; the check is against its catalog.schema.table all the same."""
     import uuid
-    admin = httpx.Client(base_url=secured + "/api/2.1/unity-catalog", headers=bearer(tokens["admin"]))
-    admin.post("/catalogs", json={"name": "main"}).raise_for_status()
-    admin.post("/schemas", json={"name": "s", "catalog_name": "main"}).raise_for_status()
-    staged = admin.post("/staging-tables", json={"name": "t", "catalog_name": "main", "schema_name": "s"}).json()
-    body = {"table_id": staged["id"], "table_uri": staged["staging_location"],
-            "commit_info": {"version": 1, "timestamp": 1, "file_name": "x.json", "file_size": 1,
-                            "file_modification_timestamp": 1}}
-    reader = httpx.Client(base_url=secured + "/api/2.1/unity-catalog", headers=bearer(tokens["reader"]))
+    admin = UC(secured)
+    admin.http.headers.update(bearer(tokens["admin"]))
+    admin.setup_schema("main", "s")
+    staged = admin.staging("t", "main", "s")
+    body = {"table_id": staged["id"], "table_uri": staged["staging_location"], "commit_info": commit_info(1, "x.json")}
+    reader = httpx.Client(base_url=secured + PREFIX, headers=bearer(tokens["reader"]))
     r = reader.post("/delta/preview/commits", json=body)
     _assert_protocol_error("/api/2.1/unity-catalog/delta/preview/commits", r, 403)
     assert "main/s/t" in r.json()["message"]
     # an id that names no table is checked against the whole Delta realm: the writer may not probe it
-    writer = httpx.Client(base_url=secured + "/api/2.1/unity-catalog", headers=bearer(tokens["writer"]))
+    writer = httpx.Client(base_url=secured + PREFIX, headers=bearer(tokens["writer"]))
     r = writer.post("/delta/preview/commits", json={**body, "table_id": str(uuid.uuid4())})
     _assert_protocol_error("/api/2.1/unity-catalog/delta/preview/commits", r, 403)
