@@ -418,6 +418,14 @@ def test_integers_beyond_64_bits_are_bad_requests(http, tmp_path):
     assert http.get("/v1/namespaces/db/tables/t").json()["metadata"]["snapshots"] == []
 
 
+def test_long_digit_runs_within_64_bits_are_taken(http):
+    # Zero-padded versions (Delta's 00000000000000000000.json, Lance's V2 manifest names) and the largest long.
+    assert http.post("/v1/namespaces", json={"namespace": ["digits"], "properties": {
+        "zeros": "00000000000000000000.json", "padded": "00000000000000000007", "max": str(2**63 - 1),
+        "padded-max": f"0{2**63 - 1}"}}).status_code == 200
+    iceberg_error(http.post("/v1/namespaces", json={"namespace": ["big"], "n": 2**63}))
+
+
 # -- slow clients (slowloris) ------------------------------------------------------------------------------------------
 
 
