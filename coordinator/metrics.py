@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -23,7 +23,17 @@ class Metrics:
         self.rejections = Counter(
             "coordinator_rejected_total", "Requests rejected by reason", ["reason"], registry=self.registry)
         self._gauges: list[Callable[[], dict[str, float]]] = []
+        self._latency_by_route: dict[tuple[str, str, int], Any] = {}
         self.registry.register(self)
+
+    def observe_request(self, protocol: str, route: str, status: int, seconds: float) -> None:
+        # One histogram child per (protocol, route, status class), looked up here rather than through
+        # `labels()`, which validates and locks on every request.
+        key = (protocol, route, status // 100)
+        child = self._latency_by_route.get(key)
+        if child is None:
+            child = self._latency_by_route[key] = self.request_latency.labels(protocol, route, f"{key[2]}xx")
+        child.observe(seconds)
 
     def observe_batch(self, commits: int) -> None:
         self.commit_batch.observe(commits)
