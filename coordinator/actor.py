@@ -490,7 +490,8 @@ def _advance(row: TableRow, w: TableWrite) -> TableRow:
 
 
 async def write_files(files: list[tuple[str, bytes]], fileio) -> None:
-    """Write (and fsync) files with one thread hop: a segment's `files` before its row, `published` after it."""
+    """Write (and fsync) a segment's `files` before its row, or its `published` files after it: in one worker-thread
+    hop shared with every other table writing at the same moment (FileIO.write_many)."""
     if files:
         await fileio.write_many(files)
 

@@ -11,19 +11,25 @@ usual AWS environment, and no boto stack. Local files use the OS directly so we 
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import uuid
 from pathlib import Path
+from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
 import trio
 
 from coordinator.errors import AlreadyExists, BadRequest, NotFound
 
+from .grouped import GroupedCall
+
 
 def local_path(uri: str) -> str | None:
     """The local path for a file:// URI or a bare absolute path; None for object-store URIs."""
+    if uri.startswith("/"):  # a bare path (no scheme): the common case, without urlparse's cost
+        return uri
     parsed = urlparse(uri)
     if parsed.scheme == "file":  # file:///p and Hadoop's file:/p
         return unquote(parsed.path)
@@ -75,9 +81,9 @@ def is_within(root: str, uri: str) -> bool:
         return False
 
     def norm(u: str) -> tuple[str, str]:
-        local = to_local_path(u)
+        local = local_path(u)
         if local is not None:
-            return "file", os.path.normpath(str(local))
+            return "file", os.path.normpath(local)
         p = urlparse(u)
         return p.scheme, os.path.normpath(f"/{p.netloc}{p.path}")
     rs, rp = norm(root)
@@ -85,10 +91,34 @@ def is_within(root: str, uri: str) -> bool:
     return rs == us and (up == rp or up.startswith(rp.rstrip("/") + "/"))
 
 
+def _in_worker_thread(run_batch: Callable[[list[Any]], list[Any]]) -> GroupedCall:
+    return GroupedCall(functools.partial(trio.to_thread.run_sync, run_batch),
+                       interrupted=lambda: OSError("the file operation was interrupted"))
+
+
+def _each(fn: Callable[[Any], Any]) -> Callable[[list[Any]], list[Any]]:
+    """A batch runner that applies `fn` to each item on its own: one item's exception is its result."""
+    def run(items: list[Any]) -> list[Any]:
+        outcomes = []
+        for item in items:
+            try:
+                outcomes.append(fn(item))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+    return run
+
+
 class FileIO:
     def __init__(self, s3_options: dict[str, str] | None = None):
         self.s3_options = dict(s3_options or {})
         self._stores: dict[str, object] = {}
+        # The commit path's file work, one worker-thread hop per moment for all tables (storage/grouped.py):
+        # writes before or after a commit's row, reads of staged Lance manifests, deletes of what commits made
+        # obsolete.
+        self._writes = _in_worker_thread(self._write_batches_sync)
+        self._reads = _in_worker_thread(_each(self.read_sync))
+        self._deletes = _in_worker_thread(_each(self.delete_sync))
 
     # -- public, awaited from trio (blocking work runs in a worker thread) ----------------------------------
 
@@ -96,52 +126,69 @@ class FileIO:
         await trio.to_thread.run_sync(self.write_sync, uri, data, False)
 
     async def write_many(self, files: list[tuple[str, bytes]]) -> None:
-        """Write several files durably with one worker-thread hop. Local files are all written first and fsynced
-        after, each directory once: on ext4 the first fsync commits the journal for all of them, so a batch
-        costs about one fsync instead of two per file."""
-        await trio.to_thread.run_sync(self._write_many_sync, files)
+        """Write several files durably, with every other table's files waiting at the same moment (the file
+        system's side of group commit). Local files are all written first and fsynced after, each directory
+        once: on ext4 the first fsync commits the journal for all of them, so a batch costs about one fsync
+        instead of two per file. One caller's failure is its own: the others' files are still written."""
+        if files:
+            await self._writes(files)
 
-    def _write_many_sync(self, files: list[tuple[str, bytes]]) -> None:
+    def _write_batches_sync(self, batches: list[list[tuple[str, bytes]]]) -> list[Exception | None]:
+        """Each caller's files made durable (None), or the exception that stopped them (the others go on)."""
+        errors: list[Exception | None] = [None] * len(batches)
+        staged: list[tuple[int, int, str, str]] = []   # (batch, fd, tmp, final path)
         # Plain strings and os.path here, not pathlib: this runs for every commit, and building Path objects was
         # a visible share of a commit's CPU in the profile.
-        local, remote = [], []
-        for uri, data in files:
-            path = local_path(uri)
-            if path is None:
-                remote.append((uri, data))
-            else:
-                local.append((path, data))
-        for uri, data in remote:
-            self._put_object(uri, data, False)
-        fds, dirs = [], set()
-        try:
-            for path, data in local:
-                parent, name = os.path.split(path)
-                os.makedirs(parent, exist_ok=True)
-                tmp = os.path.join(parent, f".{name}.{uuid.uuid4().hex}.tmp")
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                fds.append((fd, tmp, path))
-                _write_all(fd, data)
-            for fd, _, _ in fds:
-                os.fsync(fd)
-        finally:
-            for fd, _, _ in fds:
+        for i, files in enumerate(batches):
+            try:
+                for uri, data in files:
+                    path = local_path(uri)
+                    if path is None:
+                        self._put_object(uri, data, False)
+                        continue
+                    parent, name = os.path.split(path)
+                    os.makedirs(parent, exist_ok=True)
+                    tmp = os.path.join(parent, f".{name}.{uuid.uuid4().hex}.tmp")
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                    staged.append((i, fd, tmp, path))
+                    _write_all(fd, data)
+            except Exception as exc:
+                errors[i] = exc
+        for i, fd, _, _ in staged:
+            try:
+                if errors[i] is None:
+                    os.fsync(fd)
+            except Exception as exc:
+                errors[i] = exc
+            finally:
                 os.close(fd)
-        for _, tmp, path in fds:
-            os.replace(tmp, path)
-            dirs.add(os.path.dirname(path))
-        for d in dirs:
-            _fsync_dir(d)
+        dirs: dict[str, list[int]] = {}
+        for i, _, tmp, path in staged:
+            try:
+                if errors[i] is None:
+                    os.replace(tmp, path)
+                    dirs.setdefault(os.path.dirname(path), []).append(i)
+                    continue
+            except Exception as exc:
+                errors[i] = exc
+            _unlink_quietly(tmp)
+        for d, owners in dirs.items():
+            try:
+                _fsync_dir(d)
+            except Exception as exc:
+                for i in owners:
+                    errors[i] = errors[i] or exc
+        return errors
 
     async def put_if_absent(self, uri: str, data: bytes) -> None:
         """Raises AlreadyExists when a file is already there."""
         await trio.to_thread.run_sync(self.write_sync, uri, data, True)
 
     async def read(self, uri: str) -> bytes:
-        return await trio.to_thread.run_sync(self.read_sync, uri)
+        return await self._reads(uri)
 
     async def delete(self, uri: str) -> None:
-        await trio.to_thread.run_sync(self.delete_sync, uri)
+        await self._deletes(uri)
 
     async def exists(self, uri: str) -> bool:
         return await trio.to_thread.run_sync(self.exists_sync, uri)
@@ -244,6 +291,13 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _fsync_dir(path: Path | str) -> None:

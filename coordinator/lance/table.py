@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from storage.files import is_within, join, to_local_path
+from storage.files import is_within, join, local_path, to_local_path
 
 from ..errors import BadRequest
 
@@ -67,7 +67,7 @@ def infer_scheme(staging_name: str, version: int) -> str | None:
 
 def _store_root(location: str) -> tuple[str, str]:
     """(scheme, bucket) of the object store a location lives in; bucket is "" for local files."""
-    if to_local_path(location) is not None:
+    if local_path(location) is not None:
         return "file", ""
     p = urlparse(location)
     return p.scheme, p.netloc

@@ -1,0 +1,152 @@
+"""Grouped file work (`storage.files.GroupedHop`, behind `FileIO.write_many`, `read` and `delete`): every caller
+waiting at the same moment is served by one worker-thread hop, each caller's files are durable when it returns,
+and one caller's failure is only its own."""
+
+from __future__ import annotations
+
+import os
+
+import trio
+import trio.testing
+
+from storage.files import FileIO
+
+
+def _count_hops(monkeypatch, fileio: FileIO) -> list[int]:
+    """Record how many callers' batches each worker-thread hop carried."""
+    hops: list[int] = []
+    real = fileio._writes.run_batch
+
+    async def counted(batches):
+        hops.append(len(batches))
+        return await real(batches)
+    monkeypatch.setattr(fileio._writes, "run_batch", counted)
+    return hops
+
+
+async def test_concurrent_callers_share_hops_and_each_gets_its_files(tmp_path, monkeypatch):
+    fileio = FileIO()
+    hops = _count_hops(monkeypatch, fileio)
+    callers = 40
+
+    async def write(i: int) -> None:
+        await fileio.write_many([(f"file://{tmp_path}/t{i}/meta.json", f"table {i}".encode()),
+                                 (str(tmp_path / f"t{i}" / "extra.bin"), bytes([i]) * 1000)])
+        # Durable and in place by the time the caller hears back.
+        assert (tmp_path / f"t{i}" / "meta.json").read_bytes() == f"table {i}".encode()
+
+    async with trio.open_nursery() as nursery:
+        for i in range(callers):
+            nursery.start_soon(write, i)
+    assert sum(hops) == callers
+    assert len(hops) < callers / 4, f"callers were not grouped: {hops}"
+    assert not [n for n in os.listdir(tmp_path / "t0") if n.endswith(".tmp")], "temp files left behind"
+
+
+async def test_one_callers_failure_is_its_own(tmp_path, monkeypatch):
+    fileio = FileIO()
+    hops = _count_hops(monkeypatch, fileio)
+    (tmp_path / "blocker").write_bytes(b"a file where a directory would have to be")
+    outcomes: dict[str, object] = {}
+
+    async def write(name: str, uri: str) -> None:
+        try:
+            await fileio.write_many([(uri, b"x")])
+            outcomes[name] = "ok"
+        except OSError as exc:
+            outcomes[name] = exc
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write, "first", str(tmp_path / "a" / "1.json"))  # leads the first hop alone
+        for name in ("good", "bad", "good2"):
+            uri = str(tmp_path / "blocker" / "x.json") if name == "bad" else str(tmp_path / name / "1.json")
+            nursery.start_soon(write, name, uri)
+    assert outcomes["first"] == outcomes["good"] == outcomes["good2"] == "ok"
+    assert isinstance(outcomes["bad"], OSError)
+    assert (tmp_path / "good" / "1.json").read_bytes() == b"x" and (tmp_path / "good2" / "1.json").exists()
+    assert hops == [1, 3], hops
+
+
+class Interrupt(BaseException):
+    """Stands for what can cut a batch short (KeyboardInterrupt, a bug): not an outcome of the work."""
+
+
+async def test_callers_queued_behind_a_failed_or_interrupted_batch_are_not_stranded(tmp_path, monkeypatch):
+    fileio = FileIO()
+    real = fileio._writes.run_batch
+    # What each batch does in turn: a held batch is written once the next callers have queued behind it.
+    plan = ["hold", "fail", "hold", "interrupt"]
+    held, release = trio.Event(), trio.Event()
+
+    async def run_batch(items):
+        nonlocal held, release
+        step = plan.pop(0)
+        if step == "hold":
+            held.set()
+            await release.wait()
+            held, release = trio.Event(), trio.Event()
+            return await real(items)
+        if step == "fail":
+            raise RuntimeError("the worker thread hop failed")   # the batch fails as a whole
+        raise Interrupt()                                          # the batch's own task is cut short
+    monkeypatch.setattr(fileio._writes, "run_batch", run_batch)
+    heard: dict[str, str] = {}
+
+    async def write(name: str) -> None:
+        try:
+            await fileio.write_many([(str(tmp_path / f"{name}.json"), b"x")])
+            heard[name] = "ok"
+        except BaseException as exc:  # noqa: BLE001 - what each caller heard is the point
+            heard[name] = type(exc).__name__
+
+    async def two_behind_a_held_batch(lead: str, queued: tuple[str, str]) -> None:
+        heard.clear()
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(write, lead)
+                await held.wait()
+                for name in queued:
+                    nursery.start_soon(write, name)
+                await trio.testing.wait_all_tasks_blocked()
+                release.set()
+
+    await two_behind_a_held_batch("lead", ("a1", "a2"))
+    assert heard == {"lead": "ok", "a1": "RuntimeError", "a2": "RuntimeError"}
+    # An interrupted batch: its leader's task sees the interruption; the caller it carried hears an OSError.
+    await two_behind_a_held_batch("lead2", ("b1", "b2"))
+    assert heard["lead2"] == "ok" and sorted([heard["b1"], heard["b2"]]) == ["Interrupt", "OSError"]
+
+    monkeypatch.setattr(fileio._writes, "run_batch", real)
+    await fileio.write_many([(str(tmp_path / "after.json"), b"y")])
+    assert (tmp_path / "after.json").read_bytes() == b"y"
+
+
+async def test_a_lone_caller_is_written_at_once(tmp_path, monkeypatch):
+    fileio = FileIO()
+    hops = _count_hops(monkeypatch, fileio)
+    await fileio.write_many([(str(tmp_path / "only.json"), b"{}")])
+    assert hops == [1] and (tmp_path / "only.json").read_bytes() == b"{}"
+
+
+async def test_reads_and_deletes_are_grouped_too_and_keep_their_own_errors(tmp_path):
+    fileio = FileIO()
+    for i in range(20):
+        (tmp_path / f"{i}.manifest").write_bytes(bytes([i]) * 10)
+    got: dict[int, object] = {}
+
+    async def read(i: int) -> None:
+        try:
+            got[i] = await fileio.read(str(tmp_path / f"{i}.manifest"))
+        except Exception as exc:  # noqa: BLE001
+            got[i] = exc
+
+    async with trio.open_nursery() as nursery:
+        for i in range(25):   # 20..24 do not exist
+            nursery.start_soon(read, i)
+    assert all(got[i] == bytes([i]) * 10 for i in range(20))
+    assert all(type(got[i]).__name__ == "NotFound" for i in range(20, 25))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(0, 25, 2):
+            nursery.start_soon(fileio.delete, str(tmp_path / f"{i}.manifest"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{i}.manifest" for i in range(1, 20, 2))
