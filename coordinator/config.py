@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import os
 from dataclasses import dataclass, field
@@ -93,10 +94,7 @@ class Config:
 
     @property
     def warehouse_uri(self) -> str:
-        if self.warehouse:
-            w = self.warehouse
-            return w if "://" in w else Path(w).resolve().as_uri()
-        return (self.data_dir.resolve() / "warehouse").as_uri()
+        return _warehouse_uri(self.warehouse, self.data_dir)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "Config":
@@ -126,3 +124,11 @@ class Config:
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls.from_mapping(values)
+
+
+@functools.lru_cache(maxsize=64)
+def _warehouse_uri(warehouse: str | None, data_dir: Path) -> str:
+    # Cached: the commit path asks for it on every Iceberg commit, and resolve() walks the path with syscalls.
+    if warehouse:
+        return warehouse if "://" in warehouse else Path(warehouse).resolve().as_uri()
+    return (Path(data_dir).resolve() / "warehouse").as_uri()
