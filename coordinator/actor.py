@@ -376,7 +376,7 @@ class TableActor:
         # The write must not be abandoned half-way by a cancelled requester or a shutdown: shield it.
         with trio.CancelScope(shield=True):
             try:
-                await write_files([f for d in decisions for f in d.files], self.registry.files)
+                await self.registry.files.write_many([f for d in decisions for f in d.files])
                 result = await self.registry.store.write(group)
             except CoordinatorError as exc:
                 return await self._fail(seg.requests, exc)
@@ -417,7 +417,7 @@ class TableActor:
             return True
         try:
             with trio.CancelScope(shield=True):
-                await write_files(files, self.registry.files)
+                await self.registry.files.write_many(files)
             return True
         except Exception as exc:
             log.error("table %s: commit recorded but its files could not be written: %s", self.table_id, exc)
@@ -487,11 +487,3 @@ def _advance(row: TableRow, w: TableWrite) -> TableRow:
     if w.rename is not None:
         changes["catalog"], changes["namespace"], changes["name"] = w.rename
     return replace(row, **changes)
-
-
-async def write_files(files: list[tuple[str, bytes]], fileio) -> None:
-    """Write (and fsync) a segment's `files` before its row, or its `published` files after it: in one worker-thread
-    hop shared with every other table writing at the same moment (FileIO.write_many)."""
-    if files:
-        await fileio.write_many(files)
-

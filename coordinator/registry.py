@@ -17,7 +17,7 @@ import trio
 
 from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
 
-from .actor import Participant, Proposal, TableActor, write_files
+from .actor import Participant, Proposal, TableActor
 from .config import Config
 from .errors import AlreadyExists, NotFound, NotOwner, Unavailable
 from .metrics import Metrics
@@ -173,7 +173,7 @@ class Registry:
         epoch = self._lease_epoch(row.table_id)
         if epoch is None:
             epoch = 0
-        await write_files(list(files), self.files)
+        await self.files.write_many(list(files))
         write = TableWrite(table_id=row.table_id, expected_version=0, epoch=epoch, state=row_state, bump=1,
                            log=list(log_entries), insert=row)
         group = WriteGroup([write], [idempotency] if idempotency else [])

@@ -25,7 +25,7 @@ import trio
 
 from storage.records import UNFENCED, IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
 
-from .actor import Decision, Participant, Proposal, _not_applied_error, write_files
+from .actor import Decision, Participant, Proposal, _not_applied_error
 from .errors import BadRequest, CoordinatorError, Unavailable, Unpublished
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, 
         # Files only once every part is accepted: a transaction rejected by its last table leaves none behind.
         files = [f for i in order for f in prepared[i][1].files] + [f for c in creates for f in c.files]
         try:
-            await write_files(files, registry.files)
+            await registry.files.write_many(files)
         except CoordinatorError:
             raise
         except Exception as exc:
@@ -95,7 +95,7 @@ async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, 
     unpublished = None
     try:
         with trio.CancelScope(shield=True):
-            await write_files(published, registry.files)
+            await registry.files.write_many(published)
     except Exception as exc:
         # Applied, but some published file is missing. Each owner restores its own before any clean-up (see
         # TableActor._take_part); a created table is not adopted, so that its first load restores them.
