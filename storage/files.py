@@ -1,11 +1,11 @@
 """Table files (Iceberg metadata JSON, Delta logs, Lance manifests) on `file://` paths or `s3://` buckets.
 
-A file is durable before anything points at it: locally we write a temp file, fsync it, link it into place and
-fsync the directory; on S3 a completed PUT is durable. `put_if_absent` is the one primitive the formats' "never
-overwrite a committed version" rules need (local: link(2) fails on an existing name; S3: conditional PUT).
+A file is durable before anything points at it: locally we write a temp file, fsync it, rename it into place
+and fsync the directory; on S3 a completed PUT is durable. No file write needs to refuse an existing name: which
+commit owns a version is decided by the database's compare-and-set, never by the file system.
 
-S3 goes through obstore (Rust's object_store): one well-kept client with conditional PUT, credentials from the
-usual AWS environment, and no boto stack. Local files use the OS directly so we control fsync.
+S3 goes through obstore (Rust's object_store): one well-kept client, credentials from the usual AWS environment,
+and no boto stack. Local files use the OS directly so we control fsync.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlparse
 
 import trio
 
-from coordinator.errors import AlreadyExists, BadRequest, NotFound
+from coordinator.errors import BadRequest, NotFound
 
 from .grouped import GroupedCall
 
@@ -122,9 +122,6 @@ class FileIO:
 
     # -- public, awaited from trio (blocking work runs in a worker thread) ----------------------------------
 
-    async def write(self, uri: str, data: bytes) -> None:
-        await trio.to_thread.run_sync(self.write_sync, uri, data, False)
-
     async def write_many(self, files: list[tuple[str, bytes]]) -> None:
         """Write several files durably, with every other table's files waiting at the same moment (the file
         system's side of group commit). Local files are all written first and fsynced after, each directory
@@ -144,7 +141,7 @@ class FileIO:
                 for uri, data in files:
                     path = local_path(uri)
                     if path is None:
-                        self._put_object(uri, data, False)
+                        self._put_object(uri, data)
                         continue
                     parent, name = os.path.split(path)
                     os.makedirs(parent, exist_ok=True)
@@ -180,10 +177,6 @@ class FileIO:
                     errors[i] = errors[i] or exc
         return errors
 
-    async def put_if_absent(self, uri: str, data: bytes) -> None:
-        """Raises AlreadyExists when a file is already there."""
-        await trio.to_thread.run_sync(self.write_sync, uri, data, True)
-
     async def read(self, uri: str) -> bytes:
         return await self._reads(uri)
 
@@ -194,31 +187,6 @@ class FileIO:
         return await trio.to_thread.run_sync(self.exists_sync, uri)
 
     # -- sync implementations --------------------------------------------------------------------------------
-
-    def write_sync(self, uri: str, data: bytes, exclusive: bool = False) -> None:
-        path = to_local_path(uri)
-        if path is None:
-            return self._put_object(uri, data, exclusive)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            if exclusive:
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    raise AlreadyExists(f"file already exists: {uri}") from None
-            else:
-                os.replace(tmp, path)
-        finally:
-            if exclusive or tmp.exists():
-                tmp.unlink(missing_ok=True)
-        _fsync_dir(path.parent)
 
     def read_sync(self, uri: str) -> bytes:
         path = to_local_path(uri)
@@ -276,15 +244,10 @@ class FileIO:
             self._stores[bucket] = store
         return store, parsed.path.lstrip("/")
 
-    def _put_object(self, uri: str, data: bytes, exclusive: bool) -> None:
+    def _put_object(self, uri: str, data: bytes) -> None:
         import obstore
         store, key = self.object_store(uri)
-        try:
-            obstore.put(store, key, data, mode="create" if exclusive else "overwrite")
-        except Exception as exc:  # obstore raises AlreadyExistsError for a failed conditional PUT
-            if exclusive and type(exc).__name__ == "AlreadyExistsError":
-                raise AlreadyExists(f"file already exists: {uri}") from None
-            raise
+        obstore.put(store, key, data, mode="overwrite")
 
 
 def _write_all(fd: int, data: bytes) -> None:
