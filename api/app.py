@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-import logging
 import itertools
+import logging
 import os
 import time
 from importlib import resources
