@@ -5,7 +5,8 @@
   server groups their flushes), and one connection committing batches (rows per flush).
 * `SqlCatalog` (pyiceberg) on the same PostgreSQL: each writer is its own process (as independent jobs are)
   running the same Iceberg commit as the coordinator's clients: add-snapshot + set-snapshot-ref guarded by
-  assert-ref-snapshot-id, reload and retry on CommitFailedException. The catalog's work (read the current
+  assert-ref-snapshot-id; on CommitFailedException wait as the Java client does (`retry.py`), reload and
+  retry. The catalog's work (read the current
   metadata file, apply, write the new file, compare-and-set the row) happens in the writers.
 * lance's `RestAdapter("dir", {..., "table_version_tracking_enabled": "true"})`, the reference Lance Namespace
   server, in its own process: driven by the same Lance flow as the coordinator.
@@ -13,7 +14,7 @@
 Subcommands (used by the benchmark; runnable by hand):
 
     python -m loadtest.baselines sqlcatalog-writer --setup --uri postgresql+psycopg2://... --warehouse file:///...
-        --duration 10                      # prints "ready", then type "go"
+        --duration 10 [--retry at-once]    # prints "ready", then type "go"
     python -m loadtest.baselines lance-rest --root /tmp/lance-root --port 2333
 """
 
@@ -30,6 +31,7 @@ import uuid
 from pathlib import Path
 
 from .procs import ROOT, CpuMeter
+from .retry import MODES, schedule
 
 SQL_NAMESPACE = "bench"
 SQL_TABLE = "hot"
@@ -119,7 +121,7 @@ def sqlcatalog_setup(uri: str, warehouse: str) -> None:
                                    NestedField(2, "data", StringType(), required=False)))
 
 
-def sqlcatalog_writer(uri: str, warehouse: str, duration_s: float, setup: bool) -> dict:
+def sqlcatalog_writer(uri: str, warehouse: str, duration_s: float, setup: bool, retry_mode: str = "client") -> dict:
     """One writer process, driven over stdin/stdout so that start-up (imports) is never measured:
     the `setup` writer creates the table and says "ready"; the others say "imported", wait for "load" (the
     table exists by then), load it and say "ready"; all then wait for "go" and commit for `duration_s`."""
@@ -149,10 +151,11 @@ def sqlcatalog_writer(uri: str, warehouse: str, duration_s: float, setup: bool) 
     expect("go")
     cpu0 = time.process_time()
     end = time.perf_counter() + duration_s
-    commits = conflicts = errors = 0
+    commits = conflicts = errors = gave_up = 0
     latencies = []
     while time.perf_counter() < end:
         started = time.perf_counter()
+        retry = schedule("iceberg", retry_mode, rng, started)
         while time.perf_counter() < end:
             new_id = rng.getrandbits(62)
             snap = Snapshot(snapshot_id=new_id, parent_snapshot_id=parent, sequence_number=seq + 1,
@@ -167,7 +170,13 @@ def sqlcatalog_writer(uri: str, warehouse: str, duration_s: float, setup: bool) 
                                   SetSnapshotRefUpdate(ref_name="main", type="branch", snapshot_id=new_id)))
             except CommitFailedException:
                 conflicts += 1
+                wait = retry.next_wait(time.perf_counter())
+                if wait is not None:
+                    time.sleep(min(wait, max(end - time.perf_counter(), 0)))
                 table, parent, seq = reload()
+                if wait is None:
+                    gave_up += 1
+                    break
                 continue
             except Exception as exc:  # noqa: BLE001 - counted and reported, the run goes on
                 errors += 1
@@ -178,16 +187,16 @@ def sqlcatalog_writer(uri: str, warehouse: str, duration_s: float, setup: bool) 
             commits += 1
             latencies.append(time.perf_counter() - started)
             break
-    return {"commits": commits, "conflicts": conflicts, "errors": errors, "latencies_s": latencies,
+    return {"commits": commits, "conflicts": conflicts, "errors": errors, "gave_up": gave_up, "latencies_s": latencies,
             "cpu_s": time.process_time() - cpu0}
 
 
 def sqlcatalog_hot_table(uri: str, warehouse: str, writers: int, duration_s: float, pg_pid: int | None,
-                         log: Path) -> dict:
+                         log: Path, retry_mode: str = "client") -> dict:
     """`writers` processes on one table; returns commits/s, latency and CPU (writers' and PostgreSQL's)."""
     from .runner import pct
     argv = [sys.executable, "-m", "loadtest.baselines", "sqlcatalog-writer", "--uri", uri, "--warehouse", warehouse,
-            "--duration", str(duration_s)]
+            "--duration", str(duration_s), "--retry", retry_mode]
     with open(log, "ab") as err:
         procs = [subprocess.Popen(argv + (["--setup"] if i == 0 else []), cwd=ROOT, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=err) for i in range(writers)]
@@ -228,6 +237,7 @@ def sqlcatalog_hot_table(uri: str, warehouse: str, writers: int, duration_s: flo
     client_cpu = sum(r["cpu_s"] for r in results)
     return {"commits": commits, "commits_per_s": round(commits / cpu.wall_s, 1),
             "conflicts": sum(r["conflicts"] for r in results), "errors": sum(r["errors"] for r in results),
+            "gave_up": sum(r["gave_up"] for r in results),
             "p50_ms": round(pct(latencies, 50) * 1000, 2), "p99_ms": round(pct(latencies, 99) * 1000, 2),
             "client_cpu_ms_per_commit": round(1000 * client_cpu / max(commits, 1), 3),
             "pg_cpu_ms_per_commit": round(1000 * cpu.pg_s / max(commits, 1), 3) if pg_pid else None}
@@ -263,12 +273,14 @@ def main() -> None:
     s.add_argument("--warehouse", required=True, help="file:///... where the metadata files go")
     s.add_argument("--duration", type=float, required=True)
     s.add_argument("--setup", action="store_true", help="create (or re-create) the table first")
+    s.add_argument("--retry", choices=MODES, default="client", help="how a writer waits after a conflict")
     s = sub.add_parser("lance-rest")
     s.add_argument("--root", required=True)
     s.add_argument("--port", type=int, default=2333)
     args = ap.parse_args()
     if args.cmd == "sqlcatalog-writer":
-        print(json.dumps(sqlcatalog_writer(args.uri, args.warehouse, args.duration, args.setup)), flush=True)
+        print(json.dumps(sqlcatalog_writer(args.uri, args.warehouse, args.duration, args.setup, args.retry)),
+              flush=True)
     else:
         lance_rest(args.root, args.port)
 

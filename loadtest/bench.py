@@ -49,6 +49,7 @@ from . import baselines, procs, pyspy
 from .flows import FLOWS, ICEBERG_SCHEMA, IcebergFlow, iceberg_commit_body, iceberg_state, parallel
 from .http import HttpConnection
 from .report import Report, Row, plot_latency_vs_load
+from .retry import MODES
 from .runner import RunResult, hammer, run
 
 SECTIONS = ("limits", "matrix", "openloop", "profile", "snapshots", "baselines", "rss")
@@ -98,8 +99,9 @@ def label(cfg: tuple[int, int]) -> str:
 
 
 class Bench:
-    def __init__(self, plan: Plan, out: Path, sections: set[str], profile: bool, smoke: bool):
+    def __init__(self, plan: Plan, out: Path, sections: set[str], profile: bool, smoke: bool, retry: str = "client"):
         self.plan, self.out, self.sections, self.profile, self.smoke = plan, out, sections, profile, smoke
+        self.retry = retry  # how every client, ours and the baselines', waits after a 409 (retry.py)
         self.t0 = time.monotonic()
         self.tmp = Path(tempfile.mkdtemp(prefix="coordinator-bench-"))
         self.tmp.chmod(0o755)  # as root, PostgreSQL runs as another OS user that must reach its directory
@@ -176,11 +178,13 @@ class Bench:
             tables = await flow.prepare(base, cfg[0], self.tag(f"{proto}_{scenario.replace(' ', '_')}"))
             return await run(flow, base, tables, cfg[1], duration_s, meter=self.meter(server_pid, pg=metrics),
                              metrics_base=base if metrics else None, scenario=scenario, rate_per_s=rate,
-                             on_start=on_start)
+                             on_start=on_start, retry=self.retry)
         return trio.run(go)
 
     def matrix_row(self, section: str, scenario: str, r: RunResult) -> Row:
         notes = [f"{r.commits} commits", f"{r.conflicts} conflicts"]
+        if r.gave_up:
+            notes.append(f"{r.gave_up} given up after the client's last retry")
         if r.errors:
             notes.append(f"{r.errors} errors (e.g. {r.error_samples[0][:80]})")
         if r.writes_per_db_txn is not None:
@@ -364,11 +368,12 @@ class Bench:
             warehouse = (self.tmp / "sqlcatalog-warehouse")
             warehouse.mkdir(exist_ok=True)
             r = baselines.sqlcatalog_hot_table(uri, warehouse.as_uri(), p.sql_writers, p.sql_duration_s, self.pg_pid,
-                                               self.logs / "sqlcatalog.log")
+                                               self.logs / "sqlcatalog.log", self.retry)
             self.raw["baselines"]["sqlcatalog"] = r
             self.report.add(Row("baseline: pyiceberg SqlCatalog", f"1x{p.sql_writers} (writer processes)",
                                 f"{r['commits_per_s']:.0f} commits/s", r["p50_ms"], r["p99_ms"], None, None,
-                                f"{r['commits']} commits, {r['conflicts']} conflicts, {r['errors']} errors; catalog "
+                                f"{r['commits']} commits, {r['conflicts']} conflicts, {r['gave_up']} given up, "
+                                f"{r['errors']} errors; catalog "
                                 f"work runs in the writers: {r['client_cpu_ms_per_commit']} ms CPU/commit there; "
                                 f"PG {r['pg_cpu_ms_per_commit']} ms CPU/commit"))
             if hot != (1, p.sql_writers):
@@ -605,7 +610,7 @@ class Bench:
             pass
         return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "cpu": cpu,
                 "cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                "smoke": self.smoke}
+                "smoke": self.smoke, "retry": self.retry}
 
     def execute(self) -> int:
         self.raw["machine"] = self.machine()
@@ -729,6 +734,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also record the service with py-spy during an Iceberg commit load and summarise it")
     ap.add_argument("--only", help=f"comma-separated sections to run: {','.join(SECTIONS)} (default: all)")
     ap.add_argument("--duration", type=float, help="seconds per matrix run (default 10; --smoke 0.8)")
+    ap.add_argument("--retry", choices=MODES, default="client",
+                    help="how the clients (ours and the baselines') wait after a 409: as the real clients do "
+                         "(default), or at once, the flows' old behaviour (see loadtest/retry.py)")
     ap.add_argument("--out", type=Path, help="where results.json, the PNG and logs go "
                                              "(default: loadtest/results/<date-time>)")
     args = ap.parse_args(argv)
@@ -750,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
     if soft < min(hard, 65536):
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
     return Bench(plan, out, sections, args.profile or ("profile" in sections and args.only is not None),
-                 args.smoke).execute()
+                 args.smoke, args.retry).execute()
 
 
 if __name__ == "__main__":

@@ -31,10 +31,11 @@ from storage.embedded import EmbeddedPostgres, free_port
 
 from . import procs
 from .flows import FLOWS
+from .retry import MODES
 from .runner import hammer, run
 
 COLUMNS = ("processes", "protocol", "scenario", "commits_per_s", "p50_ms", "p99_ms", "commit_request_p99_ms",
-           "conflicts", "errors", "server_cpu_ms_per_request", "writes_per_db_txn", "server_cpu_pct", "pg_cpu_pct",
+           "conflicts", "gave_up", "errors", "server_cpu_ms_per_request", "writes_per_db_txn", "server_cpu_pct", "pg_cpu_pct",
            "loadgen_cpu_pct")
 
 
@@ -48,6 +49,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the rows to this file")
     ap.add_argument("--processes", default="1", help="comma-separated member counts to measure in this run, "
                                                      "e.g. 1,2 (1 = the default single process)")
+    ap.add_argument("--retry", choices=MODES, default="client",
+                    help="how writers wait after a 409: as the real clients do, or at once (loadtest/retry.py)")
     args = ap.parse_args()
     unknown = [f for f in args.flows.split(",") if f not in FLOWS]
     if unknown:
@@ -143,7 +146,7 @@ def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid:
             async def go(flow=flow, tables=tables, writers=writers, cfg=cfg, tag=tag):
                 ts = await flow.prepare(bases[0], tables, tag)
                 return await run(flow, bases, ts, writers, args.duration, meter=procs.CpuMeter(pids, pg_pid),
-                                 metrics_base=bases, scenario=cfg)
+                                 metrics_base=bases, scenario=cfg, retry=args.retry)
             r = trio.run(go)
             # What the machine's cores went to: the service processes, PostgreSQL and this load generator.
             pg_pct = None if r.pg_cpu_ms_per_commit is None else round(r.pg_cpu_ms_per_commit * r.commits_per_s / 10, 1)

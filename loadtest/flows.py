@@ -1,12 +1,14 @@
 """The commit flows real clients run, for the raw trio load generator (the locustfiles run the same flows).
 
 * Iceberg (Java/pyiceberg append): load the table once, then commit `add-snapshot` + `set-snapshot-ref main`
-  guarded by `assert-ref-snapshot-id` (the snapshot the writer last saw); on 409 reload the table and retry.
+  guarded by `assert-ref-snapshot-id` (the snapshot the writer last saw); on 409 wait as the Java client does,
+  reload the table and retry (`retry.py`).
 * Delta (catalog-managed, UC commit coordinator): commit the staged commit as version last+1 via
   `POST /delta/preview/commits`; every `BACKFILL_EVERY` versions, report the backfill
   (`latest_backfilled_version`); on 409 read `latest_table_version` and retry, on 429 backfill and retry.
 * Lance (external manifest store): `version/list` limit 1 (descending) for the latest version, stage a
-  manifest, `version/create` at latest+1; on 409 list again and retry; on any other error describe the table.
+  manifest, `version/create` at latest+1; on 409 wait as lance does, list again and retry; on any other error
+  describe the table.
 
 Client-side file I/O that the coordinator never reads is skipped (Iceberg manifest lists, Delta staged commit
 files and their backfilled copies): it would load the machine without exercising the service. Lance staged
@@ -34,6 +36,7 @@ import trio
 from storage import files
 
 from .http import HttpConnection
+from .retry import Retry, schedule
 
 UC = "/api/2.1/unity-catalog"
 BACKFILL_EVERY = 5
@@ -63,6 +66,7 @@ class Stats:
     writes: int = 0             # successful write requests (commits + Delta backfill reports)
     requests: int = 0           # every request sent, reloads and retries included
     conflicts: int = 0          # 409s
+    gave_up: int = 0            # logical commits the client abandoned after its last retry
     errors: int = 0             # anything else that was not 2xx
     error_samples: list[str] = field(default_factory=list)
     latencies_s: list[float] = field(default_factory=list)   # per logical commit, retries included
@@ -77,6 +81,8 @@ class Stats:
 
 class Writer(ABC):
     """One client: a keep-alive connection and what it believes the table's state is."""
+
+    retry_mode = "client"   # how it waits after a 409: see retry.py
 
     def __init__(self, base: str, table: Any, stats: Stats):
         self.conn = HttpConnection(base)
@@ -104,6 +110,17 @@ class Writer(ABC):
 
     async def close(self) -> None:
         await self.conn.close()
+
+    async def wait_to_retry(self, retry: Retry, deadline: float) -> bool:
+        """After a 409: wait as the client would; False if it gives up instead."""
+        now = time.perf_counter()
+        wait = retry.next_wait(now)
+        if wait is None:
+            self.stats.gave_up += 1
+            return False
+        if wait > 0:
+            await trio.sleep(min(wait, max(deadline - now, 0)))
+        return True
 
     async def _backoff(self, status: int, body: bytes) -> None:
         self.stats.error(status, body)
@@ -194,6 +211,7 @@ class IcebergWriter(Writer):
         await self.reload()
 
     async def commit(self, deadline: float) -> bool:
+        retry = schedule("iceberg", self.retry_mode, self.rng, time.perf_counter())
         while time.perf_counter() < deadline:
             new_id = self.rng.getrandbits(62)
             body = iceberg_commit_body(self.snapshot_id, new_id, self.seq + 1)
@@ -204,7 +222,10 @@ class IcebergWriter(Writer):
                 return True
             if status == 409:
                 self.stats.conflicts += 1
+                retrying = await self.wait_to_retry(retry, deadline)
                 await self.reload()
+                if not retrying:
+                    return False
             else:
                 await self._backoff(status, body)
         return False
@@ -452,6 +473,7 @@ class LanceWriter(Writer):
         await self.refresh()
 
     async def commit(self, deadline: float) -> bool:
+        retry = schedule("lance", self.retry_mode, self.rng, time.perf_counter())
         while time.perf_counter() < deadline:
             v = self.latest + 1
             staged = stage_manifest(self.table.location, v)
@@ -464,7 +486,10 @@ class LanceWriter(Writer):
             _remove("/" + staged)
             if status == 409:
                 self.stats.conflicts += 1
+                retrying = await self.wait_to_retry(retry, deadline)
                 await self.refresh()
+                if not retrying:
+                    return False
             else:
                 # What pylance does on an unexpected answer: find out whether the table is still there.
                 await self._backoff(status, body)

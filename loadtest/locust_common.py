@@ -8,11 +8,14 @@ Options (each also an environment variable):
     --duration S            LOCUST_DURATION            seconds of load, then locust stops (default 60)
     --namespace NAME        LOCUST_NAMESPACE           namespace / UC schema for the tables (default "locust");
                                                        existing tables of that name are reused
+    --retry MODE            LOCUST_RETRY               after a 409: "client" waits as the real client does
+                                                       (default), "at-once" does not (loadtest/retry.py)
 
 Users = tables x writers; user k writes to table k // writers. Each locust task is one logical commit, retries
 included, reported as request type COMMIT (its latency is what the client waits for). Every HTTP request is
 reported under its own name too; a 409 is reported as a failure named "... (409 conflict)" because it is what a
-client under contention sees, then the flow reloads and retries as real clients do.
+client under contention sees, then the flow waits, reloads and retries as real clients do. A commit the client
+gives up on after its last retry is a failed COMMIT.
 
 Headless with `--csv PREFIX`, locust writes its CSV files and we add `PREFIX_summary.txt` (also printed).
 """
@@ -20,10 +23,13 @@ Headless with `--csv PREFIX`, locust writes its CSV files and we add `PREFIX_sum
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from pathlib import Path
 
 from locust import FastHttpUser, LoadTestShape, events
+
+from loadtest.retry import MODES, Retry, schedule
 
 COMMIT = "COMMIT"
 _counter = itertools.count()
@@ -39,6 +45,8 @@ def _options(parser) -> None:
                        help="seconds of load; then the run stops")
     group.add_argument("--namespace", default="locust", env_var="LOCUST_NAMESPACE",
                        help="namespace (Iceberg, Lance) or UC schema (Delta) holding the tables")
+    group.add_argument("--retry", choices=MODES, default="client", env_var="LOCUST_RETRY",
+                       help="after a 409: wait as the real client does, or retry at once")
 
 
 class FixedShape(LoadTestShape):
@@ -66,6 +74,7 @@ class WriterUser(FastHttpUser):
         index = getattr(runner, "worker_index", 0) + next(_counter) * workers
         self.table_index = (index // opts.writers_per_table) % opts.tables
         self.namespace = opts.namespace
+        self.rng = random.Random()
         self.setup_table()
 
     def timed_commit(self) -> None:
@@ -79,6 +88,17 @@ class WriterUser(FastHttpUser):
                             response_time=(time.perf_counter() - started) * 1000, response_length=0,
                             exception=exc, context={})
 
+    def retry_schedule(self) -> Retry:
+        """The retry schedule for one logical commit, started now."""
+        return schedule(self.protocol, self.environment.parsed_options.retry, self.rng, time.perf_counter())
+
+    def wait_to_retry(self, retry: Retry) -> None:
+        """After a 409: wait as the client would, or give up (raise) after its last retry."""
+        wait = retry.next_wait(time.perf_counter())
+        if wait is None:
+            raise RuntimeError(f"gave up after {retry.attempts} conflicting attempts, as the client does")
+        time.sleep(wait)  # gevent-patched: only this user waits
+
     # -- HTTP helpers ----------------------------------------------------------------------------------------
 
     def call(self, method: str, path: str, name: str, body=None, ok=(200,), conflict_ok: bool = True):
@@ -89,7 +109,7 @@ class WriterUser(FastHttpUser):
                 r.success()
             elif status == 409 and conflict_ok:
                 r.request_meta["name"] = f"{name} (409 conflict)"
-                r.failure("409 conflict: expected under contention; the client reloads and retries")
+                r.failure("409 conflict: expected under contention; the client waits, reloads and retries")
             else:
                 r.failure(f"HTTP {status}: {(r.text or '')[:200]}")
             try:

@@ -4,13 +4,13 @@
         --tables 64 --writers-per-table 2 --duration 60 --csv out/iceberg
 
 Flow per user (one table): load the table, then commit `add-snapshot` + `set-snapshot-ref main` guarded by
-`assert-ref-snapshot-id` (the snapshot this writer last saw); on 409 reload the table and retry. Manifest lists
+`assert-ref-snapshot-id` (the snapshot this writer last saw); on 409 wait as the Java client does, reload the
+table and retry. Manifest lists
 are not written: the catalog never reads them. Options: see loadtest/locust_common.py.
 """
 
 from __future__ import annotations
 
-import random
 import sys
 from pathlib import Path
 
@@ -32,7 +32,6 @@ class IcebergWriter(WriterUser):
                   conflict_ok=False)
         self.call("POST", f"/v1/namespaces/{ns}/tables", "create table", {"name": name, "schema": ICEBERG_SCHEMA},
                   ok=(200, 409), conflict_ok=False)
-        self.rng = random.Random()
         self.reload()
 
     def reload(self) -> None:
@@ -45,6 +44,7 @@ class IcebergWriter(WriterUser):
         self.seq = meta.get("last-sequence-number", 0)
 
     def commit(self) -> None:
+        retry = self.retry_schedule()
         while True:
             new_id = self.rng.getrandbits(62)
             status, _ = self.call("POST", self.path, "commit table",
@@ -53,7 +53,10 @@ class IcebergWriter(WriterUser):
                 self.snapshot_id, self.seq = new_id, self.seq + 1
                 return
             if status == 409:
-                self.reload()
+                try:
+                    self.wait_to_retry(retry)
+                finally:
+                    self.reload()
                 continue
             raise RuntimeError(f"commit failed with HTTP {status}")
 

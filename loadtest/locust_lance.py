@@ -4,8 +4,8 @@
         --tables 64 --writers-per-table 2 --duration 60 --csv out/lance
 
 Flow per user (one table): `version/list` limit 1 (descending) for the latest version, write a staged manifest
-into the table's `_versions/`, `version/create` at latest+1; on 409 list again and retry; on any other error
-describe the table (as pylance does to tell "gone" from "broken") and retry. The staged manifest is a real file
+into the table's `_versions/`, `version/create` at latest+1; on 409 wait as lance does, list again and retry; on
+any other error describe the table (as pylance does to tell "gone" from "broken") and retry. The staged manifest is a real file
 the server reads, so locust must run where the table locations are reachable (the default: the same machine).
 Works against lance's own RestAdapter too. Options: see loadtest/locust_common.py.
 """
@@ -51,6 +51,7 @@ class LanceWriter(WriterUser):
         self.latest = versions[0]["version"] if versions else 0
 
     def commit(self) -> None:
+        retry = self.retry_schedule()
         while True:
             v = self.latest + 1
             staged = stage_manifest(self.table.location, v)
@@ -65,7 +66,11 @@ class LanceWriter(WriterUser):
                 pass
             if status != 409:
                 self.call("POST", f"{self.table.route}/describe", "describe table", {"id": list(self.table.levels)})
-            self.refresh()
+            try:
+                if status == 409:
+                    self.wait_to_retry(retry)
+            finally:
+                self.refresh()
             if status not in (409, 503):
                 raise RuntimeError(f"version/create failed with HTTP {status}")
 

@@ -65,6 +65,7 @@ class RunResult:
     requests: int
     conflicts: int
     errors: int
+    gave_up: int                      # logical commits abandoned after the client's last retry
     commits_per_s: float
     p50_ms: float
     p99_ms: float
@@ -100,17 +101,20 @@ async def _start_all(writers: list[Writer]) -> None:
 
 async def run(flow: Flow, base: str | list[str], tables: list[Any], writers_per_table: int, duration_s: float, *,
               meter: CpuMeter, metrics_base: str | list[str] | None, scenario: str, rate_per_s: float | None = None,
-              on_start: Callable[[], None] | None = None) -> RunResult:
+              on_start: Callable[[], None] | None = None, retry: str = "client") -> RunResult:
     """All writers connect and read their table first; then the measured window of `duration_s` starts. With
-    several base URLs (cluster members), writers are spread over them round-robin, as a load balancer would."""
+    several base URLs (cluster members), writers are spread over them round-robin, as a load balancer would.
+    `retry`: how writers wait after a 409 (loadtest/retry.py)."""
     stats = Stats()
     bases = base if isinstance(base, list) else [base]
     writers = [flow.writer(bases[i % len(bases)], t, stats)
                for i, t in enumerate(t for t in tables for _ in range(writers_per_table))]
+    for w in writers:
+        w.retry_mode = retry
     try:
         await _start_all(writers)
         # Only the window counts: forget the start-up reads.
-        stats.requests = stats.conflicts = stats.errors = stats.writes = 0
+        stats.requests = stats.conflicts = stats.errors = stats.writes = stats.gave_up = 0
         stats.commit_request_latencies_s.clear()
         before = await scrape(metrics_base)
         meter.start()
@@ -166,7 +170,7 @@ async def run(flow: Flow, base: str | list[str], tables: list[Any], writers_per_
     return RunResult(
         protocol=flow.name, scenario=scenario, tables=len(tables), writers_per_table=writers_per_table,
         duration_s=round(elapsed, 2), commits=stats.commits, writes=stats.writes, requests=stats.requests,
-        conflicts=stats.conflicts, errors=stats.errors, commits_per_s=round(stats.commits / elapsed, 1),
+        conflicts=stats.conflicts, errors=stats.errors, gave_up=stats.gave_up, commits_per_s=round(stats.commits / elapsed, 1),
         p50_ms=round(pct(stats.latencies_s, 50) * 1000, 2), p99_ms=round(pct(stats.latencies_s, 99) * 1000, 2),
         commit_request_p50_ms=round(pct(stats.commit_request_latencies_s, 50) * 1000, 2),
         commit_request_p99_ms=round(pct(stats.commit_request_latencies_s, 99) * 1000, 2),
