@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import httpx
@@ -117,6 +118,27 @@ def test_etag_and_if_none_match(http):
     assert commit.status_code == 200 and commit.headers["ETag"] != etag
     again = http.get("/v1/namespaces/db/tables/a", headers={"If-None-Match": etag})
     assert again.status_code == 200 and again.headers["ETag"] == commit.headers["ETag"]
+
+
+def test_large_metadata_goes_out_whole_with_its_length(http):
+    """A large metadata (300 KB of properties) comes back whole: one plain body of the announced length, not
+    chunked, equal to the metadata file, in the commit response and in loadTable."""
+    from urllib.parse import urlparse
+
+    big = "x" * 300_000
+    commit = http.post("/v1/namespaces/db/tables/a", json={"requirements": [], "updates": [
+        {"action": "set-properties", "updates": {"big": big}}]})
+    loaded = http.get("/v1/namespaces/db/tables/a")
+    for r in (commit, loaded):
+        assert r.status_code == 200, r.text
+        assert "transfer-encoding" not in r.headers
+        assert int(r.headers["content-length"]) == len(r.content) > 300_000
+        assert r.headers["content-type"] == "application/json"
+    body = commit.json()
+    assert set(body) == {"metadata-location", "metadata"} and body["metadata"]["properties"]["big"] == big
+    assert loaded.json()["metadata"] == body["metadata"] and loaded.json()["config"] == {}
+    with open(urlparse(body["metadata-location"]).path, "rb") as f:
+        assert json.loads(f.read()) == body["metadata"]
 
 
 def test_metrics_report_is_stored_and_credentials_are_empty_for_local_tables(http):
