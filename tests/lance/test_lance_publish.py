@@ -140,3 +140,19 @@ async def test_commit_recorded_but_final_manifest_lost_is_repaired_on_load(coord
         return sorted(lance.dataset(str(path), version=version).to_table()["a"].to_pylist())
     assert await trio.to_thread.run_sync(read, 2) == [1, 2, 3]
     assert await trio.to_thread.run_sync(read, 1) == [1, 2]
+
+
+async def test_commits_remove_their_staged_manifests_once_the_final_ones_are_durable(coord):
+    """The staged manifest is the copy a missing final one is restored from: it goes after the final one is
+    written (in the background), through a single commit and through a batch alike."""
+    t = await coord.lance.declare_table(("t",), None, None)
+    staged = [stage(t.location, 1), stage(t.location, 2), stage(t.location, 3)]
+    await coord.lance.create_table_version(("t",), create(1, staged[0]))   # t has an actor now
+    await coord.lance.batch_commit([
+        ("create_table_version", ("t",), create(2, staged[1])),
+        ("create_table_version", ("t",), create(3, staged[2])),
+    ])
+    assert final(t.location, 3).exists()
+    with trio.fail_after(10):
+        while any(local(s).exists() for s in staged):
+            await trio.sleep(0.01)
