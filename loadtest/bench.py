@@ -245,14 +245,19 @@ class Bench:
                 self.raw["matrix"][proto][label(cfg)] = r.as_dict()
                 self.matrix_row(f"ours: {proto}", f"{label(cfg)} closed loop (no conflicts)", r)
 
+    def peak(self, proto: str, cfg: tuple[int, int]) -> float:
+        """Closed-loop commits/s at `cfg`: from the matrix run, else measured now."""
+        peak = self.raw.get("matrix", {}).get(proto, {}).get(label(cfg), {}).get("commits_per_s")
+        if not peak:
+            self.say(f"{proto}: measuring the {label(cfg)} peak for the open-loop run ...")
+            peak = self.run_flow(proto, cfg, self.plan.duration_s, label(cfg)).commits_per_s
+        return peak
+
     def openloop(self) -> None:
         cfg = self.plan.open_config
         self.raw["openloop"] = {}
         for proto in PROTOCOLS:
-            peak = self.raw.get("matrix", {}).get(proto, {}).get(label(cfg), {}).get("commits_per_s")
-            if not peak:
-                self.say(f"{proto}: measuring the {label(cfg)} peak for the open-loop run ...")
-                peak = self.run_flow(proto, cfg, self.plan.duration_s, label(cfg)).commits_per_s
+            peak = self.peak(proto, cfg)
             points = []
             for frac in self.plan.open_fractions:
                 rate = max(1.0, frac * peak)
@@ -282,10 +287,7 @@ class Bench:
             return  # --smoke: the runs above had one writer per table already
         self.raw["openloop_free"] = {}
         for proto in PROTOCOLS:
-            peak = self.raw.get("matrix", {}).get(proto, {}).get(label(cfg), {}).get("commits_per_s")
-            if not peak:
-                self.say(f"{proto}: measuring the {label(cfg)} peak for the open-loop run ...")
-                peak = self.run_flow(proto, cfg, self.plan.duration_s, label(cfg)).commits_per_s
+            peak = self.peak(proto, cfg)
             rate = max(1.0, 0.5 * peak)
             self.say(f"{proto}: open loop {label(cfg)} at {rate:.0f} commits/s (50% of peak {peak:.0f}) ...")
             r = self.run_flow(proto, cfg, self.plan.open_duration_s, f"{label(cfg)} open 50%", rate=rate)
