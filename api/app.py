@@ -20,6 +20,7 @@ from coordinator.service import Coordinator
 from . import delta, iceberg, lance, oauth
 from .access import enforce, public
 from .common import json_response, protocol_of
+from .routing import CachingMap
 from .transport import HTTPConnection, Request
 
 log = logging.getLogger("coordinator.http")
@@ -46,8 +47,12 @@ def openapi_document(name: str) -> bytes:
     return resources.files(__package__).joinpath("openapi", f"{name}.yaml").read_bytes()
 
 
+class App(QuartTrio):
+    url_map_class = CachingMap
+
+
 def create_app(coordinator: Coordinator) -> QuartTrio:
-    app = QuartTrio(__name__)
+    app = App(__name__)
     app.asgi_http_class = HTTPConnection
     app.request_class = Request
     app.config["COORDINATOR"] = coordinator

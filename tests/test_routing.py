@@ -1,0 +1,61 @@
+"""api/routing.py: werkzeug's routing, with recent matches remembered. Same answers as werkzeug's own matcher,
+and no reference cycle per request (what the cyclic garbage collector used to pause the service for)."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+from werkzeug.exceptions import MethodNotAllowed, NotFound
+from werkzeug.routing import Map, Rule
+
+from api.routing import CachingMap
+
+RULES = [Rule("/v1/namespaces/<namespace>/tables/<table>", methods=["GET", "POST"], endpoint="table"),
+         Rule("/v1/<prefix>/namespaces/<namespace>/tables/<table>", methods=["GET", "POST"], endpoint="table_p"),
+         Rule("/healthz", methods=["GET"], endpoint="health")]
+
+
+def adapter(map_class):
+    m = map_class([r.empty() for r in RULES])
+    return m, m.bind("localhost")
+
+
+@pytest.mark.parametrize("path,method", [("/v1/namespaces/db/tables/t1", "POST"), ("/v1/cat/namespaces/db/tables/t",
+                                                                                   "GET"), ("/healthz", "GET")])
+def test_matches_as_werkzeug_does_and_again_from_memory(path, method):
+    _, stock = adapter(Map)
+    _, caching = adapter(CachingMap)
+    expected = stock.match(path, method)
+    assert caching.match(path, method) == expected
+    first = caching.match(path, method)[1]
+    first["changed by a caller"] = True   # e.g. a url_value_preprocessor popping a value
+    assert caching.match(path, method) == expected
+
+
+def test_refusals_are_not_remembered_and_new_rules_are_seen():
+    m, caching = adapter(CachingMap)
+    with pytest.raises(MethodNotAllowed):
+        caching.match("/healthz", "POST")
+    with pytest.raises(NotFound):
+        caching.match("/v2/anything", "GET")
+    with pytest.raises(NotFound):
+        caching.match("/readyz", "GET")
+    m.add(Rule("/readyz", methods=["GET"], endpoint="ready"))
+    assert caching.match("/readyz", "GET") == ("ready", {})
+
+
+@pytest.mark.parametrize("map_class,cyclic", [(Map, True), (CachingMap, False)])
+def test_a_repeated_match_leaves_no_cyclic_garbage(map_class, cyclic):
+    _, a = adapter(map_class)
+    a.match("/v1/namespaces/db/tables/t1", "POST")
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(200):
+            a.match("/v1/namespaces/db/tables/t1", "POST")
+        collected = gc.collect()
+    finally:
+        gc.enable()
+    # werkzeug's own matcher leaves ~8 objects in a cycle per match: the stock case shows the test can tell.
+    assert (collected >= 200) if cyclic else (collected < 20), collected
