@@ -417,8 +417,7 @@ async def commit_table(prefix: str, namespace: str, table: str) -> Response:
     _check_body_identifier(body.identifier, ident, "table")
     committed = await _catalog().commit_table(ident, parse_requirements(body.requirements),
                                               parse_updates(body.updates), _key())
-    return json_response(b"".join([b'{"metadata-location":', orjson.dumps(committed.metadata_location),
-                                   b',"metadata":', committed.metadata_json, b"}"]), headers={"ETag": committed.etag})
+    return json_response(committed.commit_result(), headers={"ETag": committed.etag})
 
 
 class CommitTransactionRequest(_Body):

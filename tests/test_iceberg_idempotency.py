@@ -44,6 +44,7 @@ def test_retried_commit_is_applied_once_and_replayed(http):
     again = commit(http, key, {"n": "1"})
     assert first.status_code == again.status_code == 200
     assert again.json()["metadata-location"] == first.json()["metadata-location"]
+    assert again.json() == first.json()   # the same CommitTableResponse, not another shape
     meta = http.get("/v1/namespaces/db/tables/t").json()["metadata"]
     assert len(meta["metadata-log"]) == 1  # one new metadata file, not two
 

@@ -133,6 +133,11 @@ class IcebergTable:
         return b"".join([b'{"metadata-location":', orjson.dumps(self.metadata_location),
                          b',"metadata":', self.metadata_json, b',"config":{}}'])
 
+    def commit_result(self) -> bytes:
+        """`CommitTableResponse`: the same without `config`."""
+        return b"".join([b'{"metadata-location":', orjson.dumps(self.metadata_location),
+                         b',"metadata":', self.metadata_json, b"}"])
+
 
 class _ReceivedTable(IcebergTable):
     """A table state that came from another member: its dict is parsed from the bytes only if something asks for
@@ -346,7 +351,8 @@ def _check_ident(state: IcebergTable, ident: TableIdent) -> None:
 def _idempotency(key: uuid.UUID | None, route: str, status: int, table: IcebergTable | None):
     if key is None:
         return None
-    body = table.load_result() if table is not None else None
+    # Replayed as the original answer was: a commit's CommitTableResponse, a create's or view's LoadResult.
+    body = None if table is None else table.commit_result() if route == "commit-table" else table.load_result()
     return IdempotencyRecord(key, route, status, body)
 
 
