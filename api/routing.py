@@ -7,7 +7,7 @@ each, every request waiting) came from them. Streaming writers commit to the sam
 so the matches are remembered: a repeated path is matched without calling werkzeug at all.
 
 Only successful matches are cached (an unknown path, a wrong method or a redirect is matched afresh each time),
-the cache is bounded, and it is emptied when the rules change.
+the cache is bounded in entries and in path length, and it is emptied when the rules change.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from werkzeug.routing import Rule
 from werkzeug.routing.matcher import StateMachineMatcher
 
 ROUTE_CACHE_SIZE = 4096   # (path, method) pairs: the hot tables' commit and load paths
+# Longer paths are matched afresh: routing runs before authentication, so anyone could otherwise fill the cache
+# with long made-up paths (up to hypercorn's 16 KiB request line each). This bounds it at a few MiB.
+MAX_CACHED_PATH = 512
 
 
 class CachingMatcher(StateMachineMatcher):
@@ -33,6 +36,8 @@ class CachingMatcher(StateMachineMatcher):
         self._remembered.cache_clear()
 
     def match(self, domain: str, path: str, method: str, websocket: bool) -> tuple[Rule, MutableMapping[str, Any]]:
+        if len(path) > MAX_CACHED_PATH:
+            return super().match(domain, path, method, websocket)
         rule, values = self._remembered(domain, path, method, websocket)
         return rule, dict(values)   # the caller may change its copy (url_value_preprocessors pop from it)
 

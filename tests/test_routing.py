@@ -9,7 +9,7 @@ import pytest
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 
-from api.routing import CachingMap
+from api.routing import MAX_CACHED_PATH, CachingMap
 
 RULES = [Rule("/v1/namespaces/<namespace>/tables/<table>", methods=["GET", "POST"], endpoint="table"),
          Rule("/v1/<prefix>/namespaces/<namespace>/tables/<table>", methods=["GET", "POST"], endpoint="table_p"),
@@ -43,6 +43,16 @@ def test_refusals_are_not_remembered_and_new_rules_are_seen():
         caching.match("/readyz", "GET")
     m.add(Rule("/readyz", methods=["GET"], endpoint="ready"))
     assert caching.match("/readyz", "GET") == ("ready", {})
+
+
+def test_long_paths_are_matched_but_not_remembered():
+    m, caching = adapter(CachingMap)
+    long_name = "t" * (MAX_CACHED_PATH + 1)
+    assert caching.match(f"/v1/namespaces/db/tables/{long_name}", "GET") == ("table", {"namespace": "db",
+                                                                                      "table": long_name})
+    assert m._matcher._remembered.cache_info().currsize == 0
+    caching.match("/v1/namespaces/db/tables/short", "GET")
+    assert m._matcher._remembered.cache_info().currsize == 1
 
 
 @pytest.mark.parametrize("map_class,cyclic", [(Map, True), (CachingMap, False)])
