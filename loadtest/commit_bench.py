@@ -35,8 +35,8 @@ from .retry import MODES
 from .runner import hammer, run
 
 COLUMNS = ("processes", "protocol", "scenario", "commits_per_s", "p50_ms", "p99_ms", "commit_request_p99_ms",
-           "conflicts", "gave_up", "errors", "server_cpu_ms_per_request", "writes_per_db_txn", "server_cpu_pct", "pg_cpu_pct",
-           "loadgen_cpu_pct")
+           "conflicts", "gave_up", "errors", "server_cpu_ms_per_request", "writes_per_db_txn", "server_cpu_pct",
+           "pg_cpu_pct", "loadgen_cpu_pct")
 
 
 def main() -> None:

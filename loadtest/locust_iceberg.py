@@ -5,8 +5,8 @@
 
 Flow per user (one table): load the table, then commit `add-snapshot` + `set-snapshot-ref main` guarded by
 `assert-ref-snapshot-id` (the snapshot this writer last saw); on 409 wait as the Java client does, reload the
-table and retry. Manifest lists
-are not written: the catalog never reads them. Options: see loadtest/locust_common.py.
+table and retry. Manifest lists are not written: the catalog never reads them. Options: see
+loadtest/locust_common.py.
 """
 
 from __future__ import annotations

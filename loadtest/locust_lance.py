@@ -5,8 +5,9 @@
 
 Flow per user (one table): `version/list` limit 1 (descending) for the latest version, write a staged manifest
 into the table's `_versions/`, `version/create` at latest+1; on 409 wait as lance does, list again and retry; on
-any other error describe the table (as pylance does to tell "gone" from "broken") and retry. The staged manifest is a real file
-the server reads, so locust must run where the table locations are reachable (the default: the same machine).
+any other error describe the table (as pylance does to tell "gone" from "broken") and retry. The staged manifest
+is a real file the server reads, so locust must run where the table locations are reachable (the default: the
+same machine).
 Works against lance's own RestAdapter too. Options: see loadtest/locust_common.py.
 """
 

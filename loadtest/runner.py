@@ -170,7 +170,8 @@ async def run(flow: Flow, base: str | list[str], tables: list[Any], writers_per_
     return RunResult(
         protocol=flow.name, scenario=scenario, tables=len(tables), writers_per_table=writers_per_table,
         duration_s=round(elapsed, 2), commits=stats.commits, writes=stats.writes, requests=stats.requests,
-        conflicts=stats.conflicts, errors=stats.errors, gave_up=stats.gave_up, commits_per_s=round(stats.commits / elapsed, 1),
+        conflicts=stats.conflicts, errors=stats.errors, gave_up=stats.gave_up,
+        commits_per_s=round(stats.commits / elapsed, 1),
         p50_ms=round(pct(stats.latencies_s, 50) * 1000, 2), p99_ms=round(pct(stats.latencies_s, 99) * 1000, 2),
         commit_request_p50_ms=round(pct(stats.commit_request_latencies_s, 50) * 1000, 2),
         commit_request_p99_ms=round(pct(stats.commit_request_latencies_s, 99) * 1000, 2),
