@@ -132,7 +132,8 @@ def _summary(environment, **_kw) -> None:
     elapsed = max(stats.last_request_timestamp - stats.start_time, 1e-9) if stats.last_request_timestamp else 0
     lines = [f"# locust summary: {Path(opts.locustfile).name} against {opts.host}",
              (f"tables={opts.tables} writers_per_table={opts.writers_per_table} users="
-              f"{opts.tables * opts.writers_per_table} duration_s={opts.duration:g} namespace={opts.namespace}")]
+              f"{opts.tables * opts.writers_per_table} duration_s={opts.duration:g} namespace={opts.namespace} "
+              f"retry={opts.retry}")]
     if commit is not None and commit.num_requests:
         ok = commit.num_requests - commit.num_failures
         lines += [(f"commits={ok} failed_commits={commit.num_failures} "
