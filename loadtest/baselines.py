@@ -170,9 +170,9 @@ def sqlcatalog_writer(uri: str, warehouse: str, duration_s: float, setup: bool, 
                                   SetSnapshotRefUpdate(ref_name="main", type="branch", snapshot_id=new_id)))
             except CommitFailedException:
                 conflicts += 1
-                wait = retry.next_wait(time.perf_counter())
+                wait = retry.next_wait(time.perf_counter(), end)
                 if wait is not None:
-                    time.sleep(min(wait, max(end - time.perf_counter(), 0)))
+                    time.sleep(wait)
                 table, parent, seq = reload()
                 if wait is None:
                     gave_up += 1

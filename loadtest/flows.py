@@ -113,13 +113,12 @@ class Writer(ABC):
 
     async def wait_to_retry(self, retry: Retry, deadline: float) -> bool:
         """After a 409: wait as the client would; False if it gives up instead."""
-        now = time.perf_counter()
-        wait = retry.next_wait(now)
+        wait = retry.next_wait(time.perf_counter(), deadline)
         if wait is None:
             self.stats.gave_up += 1
             return False
         if wait > 0:
-            await trio.sleep(min(wait, max(deadline - now, 0)))
+            await trio.sleep(wait)
         return True
 
     async def _backoff(self, status: int, body: bytes) -> None:

@@ -14,26 +14,34 @@ clients do, and `at-once` (the flows' old behaviour, no wait and no limit) stays
 
 from __future__ import annotations
 
+import math
 import random
+from abc import ABC, abstractmethod
 
 MODES = ("client", "at-once")
 
 
-class Retry:
-    """One logical commit's retry schedule. `next_wait()` after a failed attempt: seconds to wait before the
-    next attempt, or None when the client gives up."""
+class Retry(ABC):
+    """One logical commit's retry schedule."""
 
     def __init__(self, rng: random.Random, started: float):
         self.rng = rng
         self.started = started   # perf_counter() when the commit's first attempt began
         self.attempts = 1        # attempts made so far (the first is under way)
 
-    def next_wait(self, now: float) -> float | None:
-        raise NotImplementedError
+    def next_wait(self, now: float, deadline: float = math.inf) -> float | None:
+        """After a failed attempt: seconds to wait before the next one (never past `deadline`, the end of the
+        run), or None when the client gives up."""
+        delay = self._delay(now)
+        return None if delay is None else min(delay, max(deadline - now, 0.0))
+
+    @abstractmethod
+    def _delay(self, now: float) -> float | None:
+        """The client's own wait before the next attempt, or None once it gives up."""
 
 
 class AtOnce(Retry):
-    def next_wait(self, now: float) -> float | None:
+    def _delay(self, now: float) -> float | None:
         self.attempts += 1
         return 0.0
 
@@ -41,7 +49,7 @@ class AtOnce(Retry):
 class IcebergJava(Retry):
     RETRIES, MIN_WAIT_MS, MAX_WAIT_MS, SCALE = 4, 100, 60_000, 2.0
 
-    def next_wait(self, now: float) -> float | None:
+    def _delay(self, now: float) -> float | None:
         if self.attempts > self.RETRIES:
             return None
         delay_ms = int(min(self.MIN_WAIT_MS * self.SCALE ** (self.attempts - 1), self.MAX_WAIT_MS))
@@ -57,7 +65,7 @@ class LanceSlots(Retry):
         super().__init__(rng, started)
         self.unit_s = 0.0
 
-    def next_wait(self, now: float) -> float | None:
+    def _delay(self, now: float) -> float | None:
         if self.attempts >= self.ATTEMPTS:
             return None
         if self.attempts == 1:
