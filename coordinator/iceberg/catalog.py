@@ -130,13 +130,15 @@ class IcebergTable:
 
     def load_result(self) -> bytes:
         """`LoadTableResult` as JSON bytes, joined from the cached metadata bytes."""
-        return b"".join([b'{"metadata-location":', orjson.dumps(self.metadata_location),
-                         b',"metadata":', self.metadata_json, b',"config":{}}'])
+        return self._result(b',"config":{}}')
 
     def commit_result(self) -> bytes:
         """`CommitTableResponse`: the same without `config`."""
+        return self._result(b"}")
+
+    def _result(self, tail: bytes) -> bytes:
         return b"".join([b'{"metadata-location":', orjson.dumps(self.metadata_location),
-                         b',"metadata":', self.metadata_json, b"}"])
+                         b',"metadata":', self.metadata_json, tail])
 
 
 class _ReceivedTable(IcebergTable):
