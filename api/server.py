@@ -27,6 +27,7 @@ from coordinator.config import Config
 from coordinator.service import Coordinator
 
 from .app import create_app
+from .transport import use_keep_alive_timer
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ async def serve_coordinator(coordinator: Coordinator, *, shutdown: trio.Event | 
                             task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Run the actors and the HTTP server until `shutdown` is set (or forever)."""
     app = create_app(coordinator)
+    use_keep_alive_timer()
     trigger = shutdown.wait if shutdown is not None else None
     async with trio.open_nursery() as nursery:
         await nursery.start(coordinator.run)

@@ -11,10 +11,19 @@ oversized or vanished client can cost (issue 7, "Hostile and broken input").
 2. `Request` with `LingeringBody`: a body over MAX_CONTENT_LENGTH is still read to its end, its bytes dropped,
    before the 413 goes out. HTTP clients send the whole body before they read the answer; a server that answers
    and closes early leaves them a connection reset instead of the 413. BODY_TIMEOUT bounds how long that takes.
+3. `TCPServer` with `KeepAliveTimer`: with (1), hypercorn re-arms its keep-alive timeout after every response by
+   starting a new task, and cancels it when the next request arrives: a lock, a `nursery.start` handshake and a
+   cancellation per request, a sixth of a bare request's CPU (loadtest/README.md, "Keep-alive timer"). Here one
+   task per connection sleeps until a deadline that each response and request moves, which costs next to nothing.
 """
 
 from __future__ import annotations
 
+import math
+
+import hypercorn.trio.run
+import hypercorn.trio.tcp_server
+import trio
 from quart.asgi import ASGIHTTPConnection
 from quart_trio.asgi import TrioASGIHTTPConnection
 from quart_trio.wrappers.request import TrioBody, TrioRequest
@@ -61,3 +70,71 @@ class LingeringBody(TrioBody):
 
 class Request(TrioRequest):
     body_class = LingeringBody
+
+
+class KeepAliveTimer:
+    """Stands in for hypercorn's `TrioSingleTask` as a connection's idle timer (`restart` when the connection goes
+    idle, `stop` when a request arrives) with one long-lived task instead of one per request. The connection is
+    closed when it has been idle for `keep_alive_timeout`, or is idle when the server begins to shut down; a
+    connection that is mid-request then is closed by hypercorn itself after its response."""
+
+    def __init__(self, server: TCPServer) -> None:
+        self.server = server
+        self.scope: trio.CancelScope | None = None
+        self.idle = False
+        self.closed = False
+
+    async def restart(self, task_group, action) -> None:  # signature of TrioSingleTask.restart; `action` unused
+        self.idle = True
+        deadline = trio.current_time() + self.server.config.keep_alive_timeout
+        if self.scope is None:
+            self.scope = trio.CancelScope(deadline=deadline)
+            task_group._nursery.start_soon(self._watch)
+        else:
+            self.scope.deadline = deadline
+
+    async def stop(self) -> None:
+        self.idle = False
+        if self.scope is not None:
+            self.scope.deadline = math.inf
+
+    def close(self) -> None:
+        """The connection is gone: end the task now rather than at the deadline."""
+        self.closed = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+    async def _watch(self) -> None:
+        terminated = self.server.context.terminated
+        while True:
+            assert self.scope is not None
+            with self.scope:
+                if terminated.is_set():
+                    await trio.sleep_forever()  # only the deadline or close() can end the wait now
+                await terminated.wait()
+            if self.closed:
+                return
+            if self.idle:
+                break
+            # A request arrived as the deadline passed, or the server began to shut down mid-request: wait on.
+            self.scope = trio.CancelScope(deadline=math.inf)
+        with trio.CancelScope(shield=True):
+            await self.server._initiate_server_close()
+
+
+class TCPServer(hypercorn.trio.tcp_server.TCPServer):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.idle_task = KeepAliveTimer(self)
+
+    async def _read_data(self) -> None:
+        try:
+            await super()._read_data()
+        finally:
+            self.idle_task.close()
+
+
+def use_keep_alive_timer() -> None:
+    """Make hypercorn's trio worker serve connections with `TCPServer` above. hypercorn takes no server class as a
+    parameter; its worker looks the name up in its module when a listener starts."""
+    hypercorn.trio.run.TCPServer = TCPServer

@@ -1,0 +1,134 @@
+"""api/transport.py's keep-alive timer, on real hypercorn over loopback: an idle connection is closed after the
+keep-alive timeout, counted from its last response; a request longer than the timeout is not cut off; and a
+connection the client closed ends its tasks at once (hypercorn's own timer held them until the timeout)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import trio
+from hypercorn.config import Config as HyperConfig
+from hypercorn.trio import serve
+from quart import Response
+from quart_trio import QuartTrio
+
+from api.transport import HTTPConnection, Request, use_keep_alive_timer
+
+KEEP_ALIVE_S = 1.0
+
+
+def tiny_app() -> QuartTrio:
+    app = QuartTrio(__name__)
+    app.asgi_http_class = HTTPConnection
+    app.request_class = Request
+
+    @app.get("/ping")
+    async def ping() -> Response:
+        return Response(b"pong")
+
+    @app.get("/slow")
+    async def slow() -> Response:
+        await trio.sleep(KEEP_ALIVE_S * 1.5)
+        return Response(b"done")
+
+    return app
+
+
+def hyper_config(keep_alive_s: float) -> HyperConfig:
+    config = HyperConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.keep_alive_timeout = keep_alive_s
+    config.graceful_timeout = 30
+    config.accesslog = None
+    return config
+
+
+async def start(nursery, config: HyperConfig, shutdown: trio.Event | None = None) -> tuple[str, int]:
+    use_keep_alive_timer()
+    trigger = shutdown.wait if shutdown is not None else None
+    binds = await nursery.start(lambda task_status: serve(tiny_app(), config, shutdown_trigger=trigger,
+                                                          task_status=task_status))
+    host, port = binds[0].removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
+
+
+@pytest.fixture
+async def server(nursery):
+    return await start(nursery, hyper_config(KEEP_ALIVE_S))
+
+
+async def get(stream: trio.SocketStream, path: str) -> bytes:
+    await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.endswith((b"pong", b"done")):
+        chunk = await stream.receive_some(65536)
+        assert chunk, f"the server closed the connection after {answer!r}"
+        answer += chunk
+    return answer
+
+
+async def closed_within(stream: trio.SocketStream, seconds: float) -> float | None:
+    """Seconds until the server closes `stream` (None: still open after `seconds`)."""
+    started = time.monotonic()
+    with trio.move_on_after(seconds):
+        while await stream.receive_some(65536):
+            pass
+        return time.monotonic() - started
+    return None
+
+
+def count_tasks() -> int:
+    def walk(task) -> int:
+        return 1 + sum(walk(child) for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return walk(trio.lowlevel.current_root_task())
+
+
+async def test_idle_deadline_counts_from_the_last_response(server):
+    stream = await trio.open_tcp_stream(*server)
+    # Requests every 0.6 s for 2.4 s: past the first request's deadline, but never 1 s idle.
+    for _ in range(5):
+        assert (await get(stream, "/ping")).startswith(b"HTTP/1.1 200")
+        await trio.sleep(KEEP_ALIVE_S * 0.6)
+    elapsed = await closed_within(stream, KEEP_ALIVE_S * 5)
+    assert elapsed is not None, "an idle connection was not closed"
+    assert elapsed < KEEP_ALIVE_S * 2, elapsed
+
+
+async def test_a_request_longer_than_the_timeout_is_answered(server):
+    stream = await trio.open_tcp_stream(*server)
+    assert (await get(stream, "/slow")).endswith(b"done")
+    assert (await get(stream, "/ping")).endswith(b"pong")  # and the connection is still usable
+
+
+async def test_a_closed_connection_ends_its_tasks_at_once(server):
+    before = count_tasks()
+    streams = [await trio.open_tcp_stream(*server) for _ in range(5)]
+    for stream in streams:
+        await get(stream, "/ping")
+    assert count_tasks() > before
+    for stream in streams:
+        await stream.aclose()
+    with trio.move_on_after(KEEP_ALIVE_S / 2):  # well before any keep-alive deadline
+        while count_tasks() > before:
+            await trio.sleep(0.01)
+    assert count_tasks() == before, "the connections' tasks outlived the connections"
+
+
+async def test_shutdown_closes_idle_connections_and_lets_requests_finish():
+    shutdown = trio.Event()
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:  # exits once hypercorn's graceful shutdown is done
+            address = await start(nursery, hyper_config(60), shutdown)
+            idle = await trio.open_tcp_stream(*address)
+            await get(idle, "/ping")
+            busy = await trio.open_tcp_stream(*address)
+            await busy.send_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            await trio.sleep(0.1)
+            shutdown.set()
+            # The idle connection goes at once; the busy one gets its answer, then is closed.
+            assert await closed_within(idle, 5) is not None, "an idle connection outlived the shutdown"
+            answer = b""
+            while chunk := await busy.receive_some(65536):
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"done"), answer
