@@ -49,27 +49,30 @@ def authenticated(**_: Any) -> Needs:
     return []
 
 
-def _credential() -> str | None:
-    auth = request.headers.get("Authorization")
+def _credential(req) -> str | None:
+    auth = req.headers.get("Authorization")
     if auth is not None:
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("Authorization must use the Bearer scheme: 'Authorization: Bearer <token>'")
         return token.strip()
-    if protocol_of(request.path) == "lance":
-        return request.headers.get("x-api-key") or None  # the Lance spec's identity header
+    if protocol_of(req.path) == "lance":
+        return req.headers.get("x-api-key") or None  # the Lance spec's identity header
     return None
 
 
 async def enforce() -> None:
-    view = current_app.view_functions.get(request.endpoint) if request.endpoint else None
+    # Runs for every request: quart's context proxies are resolved once (each proxied access is a lookup).
+    req, app = request._get_current_object(), current_app._get_current_object()
+    endpoint = req.endpoint
+    view = app.view_functions.get(endpoint) if endpoint else None
     policy = POLICIES.get(view) if view is not None else None
     if view is not None and policy is None:
-        raise Forbidden(f"route {request.endpoint} declares no access policy, so it is refused")
+        raise Forbidden(f"route {endpoint} declares no access policy, so it is refused")
     if policy is PUBLIC:
         return
-    credential = _credential()
-    authority = current_app.config["COORDINATOR"].authority
+    credential = _credential(req)
+    authority = app.config["COORDINATOR"].authority
     if authority is None:  # no auth configured (loopback only): everyone is anonymous and allowed
         return
     if credential is None:
@@ -78,7 +81,7 @@ async def enforce() -> None:
     principal = authority.principal(credential)
     if policy is None:  # no route matched: the caller is known, and will get the protocol's 404
         return
-    needs = policy(**(request.view_args or {}))
+    needs = policy(**(req.view_args or {}))
     if inspect.isawaitable(needs):
         needs = await needs
     authority.check(principal, needs)

@@ -65,17 +65,21 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     app.register_blueprint(lance.bp)
     metrics = coordinator.metrics
 
+    # The two hooks run for every request, so each resolves quart's context proxies (`request`, `g`) once: a
+    # proxied attribute costs a context-variable lookup each time.
     @app.before_request
     async def _start() -> None:
-        g.request_id = request.headers.get("X-Request-Id") or next_request_id()
-        g.started = time.perf_counter()
+        req, ctx = request._get_current_object(), g._get_current_object()
+        headers = req.headers
+        ctx.started = time.perf_counter()
+        ctx.request_id = headers.get("X-Request-Id") or next_request_id()
         # Always consume the body, whatever the method and even when a handler rejects the request early: an
         # unread body left on a keep-alive connection stalls the client's next request, and reading it here puts
         # every body under BODY_TIMEOUT (a GET whose body trickles in would otherwise hold its connection). A
         # request with no Content-Length (or 0) and no Transfer-Encoding has no body (RFC 9112 6.3): nothing to wait for.
-        if request.content_length or "Transfer-Encoding" in request.headers:
+        if req.content_length or "Transfer-Encoding" in headers:
             try:
-                await request.get_data()
+                await req.get_data()
             except RequestEntityTooLarge:
                 raise RequestEntityTooLarge(f"request body too large: the limit is {MAX_BODY_BYTES} bytes") from None
             except RequestTimeout:
@@ -83,21 +87,22 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
                                      f"{coordinator.config.http_body_timeout_s:g} s") from None
         # A NUL (%00) can name nothing: PostgreSQL text cannot hold it and the OS cannot open a path with it. (h11
         # refuses a raw NUL in the request line, so a query string can only hold it encoded.)
-        if "\x00" in request.path or b"%00" in request.query_string:
+        if "\x00" in req.path or b"%00" in req.query_string:
             raise BadRequest("the path or a query parameter has a NUL character (%00)")
         await enforce()
 
     @app.after_request
     async def _finish(response: Response) -> Response:
-        elapsed = time.perf_counter() - g.get("started", time.perf_counter())
-        rule = request.url_rule.rule if request.url_rule is not None else "unmatched"
-        metrics.observe_request(protocol_of(request.path), f"{request.method} {rule}", response.status_code,
-                                elapsed)
-        response.headers["X-Request-Id"] = g.get("request_id", "")
+        req, ctx = request._get_current_object(), g._get_current_object()
+        started = getattr(ctx, "started", None)
+        elapsed = time.perf_counter() - started if started is not None else 0.0
+        rule = req.url_rule.rule if req.url_rule is not None else "unmatched"
+        metrics.observe_request(protocol_of(req.path), f"{req.method} {rule}", response.status_code, elapsed)
+        request_id = getattr(ctx, "request_id", "")
+        response.headers["X-Request-Id"] = request_id
         if log.isEnabledFor(logging.INFO):
-            log.info("request", extra={"request_id": g.get("request_id"), "method": request.method,
-                                       "path": request.path, "status": response.status_code,
-                                       "ms": round(elapsed * 1000, 2)})
+            log.info("request", extra={"request_id": request_id, "method": req.method, "path": req.path,
+                                       "status": response.status_code, "ms": round(elapsed * 1000, 2)})
         return response
 
     @app.errorhandler(HTTPException)
