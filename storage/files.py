@@ -144,9 +144,12 @@ class FileIO:
                         self._put_object(uri, data)
                         continue
                     parent, name = os.path.split(path)
-                    os.makedirs(parent, exist_ok=True)
                     tmp = os.path.join(parent, f".{name}.{uuid.uuid4().hex}.tmp")
-                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                    try:
+                        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                    except FileNotFoundError:  # the directory's first file: make it (three syscalls saved otherwise)
+                        os.makedirs(parent, exist_ok=True)
+                        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                     staged.append((i, fd, tmp, path))
                     _write_all(fd, data)
             except Exception as exc:
