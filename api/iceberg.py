@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from typing import Any, Literal, Optional
+from typing import Any, Awaitable, Callable, Literal, Optional
 
 import orjson
 
@@ -215,9 +215,11 @@ def _key() -> uuid.UUID | None:
     return g.get("idempotency_key")
 
 
-def idempotent(route: str):
+def idempotent(route: str, current: Callable[..., Awaitable[IcebergTable]] | None = None):
     """Idempotency-Key handling for a mutating route: validate the key, replay a finalized answer, or run the
-    handler once (its catalog operation records success in the same transaction as the change)."""
+    handler once (its catalog operation records success in the same transaction as the change). A table or view
+    answer is replayed from the metadata file it named, or from `current(**route_args)`, the state now, if that
+    file is gone (`IcebergCatalog.replay`)."""
     def wrap(fn):
         @functools.wraps(fn)
         async def handler(**kwargs):
@@ -225,19 +227,42 @@ def idempotent(route: str):
             if raw is None:
                 return await fn(**kwargs)
             g.idempotency_key = parse_key(raw)
+            fresh: Response | None = None
 
             async def op() -> Answer:
-                response = await fn(**kwargs)
-                return Answer(response.status_code, await response.get_data())
+                nonlocal fresh
+                fresh = await fn(**kwargs)
+                return Answer(fresh.status_code, None)
 
             coordinator = current_app.config["COORDINATOR"]
             answer = await coordinator.idempotency.run(
                 g.idempotency_key, route, op, lambda exc: error_response_body(exc))
+            if fresh is not None:  # not a replay: the handler's own response, headers included
+                return fresh
+            if answer.body_ref is not None and current is not None:
+                body = await _catalog().replay(route, answer.body_ref, lambda: current(**kwargs))
+                return json_response(body, answer.status)
             if answer.body:
                 return json_response(answer.body, answer.status)
             return empty_response(answer.status)
         return handler
     return wrap
+
+
+async def _table_now(prefix: str, namespace: str, table: str) -> IcebergTable:
+    return await _catalog().load_table(_ident(prefix, namespace, table))
+
+
+async def _view_now(prefix: str, namespace: str, view: str) -> IcebergTable:
+    return await _catalog().load_view(_ident(prefix, namespace, view))
+
+
+def _created_now(model: type, kind: str) -> Callable[..., Awaitable[IcebergTable]]:
+    """The state now of the table or view a create request (of `model`) named in its body."""
+    async def now(prefix: str, namespace: str) -> IcebergTable:
+        ident = _ident(prefix, namespace, (await read_model(model)).name)
+        return await (_catalog().load_view(ident) if kind == "view" else _catalog().load_table(ident))
+    return now
 
 
 def _load_response(table: IcebergTable, status: int = 200, etag: str | None = None) -> Response:
@@ -364,7 +389,7 @@ async def _list_identifiers(prefix: str, namespace: str, kind: str) -> Response:
 
 @routes("/namespaces/<namespace>/tables", ["POST"])
 @guard(_on_namespace(CREATE))
-@idempotent("create-table")
+@idempotent("create-table", _created_now(CreateTableRequest, "table"))
 async def create_table(prefix: str, namespace: str) -> Response:
     body = await read_model(CreateTableRequest)
     ident = _ident(prefix, namespace, body.name)
@@ -379,7 +404,7 @@ async def create_table(prefix: str, namespace: str) -> Response:
 
 @routes("/namespaces/<namespace>/register", ["POST"])
 @guard(_on_namespace(CREATE))
-@idempotent("register-table")
+@idempotent("register-table", _created_now(RegisterTableRequest, "table"))
 async def register_table(prefix: str, namespace: str) -> Response:
     body = await read_model(RegisterTableRequest)
     if body.overwrite:
@@ -410,7 +435,7 @@ async def load_table(prefix: str, namespace: str, table: str) -> Response:
 
 @routes("/namespaces/<namespace>/tables/<table>", ["POST"])
 @guard(_on_object(WRITE))
-@idempotent("commit-table")
+@idempotent("commit-table", _table_now)
 async def commit_table(prefix: str, namespace: str, table: str) -> Response:
     body = await read_model(CommitTableRequest)
     ident = _ident(prefix, namespace, table)
@@ -498,7 +523,7 @@ async def list_views(prefix: str, namespace: str) -> Response:
 
 @routes("/namespaces/<namespace>/views", ["POST"])
 @guard(_on_namespace(CREATE))
-@idempotent("create-view")
+@idempotent("create-view", _created_now(CreateViewRequest, "view"))
 async def create_view(prefix: str, namespace: str) -> Response:
     body = await read_model(CreateViewRequest)
     view = await _catalog().create_view(_ident(prefix, namespace, body.name), schema=body.schema_,
@@ -518,7 +543,7 @@ async def load_view(prefix: str, namespace: str, view: str) -> Response:
 
 @routes("/namespaces/<namespace>/views/<view>", ["POST"])
 @guard(_on_object(WRITE))
-@idempotent("replace-view")
+@idempotent("replace-view", _view_now)
 async def replace_view(prefix: str, namespace: str, view: str) -> Response:
     body = await read_model(CommitViewRequest)
     ident = _ident(prefix, namespace, view)

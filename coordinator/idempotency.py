@@ -10,6 +10,8 @@ still in flight waits for the first and then gets its answer.
 from __future__ import annotations
 
 import logging
+import os
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Awaitable, Callable
@@ -38,10 +40,22 @@ def parse_key(raw: str) -> uuid.UUID:
     return key
 
 
+def new_key() -> str:
+    """A fresh key as clients send it: a UUIDv7 string (RFC 9562). For this project's own clients (tests, load
+    generator); Python gains `uuid.uuid7` only in 3.14."""
+    ms = int(time.time() * 1000)
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms << 80) | (0x7 << 76) | ((rand >> 64) & 0xFFF) << 64 | (0b10 << 62) | (rand & ((1 << 62) - 1))
+    return str(uuid.UUID(int=value))
+
+
 @dataclass
 class Answer:
+    """A finalized answer. `body_ref` (instead of `body`): the file the body is rebuilt from (IdempotencyRecord)."""
+
     status: int
     body: bytes | None
+    body_ref: str | None = None
 
 
 class Idempotency:
@@ -61,7 +75,7 @@ class Idempotency:
                 if previous.route != route:
                     raise BadRequest(f"Idempotency-Key {key} was already used for a different operation "
                                      f"({previous.route})")
-                return Answer(previous.status, previous.body)
+                return Answer(previous.status, previous.body, previous.body_ref)
             try:
                 return await op()
             except DuplicateRequest:
@@ -70,7 +84,7 @@ class Idempotency:
                 if previous is None:
                     raise Unavailable(f"Idempotency-Key {key} was applied by a concurrent request whose answer "
                                       f"is not readable yet; retry") from None
-                return Answer(previous.status, previous.body)
+                return Answer(previous.status, previous.body, previous.body_ref)
             except CoordinatorError as exc:
                 if 400 <= exc.status < 500 and exc.status not in NEVER_FINAL:
                     await self._record_error(key, route, exc.status, error_body(exc))

@@ -65,9 +65,10 @@ _TABLE_COLS = "table_id, realm, catalog, namespace, name, kind, format, location
 
 # Both write statements record the Idempotency-Keys of the rows they changed, in the same statement as the change.
 _IDEMPOTENCY_CTE = """idem AS (
-    INSERT INTO idempotency_keys (key, route, status, body)
-    SELECT k.key, k.route, k.status, k.body
-    FROM unnest($9::uuid[], $10::uuid[], $11::text[], $12::int[], $13::bytea[]) AS k(table_id, key, route, status, body)
+    INSERT INTO idempotency_keys (key, route, status, body, body_ref)
+    SELECT k.key, k.route, k.status, k.body, k.body_ref
+    FROM unnest($9::uuid[], $10::uuid[], $11::text[], $12::int[], $13::bytea[], $14::text[])
+        AS k(table_id, key, route, status, body, body_ref)
     WHERE k.table_id IN (SELECT table_id FROM upd)
     ON CONFLICT (key) DO NOTHING
 )"""
@@ -95,11 +96,11 @@ SELECT table_id FROM upd
 # came first, sees the new epoch (READ COMMITTED re-reads a locked row's latest version) and applies nothing.
 _FENCED_WRITE_SQL = f"""
 WITH u AS (
-    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::jsonb[], $14::int[])
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::jsonb[], $15::int[])
         AS u(table_id, expected, epoch, new_version, state, shard)
 ), fence AS (
     -- In shard order, as every statement that locks several lease rows does: no two can deadlock.
-    SELECT l.shard, l.epoch FROM shard_leases l WHERE l.shard = ANY($14::int[]) ORDER BY l.shard FOR SHARE
+    SELECT l.shard, l.epoch FROM shard_leases l WHERE l.shard = ANY($15::int[]) ORDER BY l.shard FOR SHARE
 ), upd AS (
     UPDATE tables t SET row_version = u.new_version, epoch = u.epoch, state = COALESCE(u.state, t.state),
                         updated_at = now()
@@ -243,7 +244,7 @@ class GroupCommitWriter:
         """Returns the ids of the rows written, and of those refused because their lease had moved."""
         ids, expected, epochs, versions, states = [], [], [], [], []
         l_ids, l_versions, l_payloads = [], [], []
-        k_ids, k_keys, k_routes, k_status, k_bodies = [], [], [], [], []
+        k_ids, k_keys, k_routes, k_status, k_bodies, k_refs = [], [], [], [], [], []
         for g in groups:
             w = g.writes[0]
             ids.append(w.table_id)
@@ -261,14 +262,15 @@ class GroupCommitWriter:
                 k_routes.append(k.route)
                 k_status.append(k.status)
                 k_bodies.append(k.body)
+                k_refs.append(k.body_ref)
         if self.fenced:
             rows = await con.fetch(_FENCED_WRITE_SQL, ids, expected, epochs, versions, states,
-                                   l_ids, l_versions, l_payloads, k_ids, k_keys, k_routes, k_status, k_bodies,
+                                   l_ids, l_versions, l_payloads, k_ids, k_keys, k_routes, k_status, k_bodies, k_refs,
                                    [shard_of(i) for i in ids])
             return ({r["table_id"] for r in rows if r["applied"]},
                     {r["table_id"] for r in rows if r["fenced"] and not r["applied"]})
         rows = await con.fetch(_SIMPLE_WRITE_SQL, ids, expected, epochs, versions, states,
-                               l_ids, l_versions, l_payloads, k_ids, k_keys, k_routes, k_status, k_bodies)
+                               l_ids, l_versions, l_payloads, k_ids, k_keys, k_routes, k_status, k_bodies, k_refs)
         return {r["table_id"] for r in rows}, set()
 
     async def _write_complex(self, con: asyncpg.Connection, group: WriteGroup) -> WriteResult:
@@ -565,8 +567,8 @@ class PostgresStore:
 
     async def get_idempotency(self, key: UUID) -> IdempotencyRecord | None:
         r = await self._call(lambda con: con.fetchrow(
-            "SELECT key, route, status, body FROM idempotency_keys WHERE key=$1", key))
-        return IdempotencyRecord(r["key"], r["route"], r["status"], r["body"]) if r else None
+            "SELECT key, route, status, body, body_ref FROM idempotency_keys WHERE key=$1", key))
+        return IdempotencyRecord(r["key"], r["route"], r["status"], r["body"], r["body_ref"]) if r else None
 
     async def put_idempotency(self, record: IdempotencyRecord) -> None:
         await self._call(lambda con: _put_idempotency(con, record))
@@ -595,8 +597,9 @@ class PostgresStore:
 
 async def _put_idempotency(con: asyncpg.Connection, record: IdempotencyRecord | None) -> None:
     if record is not None:
-        await con.execute("INSERT INTO idempotency_keys (key, route, status, body) VALUES ($1,$2,$3,$4)"
-                          " ON CONFLICT (key) DO NOTHING", record.key, record.route, record.status, record.body)
+        await con.execute("INSERT INTO idempotency_keys (key, route, status, body, body_ref) VALUES ($1,$2,$3,$4,$5)"
+                          " ON CONFLICT (key) DO NOTHING", record.key, record.route, record.status, record.body,
+                          record.body_ref)
 
 
 def _show(path: str) -> str:

@@ -51,10 +51,14 @@ class LogEntry:
 
 @dataclass(frozen=True)
 class IdempotencyRecord:
+    """A finalized answer to replay. `body_ref`, when set, names an immutable file the body is rebuilt from (an
+    Iceberg table's metadata file) instead of `body` holding it."""
+
     key: UUID
     route: str
     status: int
     body: bytes | None
+    body_ref: str | None = None
 
 
 @dataclass

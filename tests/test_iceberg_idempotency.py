@@ -93,3 +93,61 @@ def test_concurrent_requests_with_one_key_apply_once(service, http):
     assert {r.status_code for r in results} == {200}
     assert len({r.json()["metadata-location"] for r in results}) == 1
     assert len(http.get("/v1/namespaces/db/tables/t").json()["metadata"]["metadata-log"]) == 1
+
+
+def stored_record(config, key: str):
+    import asyncio
+
+    import asyncpg
+
+    async def fetch():
+        con = await asyncpg.connect(config.database_url)
+        try:
+            return await con.fetchrow("SELECT status, body, body_ref FROM idempotency_keys WHERE key=$1",
+                                      uuid.UUID(key))
+        finally:
+            await con.close()
+    return asyncio.run(fetch())
+
+
+def local_file(location: str):
+    from storage.files import to_local_path
+    path = to_local_path(location)
+    assert path is not None, location
+    return path
+
+
+def test_a_commit_answer_is_kept_as_its_metadata_file_not_copied_into_the_database(config, http):
+    """A commit's answer is the table's whole metadata; the record names the metadata file it wrote instead."""
+    key = uuid7()
+    first = commit(http, key, {"n": "1"})
+    assert first.status_code == 200 and first.headers["ETag"]
+    record = stored_record(config, key)
+    assert record["status"] == 200 and record["body"] is None
+    assert record["body_ref"] == first.json()["metadata-location"]
+    assert commit(http, key, {"n": "1"}).content == first.content
+
+
+def test_create_is_replayed_with_the_same_load_result(config, http):
+    key = uuid7()
+    body = {"name": "made", "schema": SCHEMA}
+    first = http.post("/v1/namespaces/db/tables", json=body, headers={"Idempotency-Key": key})
+    again = http.post("/v1/namespaces/db/tables", json=body, headers={"Idempotency-Key": key})
+    assert first.status_code == again.status_code == 200
+    assert again.json() == first.json() and "config" in again.json()
+    assert stored_record(config, key)["body"] is None
+
+
+def test_a_replay_whose_metadata_file_is_gone_answers_with_the_current_state(config, http):
+    """Old metadata files may be removed (write.metadata.delete-after-commit.enabled). The spec lets a replay
+    reflect a newer state of the catalog: the answer is then the table as it is now, and nothing is applied."""
+    key = uuid7()
+    first = commit(http, key, {"n": "1"}).json()
+    later = http.post("/v1/namespaces/db/tables/t", json={"requirements": [], "updates": [
+        {"action": "set-properties", "updates": {"m": "2"}}]}).json()
+    local_file(first["metadata-location"]).unlink()
+    replay = commit(http, key, {"n": "1"})
+    assert replay.status_code == 200
+    assert replay.json()["metadata-location"] == later["metadata-location"]
+    assert replay.json()["metadata"]["properties"]["m"] == "2" and "config" not in replay.json()
+    assert len(http.get("/v1/namespaces/db/tables/t").json()["metadata"]["metadata-log"]) == 2

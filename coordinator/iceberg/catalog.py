@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import orjson
 
@@ -29,9 +30,12 @@ from . import apply_commit, new_table_metadata
 from .models import AssertCreate
 from .views import apply_view_commit, new_view_metadata
 
+log = logging.getLogger(__name__)
+
 REALM = "iceberg"
 FORMAT = "iceberg"
 VIEW_FORMAT = "iceberg-view"
+COMMIT_TABLE_ROUTE = "commit-table"  # the one route answered with CommitTableResponse, not LoadResult
 
 
 @dataclass(frozen=True)
@@ -130,15 +134,26 @@ class IcebergTable:
 
     def load_result(self) -> bytes:
         """`LoadTableResult` as JSON bytes, joined from the cached metadata bytes."""
-        return self._result(b',"config":{}}')
+        return _result_json(self.metadata_location, self.metadata_json, _LOAD_TAIL)
 
     def commit_result(self) -> bytes:
         """`CommitTableResponse`: the same without `config`."""
-        return self._result(b"}")
+        return _result_json(self.metadata_location, self.metadata_json, _COMMIT_TAIL)
 
-    def _result(self, tail: bytes) -> bytes:
-        return b"".join([b'{"metadata-location":', orjson.dumps(self.metadata_location),
-                         b',"metadata":', self.metadata_json, tail])
+    def answer(self, route: str) -> bytes:
+        return answer_json(route, self.metadata_location, self.metadata_json)
+
+
+_LOAD_TAIL, _COMMIT_TAIL = b',"config":{}}', b"}"
+
+
+def _result_json(metadata_location: str, metadata_json: bytes, tail: bytes) -> bytes:
+    return b"".join([b'{"metadata-location":', orjson.dumps(metadata_location), b',"metadata":', metadata_json, tail])
+
+
+def answer_json(route: str, metadata_location: str, metadata_json: bytes) -> bytes:
+    """What a table or view route answers: a table commit CommitTableResponse, the others LoadResult."""
+    return _result_json(metadata_location, metadata_json, _COMMIT_TAIL if route == COMMIT_TABLE_ROUTE else _LOAD_TAIL)
 
 
 class _ReceivedTable(IcebergTable):
@@ -213,7 +228,7 @@ class CommitTable:
             return Decision(state, reply=state)  # nothing changed: no new metadata file
         _check_moved(self.warehouse, state.metadata, new)
         data, list_json = serialize_metadata(new, state)
-        return _next_version(state, new, data, list_json, self.idempotency_key, "commit-table",
+        return _next_version(state, new, data, list_json, self.idempotency_key, COMMIT_TABLE_ROUTE,
                              after_durable=_delete_after_commit(self.files, state, new, self.warehouse))
 
 
@@ -353,9 +368,9 @@ def _check_ident(state: IcebergTable, ident: TableIdent) -> None:
 def _idempotency(key: uuid.UUID | None, route: str, status: int, table: IcebergTable | None):
     if key is None:
         return None
-    # Replayed as the original answer was: a commit's CommitTableResponse, a create's or view's LoadResult.
-    body = None if table is None else table.commit_result() if route == "commit-table" else table.load_result()
-    return IdempotencyRecord(key, route, status, body)
+    # The answer is the whole metadata (megabytes at 10,000 snapshots): not stored, but rebuilt on replay from the
+    # metadata file this change wrote, which no later change rewrites (`IcebergCatalog.replay`).
+    return IdempotencyRecord(key, route, status, None, body_ref=None if table is None else table.metadata_location)
 
 
 # -- the catalog ---------------------------------------------------------------------------------------------
@@ -467,6 +482,18 @@ class IcebergCatalog:
     async def load_table(self, ident: TableIdent) -> IcebergTable:
         return await self._submit(ident, lambda: LoadTable(ident))
 
+    async def replay(self, route: str, metadata_location: str,
+                     current: Callable[[], Awaitable[IcebergTable]]) -> bytes:
+        """A finalized table or view answer, from the metadata file it named. If that file is gone (removed by
+        `write.metadata.delete-after-commit.enabled`, or purged), from `current()`: the spec lets a replay
+        "reflect a newer state of the catalog" (Idempotency-Key)."""
+        try:
+            return answer_json(route, metadata_location, await self.files.read(metadata_location))
+        except Exception as exc:  # noqa: BLE001 - missing, or unreadable in the object store: either way, rebuild
+            log.info("replaying %s from the current state: its metadata file %s is unreadable (%s)",
+                     route, metadata_location, exc)
+        return (await current()).answer(route)
+
     async def table_exists(self, ident: TableIdent) -> bool:
         try:
             await self.load_table(ident)
@@ -554,7 +581,7 @@ class IcebergCatalog:
                              idempotency_key: uuid.UUID | None) -> IcebergTable:
         """The create transaction (stage-create, then commit with `assert-create`): the table must not exist."""
         metadata = await self._create_transaction_metadata(ident, requirements, updates)
-        return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key, "commit-table")
+        return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key, COMMIT_TABLE_ROUTE)
 
     async def _create_transaction_metadata(self, ident: TableIdent, requirements: list, updates: list) -> dict:
         """The new table's metadata: at the location the updates set (which must be in the warehouse), else at
