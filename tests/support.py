@@ -9,13 +9,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
+from coordinator.idempotency import new_key
 from storage.embedded import EmbeddedPostgres, free_port
 
 
@@ -90,12 +90,7 @@ class ServerProcess:
         self.stop()
 
 
-def uuid7() -> str:
-    """A UUIDv7 string (RFC 9562), as Iceberg's Idempotency-Key requires."""
-    ms = int(time.time() * 1000)
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (ms << 80) | (0x7 << 76) | ((rand >> 64) & 0xFFF) << 64 | (0b10 << 62) | (rand & ((1 << 62) - 1))
-    return str(uuid.UUID(int=value))
+uuid7 = new_key  # a UUIDv7 string, as Iceberg's Idempotency-Key requires
 
 
 # -- authentication: an auth file for tests, and tokens from the service's own token endpoint ---------------------
