@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 import trio
 
+from coordinator.idempotency import new_key
 from storage import files
 
 from .http import HttpConnection
@@ -90,13 +91,13 @@ class Writer(ABC):
         self.stats = stats
         self.rng = random.Random()
 
-    async def request(self, method: str, path: str, body: Any = None, *, commit: bool = False
-                      ) -> tuple[int, bytes]:
+    async def request(self, method: str, path: str, body: Any = None, *, commit: bool = False,
+                      headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         """`commit`: a commit request, whose own latency (what the coordinator adds) is recorded too."""
         self.stats.requests += 1
         started = time.perf_counter()
         with trio.fail_after(60):
-            answer = await self.conn.request(method, path, body)
+            answer = await self.conn.request(method, path, body, headers)
         if commit:
             self.stats.commit_request_latencies_s.append(time.perf_counter() - started)
         return answer
@@ -200,6 +201,7 @@ def iceberg_state(body: bytes) -> tuple[int | None, int]:
 class IcebergWriter(Writer):
     snapshot_id: int | None = None
     seq: int = 0
+    idempotency_keys = False  # send an Idempotency-Key with each commit request, as Java clients since 1.10 may
 
     async def reload(self) -> None:
         status, body = await self.request("GET", self.table.path)
@@ -214,7 +216,9 @@ class IcebergWriter(Writer):
         while time.perf_counter() < deadline:
             new_id = self.rng.getrandbits(62)
             body = iceberg_commit_body(self.snapshot_id, new_id, self.seq + 1)
-            status, body = await self.request("POST", self.table.path, body, commit=True)
+            # A retry after a 409 is a new commit (new parent, new snapshot), so it gets a new key.
+            headers = {"Idempotency-Key": new_key()} if self.idempotency_keys else None
+            status, body = await self.request("POST", self.table.path, body, commit=True, headers=headers)
             if status == 200:
                 self.snapshot_id, self.seq = new_id, self.seq + 1
                 self.stats.writes += 1
@@ -233,6 +237,9 @@ class IcebergWriter(Writer):
 class IcebergFlow(Flow):
     name = "iceberg"
 
+    def __init__(self, idempotency_keys: bool = False):
+        self.idempotency_keys = idempotency_keys
+
     async def prepare(self, base: str, count: int, tag: str) -> list[IcebergTable]:
         conn = HttpConnection(base)
         status, body = await conn.request("POST", "/v1/namespaces", {"namespace": [tag]})
@@ -247,7 +254,9 @@ class IcebergFlow(Flow):
         return await parallel(base, list(range(count)), create)
 
     def writer(self, base: str, table: IcebergTable, stats: Stats) -> IcebergWriter:
-        return IcebergWriter(base, table, stats)
+        w = IcebergWriter(base, table, stats)
+        w.idempotency_keys = self.idempotency_keys
+        return w
 
     def sample_request(self) -> tuple[str, Any]:
         rng = random.Random()
