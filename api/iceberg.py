@@ -217,9 +217,9 @@ def _key() -> uuid.UUID | None:
 
 def idempotent(route: str, current: Callable[..., Awaitable[IcebergTable]] | None = None):
     """Idempotency-Key handling for a mutating route: validate the key, replay a finalized answer, or run the
-    handler once (its catalog operation records success in the same transaction as the change). A table or view
-    answer is replayed from the metadata file it named, or from `current(**route_args)`, the state now, if that
-    file is gone (`IcebergCatalog.replay`)."""
+    handler once (its catalog operation records success in the same transaction as the change). A route that
+    answers with a table or view must give `current(**route_args)`, its state now: the answer is replayed from
+    the metadata file it named, or from `current` if that file is gone (`IcebergCatalog.replay`)."""
     def wrap(fn):
         @functools.wraps(fn)
         async def handler(**kwargs):
@@ -239,7 +239,7 @@ def idempotent(route: str, current: Callable[..., Awaitable[IcebergTable]] | Non
                 g.idempotency_key, route, op, lambda exc: error_response_body(exc))
             if fresh is not None:  # not a replay: the handler's own response, headers included
                 return fresh
-            if answer.body_ref is not None and current is not None:
+            if answer.body_ref is not None:  # only routes that answer with a table or view record one
                 body = await _catalog().replay(route, answer.body_ref, lambda: current(**kwargs))
                 return json_response(body, answer.status)
             if answer.body:
