@@ -19,7 +19,7 @@ from coordinator.auth import Privilege, Resource
 from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
 from coordinator.iceberg import parse_requirements, parse_updates
-from coordinator.idempotency import LIFETIME_S, Answer, parse_key
+from coordinator.idempotency import LIFETIME_S, IdempotencyRecord, parse_key
 from coordinator.iceberg.catalog import IcebergTable, TableIdent
 from coordinator.iceberg.views import parse_view_requirements, parse_view_updates
 
@@ -227,24 +227,17 @@ def idempotent(route: str, current: Callable[..., Awaitable[IcebergTable]] | Non
             if raw is None:
                 return await fn(**kwargs)
             g.idempotency_key = parse_key(raw)
-            fresh: Response | None = None
-
-            async def op() -> Answer:
-                nonlocal fresh
-                fresh = await fn(**kwargs)
-                return Answer(fresh.status_code, None)
-
             coordinator = current_app.config["COORDINATOR"]
-            answer = await coordinator.idempotency.run(
-                g.idempotency_key, route, op, lambda exc: error_response_body(exc))
-            if fresh is not None:  # not a replay: the handler's own response, headers included
-                return fresh
-            if answer.body_ref is not None:  # only routes that answer with a table or view record one
-                body = await _catalog().replay(route, answer.body_ref, lambda: current(**kwargs))
-                return json_response(body, answer.status)
-            if answer.body:
-                return json_response(answer.body, answer.status)
-            return empty_response(answer.status)
+            result = await coordinator.idempotency.run(g.idempotency_key, route, lambda: fn(**kwargs),
+                                                       error_response_body)
+            if not isinstance(result, IdempotencyRecord):
+                return result  # not a replay: the handler's own response, headers included
+            if result.body_ref is not None:  # only routes that answer with a table or view record one
+                body = await _catalog().replay(route, result.body_ref, lambda: current(**kwargs))
+                return json_response(body, result.status)
+            if result.body:
+                return json_response(result.body, result.status)
+            return empty_response(result.status)
         return handler
     return wrap
 
@@ -257,12 +250,11 @@ async def _view_now(prefix: str, namespace: str, view: str) -> IcebergTable:
     return await _catalog().load_view(_ident(prefix, namespace, view))
 
 
-def _created_now(model: type, kind: str) -> Callable[..., Awaitable[IcebergTable]]:
-    """The state now of the table or view a create request (of `model`) named in its body."""
-    async def now(prefix: str, namespace: str) -> IcebergTable:
-        ident = _ident(prefix, namespace, (await read_model(model)).name)
-        return await (_catalog().load_view(ident) if kind == "view" else _catalog().load_table(ident))
-    return now
+def _created_now(model: type, now: Callable[..., Awaitable[IcebergTable]]) -> Callable[..., Awaitable[IcebergTable]]:
+    """`now` (`_table_now` or `_view_now`) of the object a create request (of `model`) names in its body."""
+    async def created(prefix: str, namespace: str) -> IcebergTable:
+        return await now(prefix, namespace, (await read_model(model)).name)
+    return created
 
 
 def _load_response(table: IcebergTable, status: int = 200, etag: str | None = None) -> Response:
@@ -389,7 +381,7 @@ async def _list_identifiers(prefix: str, namespace: str, kind: str) -> Response:
 
 @routes("/namespaces/<namespace>/tables", ["POST"])
 @guard(_on_namespace(CREATE))
-@idempotent("create-table", _created_now(CreateTableRequest, "table"))
+@idempotent("create-table", _created_now(CreateTableRequest, _table_now))
 async def create_table(prefix: str, namespace: str) -> Response:
     body = await read_model(CreateTableRequest)
     ident = _ident(prefix, namespace, body.name)
@@ -404,7 +396,7 @@ async def create_table(prefix: str, namespace: str) -> Response:
 
 @routes("/namespaces/<namespace>/register", ["POST"])
 @guard(_on_namespace(CREATE))
-@idempotent("register-table", _created_now(RegisterTableRequest, "table"))
+@idempotent("register-table", _created_now(RegisterTableRequest, _table_now))
 async def register_table(prefix: str, namespace: str) -> Response:
     body = await read_model(RegisterTableRequest)
     if body.overwrite:
@@ -523,7 +515,7 @@ async def list_views(prefix: str, namespace: str) -> Response:
 
 @routes("/namespaces/<namespace>/views", ["POST"])
 @guard(_on_namespace(CREATE))
-@idempotent("create-view", _created_now(CreateViewRequest, "view"))
+@idempotent("create-view", _created_now(CreateViewRequest, _view_now))
 async def create_view(prefix: str, namespace: str) -> Response:
     body = await read_model(CreateViewRequest)
     view = await _catalog().create_view(_ident(prefix, namespace, body.name), schema=body.schema_,

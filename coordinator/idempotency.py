@@ -13,8 +13,7 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, TypeVar
 
 import trio
 
@@ -23,6 +22,8 @@ from storage.records import IdempotencyRecord
 from .errors import BadRequest, CoordinatorError, DuplicateRequest, Unavailable
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 LIFETIME_S = 30 * 60                 # advertised as `idempotency-key-lifetime`
 RETAIN_S = 2 * LIFETIME_S            # kept at least this long (a grace period for clock skew), then purged
@@ -49,22 +50,14 @@ def new_key() -> str:
     return str(uuid.UUID(int=value))
 
 
-@dataclass
-class Answer:
-    """A finalized answer. `body_ref` (instead of `body`): the file the body is rebuilt from (IdempotencyRecord)."""
-
-    status: int
-    body: bytes | None
-    body_ref: str | None = None
-
-
 class Idempotency:
     def __init__(self, store):
         self.store = store
         self._inflight: dict[uuid.UUID, trio.Event] = {}
 
-    async def run(self, key: uuid.UUID, route: str, op: Callable[[], Awaitable[Answer]],
-                  error_body: Callable[[CoordinatorError], bytes]) -> Answer:
+    async def run(self, key: uuid.UUID, route: str, op: Callable[[], Awaitable[T]],
+                  error_body: Callable[[CoordinatorError], bytes]) -> T | IdempotencyRecord:
+        """`op()`'s result, or the finalized record of an earlier request with `key` to replay instead."""
         while key in self._inflight:
             await self._inflight[key].wait()
         done = trio.Event()
@@ -75,7 +68,7 @@ class Idempotency:
                 if previous.route != route:
                     raise BadRequest(f"Idempotency-Key {key} was already used for a different operation "
                                      f"({previous.route})")
-                return Answer(previous.status, previous.body, previous.body_ref)
+                return previous
             try:
                 return await op()
             except DuplicateRequest:
@@ -84,7 +77,7 @@ class Idempotency:
                 if previous is None:
                     raise Unavailable(f"Idempotency-Key {key} was applied by a concurrent request whose answer "
                                       f"is not readable yet; retry") from None
-                return Answer(previous.status, previous.body, previous.body_ref)
+                return previous
             except CoordinatorError as exc:
                 if 400 <= exc.status < 500 and exc.status not in NEVER_FINAL:
                     await self._record_error(key, route, exc.status, error_body(exc))

@@ -202,7 +202,6 @@ async def test_one_idempotency_key_applies_once_even_without_the_members_seriali
     """Two members may hand the owner the same keyed request at once (each checked the store and found nothing):
     the owner applies it once and the other learns it is a duplicate, whose recorded answer is the first's."""
     from coordinator.errors import DuplicateRequest
-    from coordinator.idempotency import Answer
     table_id = await new_counter(coord)
     key = uuid.uuid4()
     outcomes = []
@@ -220,7 +219,7 @@ async def test_one_idempotency_key_applies_once_even_without_the_members_seriali
     assert sorted(outcomes, key=str) == [1, "duplicate", "duplicate", "duplicate"]
     assert await coord.registry.submit(table_id, Read()) == 1
 
-    async def op() -> Answer:
+    async def op() -> int:
         await coord.registry.submit(table_id, KeyedIncrement(key))
         raise AssertionError("applied twice")
     answer = await coord.idempotency.run(key, "increment", op, lambda exc: b"")

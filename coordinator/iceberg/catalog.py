@@ -140,9 +140,6 @@ class IcebergTable:
         """`CommitTableResponse`: the same without `config`."""
         return _result_json(self.metadata_location, self.metadata_json, _COMMIT_TAIL)
 
-    def answer(self, route: str) -> bytes:
-        return answer_json(route, self.metadata_location, self.metadata_json)
-
 
 _LOAD_TAIL, _COMMIT_TAIL = b',"config":{}}', b"}"
 
@@ -492,7 +489,8 @@ class IcebergCatalog:
         except Exception as exc:  # noqa: BLE001 - missing, or unreadable in the object store: either way, rebuild
             log.info("replaying %s from the current state: its metadata file %s is unreadable (%s)",
                      route, metadata_location, exc)
-        return (await current()).answer(route)
+        table = await current()
+        return answer_json(route, table.metadata_location, table.metadata_json)
 
     async def table_exists(self, ident: TableIdent) -> bool:
         try:
