@@ -258,23 +258,7 @@ class Bench:
         self.raw["openloop"] = {}
         for proto in PROTOCOLS:
             peak = self.peak(proto, cfg)
-            points = []
-            for frac in self.plan.open_fractions:
-                rate = max(1.0, frac * peak)
-                self.say(f"{proto}: open loop {label(cfg)} at {rate:.0f} commits/s ({frac:.0%} of peak {peak:.0f}) ...")
-                r = self.run_flow(proto, cfg, self.plan.open_duration_s, f"{label(cfg)} open {frac:.0%}", rate=rate)
-                d = r.as_dict()
-                d["fraction_of_peak"] = frac
-                points.append(d)
-                self.report.add(Row(f"ours: {proto} vs offered load",
-                                    f"{label(cfg)} @ {frac:.0%} of peak ({rate:.0f}/s offered)",
-                                    f"{r.commits_per_s:.0f} commits/s", r.p50_ms, r.p99_ms, r.server_cpu_ms_per_commit,
-                                    r.loadgen_cpu_pct, f"{r.conflicts} conflicts; latency from the scheduled time; "
-                                                       f"one commit request p50/p99 {r.commit_request_p50_ms}/"
-                                                       f"{r.commit_request_p99_ms} ms; "
-                                                       f"{r.writes_per_db_txn} writes/DB txn"
-                                                       + (f"; {r.late} due but not started (overload)" if r.late
-                                                          else "")))
+            points = [self.open_point(proto, cfg, frac, peak) for frac in self.plan.open_fractions]
             self.raw["openloop"][proto] = {"peak_commits_per_s": peak, "points": points}
         self.openloop_free()
 
@@ -288,15 +272,21 @@ class Bench:
         self.raw["openloop_free"] = {}
         for proto in PROTOCOLS:
             peak = self.peak(proto, cfg)
-            rate = max(1.0, 0.5 * peak)
-            self.say(f"{proto}: open loop {label(cfg)} at {rate:.0f} commits/s (50% of peak {peak:.0f}) ...")
-            r = self.run_flow(proto, cfg, self.plan.open_duration_s, f"{label(cfg)} open 50%", rate=rate)
-            self.raw["openloop_free"][proto] = {"peak_commits_per_s": peak, **r.as_dict()}
-            self.report.add(Row(f"ours: {proto} vs offered load", f"{label(cfg)} @ 50% of peak ({rate:.0f}/s offered)",
-                                f"{r.commits_per_s:.0f} commits/s", r.p50_ms, r.p99_ms, r.server_cpu_ms_per_commit,
-                                r.loadgen_cpu_pct, f"no conflicts; latency from the scheduled time; "
-                                                   f"{r.writes_per_db_txn} writes/DB txn"
-                                                   + (f"; {r.late} due but not started (overload)" if r.late else "")))
+            self.raw["openloop_free"][proto] = {"peak_commits_per_s": peak, **self.open_point(proto, cfg, 0.5, peak)}
+
+    def open_point(self, proto: str, cfg: tuple[int, int], frac: float, peak: float) -> dict[str, Any]:
+        """One open-loop run at `frac` of the closed-loop `peak`: its report row, and its figures."""
+        rate = max(1.0, frac * peak)
+        self.say(f"{proto}: open loop {label(cfg)} at {rate:.0f} commits/s ({frac:.0%} of peak {peak:.0f}) ...")
+        r = self.run_flow(proto, cfg, self.plan.open_duration_s, f"{label(cfg)} open {frac:.0%}", rate=rate)
+        conflicts = f"{r.conflicts} conflicts" if cfg[1] > 1 else "no conflicts"
+        self.report.add(Row(f"ours: {proto} vs offered load", f"{label(cfg)} @ {frac:.0%} of peak ({rate:.0f}/s offered)",
+                            f"{r.commits_per_s:.0f} commits/s", r.p50_ms, r.p99_ms, r.server_cpu_ms_per_commit,
+                            r.loadgen_cpu_pct, f"{conflicts}; latency from the scheduled time; one commit request "
+                                               f"p50/p99 {r.commit_request_p50_ms}/{r.commit_request_p99_ms} ms; "
+                                               f"{r.writes_per_db_txn} writes/DB txn"
+                                               + (f"; {r.late} due but not started (overload)" if r.late else "")))
+        return {**r.as_dict(), "fraction_of_peak": frac}
 
     def run_profile(self) -> None:
         cfg = (64, 2) if not self.smoke else self.plan.open_config

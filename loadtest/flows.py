@@ -201,7 +201,7 @@ def iceberg_state(body: bytes) -> tuple[int | None, int]:
 class IcebergWriter(Writer):
     snapshot_id: int | None = None
     seq: int = 0
-    idempotency_keys = False  # send an Idempotency-Key with each commit request, as Java clients since 1.10 may
+    idempotency_keys = False  # send an Idempotency-Key with each commit request, as a client may (`/v1/config`)
 
     async def reload(self) -> None:
         status, body = await self.request("GET", self.table.path)
