@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import asyncpg
 import httpx
 
 from coordinator.idempotency import new_key
@@ -88,6 +90,17 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def sql(dsn: str, query: str, *args):
+    """Rows of one query, for a synchronous test (asyncpg on an event loop of its own)."""
+    async def run():
+        con = await asyncpg.connect(dsn)
+        try:
+            return await con.fetch(query, *args)
+        finally:
+            await con.close()
+    return asyncio.run(run())
 
 
 uuid7 = new_key  # a UUIDv7 string, as Iceberg's Idempotency-Key requires

@@ -8,7 +8,6 @@ store's fencing itself is checked directly against PostgreSQL.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import threading
@@ -16,12 +15,11 @@ import time
 import uuid
 from collections import Counter
 
-import asyncpg
 import httpx
 import pytest
 
 from storage.records import SHARDS, TableRow, TableWrite, WriteGroup, shard_of
-from tests.support import ServerProcess
+from tests.support import ServerProcess, sql
 
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 CLUSTER_ENV = {"COORDINATOR_CLUSTER": "true"}
@@ -30,16 +28,6 @@ RETRYABLE = {200, 409, 503}
 # member finds the request's receipt in the database and says so (500 CommitStateUnknown, as Iceberg's spec asks
 # when a response cannot be given); a 503 would invite a retry of an applied commit. Such commits must be there.
 APPLIED_UNKNOWN = "500 applied, answer lost"
-
-
-def sql(dsn: str, query: str, *args):
-    async def run():
-        con = await asyncpg.connect(dsn)
-        try:
-            return await con.fetch(query, *args)
-        finally:
-            await con.close()
-    return asyncio.run(run())
 
 
 def member_ids(dsn: str) -> dict[int, uuid.UUID]:

@@ -8,7 +8,8 @@ import uuid
 import httpx
 import pytest
 
-from tests.support import uuid7
+from storage.files import to_local_path
+from tests.support import sql, uuid7
 
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
@@ -96,25 +97,8 @@ def test_concurrent_requests_with_one_key_apply_once(service, http):
 
 
 def stored_record(config, key: str):
-    import asyncio
-
-    import asyncpg
-
-    async def fetch():
-        con = await asyncpg.connect(config.database_url)
-        try:
-            return await con.fetchrow("SELECT status, body, body_ref FROM idempotency_keys WHERE key=$1",
-                                      uuid.UUID(key))
-        finally:
-            await con.close()
-    return asyncio.run(fetch())
-
-
-def local_file(location: str):
-    from storage.files import to_local_path
-    path = to_local_path(location)
-    assert path is not None, location
-    return path
+    return sql(config.database_url, "SELECT status, body, body_ref FROM idempotency_keys WHERE key=$1",
+               uuid.UUID(key))[0]
 
 
 def test_a_commit_answer_is_kept_as_its_metadata_file_not_copied_into_the_database(config, http):
@@ -145,7 +129,7 @@ def test_a_replay_whose_metadata_file_is_gone_answers_with_the_current_state(con
     first = commit(http, key, {"n": "1"}).json()
     later = http.post("/v1/namespaces/db/tables/t", json={"requirements": [], "updates": [
         {"action": "set-properties", "updates": {"m": "2"}}]}).json()
-    local_file(first["metadata-location"]).unlink()
+    to_local_path(first["metadata-location"]).unlink()
     replay = commit(http, key, {"n": "1"})
     assert replay.status_code == 200
     assert replay.json()["metadata-location"] == later["metadata-location"]

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
 from pathlib import Path
 
-import asyncpg
 import httpx
 import pytest
 
 from storage.files import to_local_path
+from tests.support import sql
 
 PREFIX = "/api/2.1/unity-catalog"
 FIRST = "00000000000000000000.json"
@@ -140,17 +139,10 @@ def commit_info(version: int, file_name: str | None = None) -> dict:
 
 def commit_log(database_url: str, table_id: str) -> dict[int, str]:
     """Version -> ratified file name, as the database holds the commit log: published commits are no longer
-    served by GET commits, so this is the only record of them the service keeps (asyncpg on its own event loop:
-    the callers are sync)."""
-    async def fetch():
-        con = await asyncpg.connect(database_url)
-        try:
-            return await con.fetch("SELECT version, payload FROM commits WHERE table_id = $1 ORDER BY version",
-                                   uuid.UUID(table_id))
-        finally:
-            await con.close()
-
-    return {r["version"]: json.loads(r["payload"])["file_name"] for r in asyncio.run(fetch())}
+    served by GET commits, so this is the only record of them the service keeps."""
+    rows = sql(database_url, "SELECT version, payload FROM commits WHERE table_id = $1 ORDER BY version",
+               uuid.UUID(table_id))
+    return {r["version"]: json.loads(r["payload"])["file_name"] for r in rows}
 
 
 @pytest.fixture
