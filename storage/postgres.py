@@ -55,6 +55,13 @@ async def _init_connection(con: asyncpg.Connection) -> None:
     await con.set_type_codec("jsonb", encoder=_dumps, decoder=orjson.loads, schema="pg_catalog")
 
 
+async def _keep_session(con: asyncpg.Connection) -> None:
+    """Pool release hook in place of asyncpg's default reset query (advisory unlock, CLOSE ALL, UNLISTEN, RESET ALL):
+    that was one more database round trip per group-commit flush, ~a third of the writer thread's CPU at moderate
+    load. Nothing here leaves session state: no SET, LISTEN, cursors or session advisory locks (only
+    pg_advisory_xact_lock). asyncpg still rolls back a transaction left open before calling this."""
+
+
 def _row(r: asyncpg.Record) -> TableRow:
     return TableRow(table_id=r["table_id"], realm=r["realm"], catalog=r["catalog"], namespace=r["namespace"],
                     name=r["name"], format=r["format"], location=r["location"], row_version=r["row_version"],
@@ -389,7 +396,8 @@ class PostgresStore:
         while True:
             try:
                 self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
-                                                      init=_init_connection, command_timeout=self.timeout_s)
+                                                      init=_init_connection, reset=_keep_session,
+                                                      command_timeout=self.timeout_s)
                 break
             except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
                 if time.monotonic() > deadline:
