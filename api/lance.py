@@ -96,8 +96,11 @@ async def _on_error(exc: CoordinatorError) -> Response:
 
 @bp.errorhandler(HTTPException)
 async def _on_http_error(exc: HTTPException) -> Response:
-    code = {404: 4, 405: 0, 413: 13}.get(exc.code or 400, 13)
-    return _error(exc.description or exc.name, code, "nothing was applied")
+    status = exc.code or 400
+    if status >= 500:  # an unexpected fault (quart turns any uncaught exception into a 500): not the client's input
+        return _error(exc.description or exc.name, 18, "an internal error; whether anything was applied is unknown: "
+                      "describe the table or version to find out")
+    return _error(exc.description or exc.name, {404: 4, 405: 0, 413: 13}.get(status, 13), "nothing was applied")
 
 
 # -- request plumbing ------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import trio
 from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
 
 from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, DuplicateRequest, NotFound, NotOwner,
-                     OutcomeUnknown, Unavailable, Unpublished)
+                     OutcomeUnknown, Unavailable, Unpublished, location_taken)
 
 if TYPE_CHECKING:
     from .registry import Registry
@@ -474,6 +474,8 @@ def _not_applied_error(table_id: UUID, reason: str | None) -> CoordinatorError:
         return AlreadyExists("Table already exists under the new name", kind="table")
     if reason == "missing-namespace":
         return NotFound("Namespace does not exist", kind="namespace")
+    if reason == "location":
+        return location_taken(None)
     if reason == "fenced":
         return NotOwner(f"table {table_id}'s shard moved to another member; nothing applied, retry")
     # Our row changed under us: a bug or a new owner (fencing). Nothing applied; we reload before serving.

@@ -109,3 +109,10 @@ class DuplicateRequest(CoordinatorError):
     def __init__(self, key, message: str = "request already applied under this Idempotency-Key"):
         super().__init__(message, kind="duplicate")
         self.key = key
+
+
+def location_taken(location: str | None) -> BadRequest:
+    """A new table whose location equals, contains or lies inside another table's or view's: refused, as dropping
+    either would delete the other's files (and two commit authorities would write one directory)."""
+    return BadRequest(f"location {location} overlaps another table's location: a table's location must be its own, "
+                      f"neither inside nor containing another's; choose another location")

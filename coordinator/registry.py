@@ -19,7 +19,7 @@ from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, W
 
 from .actor import Participant, Proposal, TableActor
 from .config import Config
-from .errors import AlreadyExists, NotFound, NotOwner, Unavailable
+from .errors import AlreadyExists, NotFound, NotOwner, Unavailable, location_taken
 from .metrics import Metrics
 from .transaction import transact
 
@@ -173,6 +173,8 @@ class Registry:
         epoch = self._lease_epoch(row.table_id)
         if epoch is None:
             epoch = 0
+        if row.location and await self.store.location_taken(row.location):  # before writing files into it
+            raise location_taken(row.location)
         await self.files.write_many(list(files))
         write = TableWrite(table_id=row.table_id, expected_version=0, epoch=epoch, state=row_state, bump=1,
                            log=list(log_entries), insert=row)
@@ -184,6 +186,8 @@ class Registry:
                 raise NotOwner(f"table {row.table_id}'s shard moved while it was being created; nothing applied")
             if result.reason == "missing-namespace":
                 raise NotFound(f"Namespace does not exist: {row.namespace.replace(chr(31), '.')}", kind="namespace")
+            if result.reason == "location":
+                raise location_taken(row.location)
             raise AlreadyExists(f"{row.kind.capitalize()} already exists: {row.name}", kind=row.kind)
         self.adopt(replace(row, row_version=write.new_version, state=row_state), state)
 

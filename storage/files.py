@@ -74,21 +74,24 @@ def path_segment(name: str) -> str:
     return cleaned[:100]
 
 
+def location_key(uri: str) -> str:
+    """One spelling per place (`..` and repeated or trailing slashes resolved): `file:/p` for a local path however
+    written (`/p`, `file:/p`, `file:///p/`), `scheme:/bucket/p` for an object store. A place is within another
+    when its key equals the other's or starts with it plus `/`."""
+    local = local_path(uri)
+    if local is not None:
+        return "file:" + os.path.normpath(local)
+    p = urlparse(uri)
+    return f"{p.scheme}:" + os.path.normpath(f"/{p.netloc}{p.path}")
+
+
 def is_within(root: str, uri: str) -> bool:
-    """True if `uri` names `root` itself or a path below it (after normalising `..` and slashes), read the same
-    way by every client: a `uri` that `unsafe_location` refuses is never within."""
+    """True if `uri` names `root` itself or a path below it, read the same way by every client: a `uri` that
+    `unsafe_location` refuses is never within."""
     if unsafe_location(uri) is not None:
         return False
-
-    def norm(u: str) -> tuple[str, str]:
-        local = local_path(u)
-        if local is not None:
-            return "file", os.path.normpath(local)
-        p = urlparse(u)
-        return p.scheme, os.path.normpath(f"/{p.netloc}{p.path}")
-    rs, rp = norm(root)
-    us, up = norm(uri)
-    return rs == us and (up == rp or up.startswith(rp.rstrip("/") + "/"))
+    r, u = location_key(root), location_key(uri)
+    return u == r or u.startswith(r.rstrip("/") + "/")
 
 
 def _in_worker_thread(run_batch: Callable[[list[Any]], list[Any]]) -> GroupedCall:

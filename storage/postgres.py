@@ -22,6 +22,7 @@ import orjson
 from coordinator.errors import AlreadyExists, NotEmpty, NotFound, OutcomeUnknown, Unavailable
 
 from .bridge import AsyncioThread
+from .files import location_key
 from .records import NAMESPACE_SEP, UNFENCED, IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class NotApplied(Exception):
 @dataclass
 class WriteResult:
     applied: bool
-    reason: str | None = None  # when not applied: "stale" | "fenced" | "exists" | "missing-namespace"
+    reason: str | None = None  # when not applied: "stale" | "fenced" | "exists" | "missing-namespace" | "location"
 
 
 def _dumps(value: Any) -> str:
@@ -296,6 +297,13 @@ class GroupCommitWriter:
             return WriteResult(False, "stale" if exc.constraint_name == "commits_pkey" else "exists")
         return WriteResult(True)
 
+    @staticmethod
+    async def _location_taken(con: asyncpg.Connection, key: str) -> bool:
+        """Whether a table or view already lives at, above or below the location `key` (files.location_key).
+        Creations with a location take one lock, held until their flush commits, so two cannot both pass."""
+        await con.execute("SELECT pg_advisory_xact_lock($1)", _LOCATIONS_LOCK)
+        return await con.fetchval(_LOCATION_TAKEN_SQL, _key_and_ancestors(key), key + "/", key + "0")
+
     async def _check_leases(self, con: asyncpg.Connection, writes: list[TableWrite]) -> None:
         """Every written table's shard lease must still carry its writer's epoch, held FOR SHARE until commit
         (see _FENCED_WRITE_SQL). Tables created by a multi-table transaction have no owner yet (UNFENCED)."""
@@ -311,13 +319,19 @@ class GroupCommitWriter:
     async def _write_one(self, con: asyncpg.Connection, w: TableWrite) -> None:
         if w.insert is not None:
             r = w.insert
+            key = location_key(r.location) if r.location else None
+            if key is not None and await self._location_taken(con, key):
+                raise NotApplied("location")
+            # The namespace row is share-locked until the flush commits: a concurrent drop of the namespace waits,
+            # then finds this table and refuses (or, if it came first, this finds no namespace).
             row = await con.fetchrow(
-                "INSERT INTO tables (table_id, realm, catalog, namespace, name, kind, format, location, row_version,"
-                " epoch, state) SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11"
-                " WHERE $4 = '' OR EXISTS (SELECT 1 FROM namespaces WHERE realm=$2 AND catalog=$3 AND path=$4)"
+                "WITH ns AS (SELECT 1 FROM namespaces WHERE realm=$2 AND catalog=$3 AND path=$4 FOR KEY SHARE)"
+                " INSERT INTO tables (table_id, realm, catalog, namespace, name, kind, format, location, row_version,"
+                " epoch, state, location_key) SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12"
+                " WHERE $4 = '' OR EXISTS (SELECT 1 FROM ns)"
                 " ON CONFLICT (realm, catalog, namespace, name) DO NOTHING RETURNING table_id",
                 r.table_id, r.realm, r.catalog, r.namespace, r.name, r.kind, r.format, r.location, w.new_version,
-                max(w.epoch, 0), w.state if w.state is not None else r.state)
+                max(w.epoch, 0), w.state if w.state is not None else r.state, key)
             if row is None:
                 exists = await con.fetchval("SELECT 1 FROM tables WHERE realm=$1 AND catalog=$2 AND namespace=$3"
                                             " AND name=$4", r.realm, r.catalog, r.namespace, r.name)
@@ -334,7 +348,7 @@ class GroupCommitWriter:
                 catalog, namespace, name = w.rename
                 if namespace and not await con.fetchval(
                         "SELECT 1 FROM namespaces n JOIN tables t ON t.realm = n.realm WHERE t.table_id=$1"
-                        " AND n.catalog=$2 AND n.path=$3", w.table_id, catalog, namespace):
+                        " AND n.catalog=$2 AND n.path=$3 FOR KEY SHARE OF n", w.table_id, catalog, namespace):
                     raise NotApplied("missing-namespace")
                 row = await con.fetchrow(
                     "UPDATE tables SET row_version=$4, state=COALESCE($5, state), catalog=$6, namespace=$7, name=$8,"
@@ -442,13 +456,23 @@ class PostgresStore:
     # -- namespaces ----------------------------------------------------------------------------------------
 
     async def create_namespace(self, realm: str, catalog: str, path: str, properties: dict[str, str],
-                               idempotency: IdempotencyRecord | None = None) -> None:
+                               idempotency: IdempotencyRecord | None = None, *, in_parent: bool = False) -> None:
+        """`in_parent`: the parent namespace (`path` less its last level) must exist, and is share-locked until
+        this commits, so a concurrent drop of the parent either sees the child and refuses, or comes first and
+        this fails NotFound: a child is never left under a dropped parent."""
+        parent = path.rpartition(NAMESPACE_SEP)[0] if in_parent else ""
+
         async def q(con):
             async with con.transaction():
-                row = await con.fetchrow("INSERT INTO namespaces (realm, catalog, path, properties)"
-                                         " VALUES ($1,$2,$3,$4) ON CONFLICT DO NOTHING RETURNING path",
-                                         realm, catalog, path, properties)
+                row = await con.fetchrow(
+                    "WITH parent AS (SELECT 1 FROM namespaces WHERE realm=$1 AND catalog=$2 AND path=$5"
+                    " FOR KEY SHARE) INSERT INTO namespaces (realm, catalog, path, properties)"
+                    " SELECT $1,$2,$3,$4 WHERE $5 = '' OR EXISTS (SELECT 1 FROM parent)"
+                    " ON CONFLICT DO NOTHING RETURNING path", realm, catalog, path, properties, parent)
                 if row is None:
+                    if parent and not await con.fetchval("SELECT 1 FROM namespaces WHERE realm=$1 AND catalog=$2"
+                                                         " AND path=$3", realm, catalog, parent):
+                        raise NotFound(f"Namespace does not exist: {_show(parent)}", kind="namespace")
                     raise AlreadyExists(f"Namespace already exists: {_show(path)}", kind="namespace")
                 await _put_idempotency(con, idempotency)
         await self._call(q)
@@ -478,7 +502,7 @@ class PostgresStore:
         async def q(con):
             async with con.transaction():
                 before = await con.fetchval("SELECT properties FROM namespaces WHERE realm=$1 AND catalog=$2"
-                                            " AND path=$3 FOR UPDATE", realm, catalog, path)
+                                            " AND path=$3 FOR NO KEY UPDATE", realm, catalog, path)
                 if before is None:
                     raise NotFound(f"Namespace does not exist: {_show(path)}", kind="namespace")
                 removed = set(removals)
@@ -532,6 +556,13 @@ class PostgresStore:
                                                       table_id))
         return _row(r) if r else None
 
+    async def location_taken(self, location: str) -> bool:
+        """Whether a table or view lives at, above or below `location` (a check before writing a new table's files
+        there; the insert checks again under a lock)."""
+        key = location_key(location)
+        return await self._call(lambda con: con.fetchval(_LOCATION_TAKEN_SQL, _key_and_ancestors(key), key + "/",
+                                                         key + "0"))
+
     async def settled_row_version(self, table_id: UUID) -> int | None:
         """The row's version once no transaction is writing it: FOR UPDATE waits for a writer whose connection
         was lost mid-commit to commit or roll back, so the answer is final."""
@@ -540,11 +571,13 @@ class PostgresStore:
 
     async def list_tables(self, realm: str, catalog: str, namespace: str | None, *, kind: str | None = None,
                           after: str | None = None, limit: int | None = None) -> list[TableRow]:
-        """Tables of one namespace (or of all namespaces when `namespace` is None), ordered by (namespace, name)."""
+        """Tables of one namespace (or of all namespaces when `namespace` is None), ordered by (namespace, name),
+        after the cursor `after` (`TableRow.cursor`)."""
+        after_ns, after_name = _split_table_cursor(after, namespace)
         rows = await self._call(lambda con: con.fetch(
             f"SELECT {_TABLE_COLS} FROM tables WHERE realm=$1 AND catalog=$2 AND ($3::text IS NULL OR namespace=$3)"
-            " AND ($4::text IS NULL OR kind=$4) AND ($5::text IS NULL OR (namespace || chr(30) || name) > $5)"
-            " ORDER BY namespace, name LIMIT $6", realm, catalog, namespace, kind, after, limit))
+            " AND ($4::text IS NULL OR kind=$4) AND ($5::text IS NULL OR (namespace, name) > ($5, $6))"
+            " ORDER BY namespace, name LIMIT $7", realm, catalog, namespace, kind, after_ns, after_name, limit))
         return [_row(r) for r in rows]
 
     async def read_log(self, table_id: UUID, *, start: int = 0, end: int | None = None, limit: int | None = None,
@@ -608,6 +641,33 @@ async def _put_idempotency(con: asyncpg.Connection, record: IdempotencyRecord | 
         await con.execute("INSERT INTO idempotency_keys (key, route, status, body, body_ref) VALUES ($1,$2,$3,$4,$5)"
                           " ON CONFLICT (key) DO NOTHING", record.key, record.route, record.status, record.body,
                           record.body_ref)
+
+
+def _split_table_cursor(after: str | None, namespace: str | None) -> tuple[str | None, str | None]:
+    """(namespace, name) of a cursor. Compared as a pair, in the listing's own order: comparing the joined string
+    put a namespace holding a character below U+001E out of order, and a page could skip tables. Within one
+    namespace its known prefix is cut off (an Iceberg namespace may itself hold U+001E); across namespaces (Lance
+    only, whose names cannot hold U+001E) the first separator splits."""
+    if after is None:
+        return None, None
+    if namespace is not None and after.startswith(namespace + chr(30)):
+        return namespace, after[len(namespace) + 1:]
+    ns, _, name = after.partition(chr(30))
+    return ns, name
+
+
+_LOCATIONS_LOCK = 7263542  # pg_advisory_xact_lock key serializing creations of located tables (7263541: migrations)
+# Equal to the key or one of its ancestors, or below it: byte order puts exactly key/... in [key/, key0).
+_LOCATION_TAKEN_SQL = """SELECT EXISTS (SELECT 1 FROM tables WHERE location_key COLLATE "C" = ANY($1::text[])
+    OR (location_key COLLATE "C" >= $2 AND location_key COLLATE "C" < $3))"""
+
+
+def _key_and_ancestors(key: str) -> list[str]:
+    keys = [key]
+    while "/" in key.split(":", 1)[1].strip("/"):
+        key = key.rsplit("/", 1)[0]
+        keys.append(key)
+    return keys
 
 
 def _show(path: str) -> str:

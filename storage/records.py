@@ -42,6 +42,11 @@ class TableRow:
     state: dict[str, Any] = field(default_factory=dict)
     kind: str = "table"     # "table" | "view"
 
+    @property
+    def cursor(self) -> str:
+        """A listing's position after this row, for `list_tables(after=...)` (a page token's content)."""
+        return self.namespace + chr(30) + self.name
+
 
 @dataclass(frozen=True)
 class LogEntry:

@@ -10,7 +10,6 @@ transaction (`Registry.transact`), so single and batched commits share one path.
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import logging
@@ -26,7 +25,7 @@ from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Proposal
 from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotEmpty, NotFound, Unavailable
-from ..paging import encode_page_token
+from ..paging import decode_page_token, encode_page_token
 from ..transaction import Create
 from . import storage as lance_storage
 from .models import CreateTableVersionEntry, CreateTableVersionRequest, parse_mode
@@ -146,10 +145,8 @@ class LanceCatalog:
                 raise AlreadyExists("the root namespace always exists", kind="namespace")
             return {}
         props = dict(properties or {})
-        if len(ns) > 1:
-            await self.describe_namespace(ns[:-1])
         try:
-            await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props)
+            await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, in_parent=len(ns) > 1)
         except AlreadyExists:
             if mode == "create":
                 raise
@@ -157,7 +154,7 @@ class LanceCatalog:
                 return await self.describe_namespace(ns)
             # Overwrite: "the existing namespace is dropped and a new empty namespace with this name is created".
             await self.drop_namespace(ns, None, "cascade")
-            await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props)
+            await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, in_parent=len(ns) > 1)
         return props
 
     async def describe_namespace(self, ns: Ident) -> dict[str, str]:
@@ -171,9 +168,9 @@ class LanceCatalog:
 
     async def list_namespaces(self, ns: Ident, page_token: str | None, limit: int | None) -> Page:
         await self.describe_namespace(ns)
-        paths = await self.store.list_namespaces(REALM, CATALOG, join_namespace(ns), after=_decode(page_token),
-                                                 limit=limit)
-        nxt = encode_page_token(paths[-1]) if limit and len(paths) == limit else None
+        paths = await self.store.list_namespaces(REALM, CATALOG, join_namespace(ns), after=decode_page_token(page_token),
+                                                 limit=limit and limit + 1)
+        paths, nxt = _page(paths, limit, encode_page_token)
         return Page([split_namespace(p)[-1] for p in paths], nxt)
 
     async def drop_namespace(self, ns: Ident, mode: str | None, behavior: str | None) -> dict[str, str]:
@@ -343,8 +340,8 @@ class LanceCatalog:
         if ns is not None:
             await self.describe_namespace(ns)
         rows = await self.store.list_tables(REALM, CATALOG, None if ns is None else join_namespace(ns),
-                                            after=_decode(page_token), limit=limit)
-        nxt = encode_page_token(rows[-1].namespace + chr(30) + rows[-1].name) if limit and len(rows) == limit else None
+                                            after=decode_page_token(page_token), limit=limit and limit + 1)
+        rows, nxt = _page(rows, limit, lambda row: encode_page_token(row.cursor))
         if not include_declared:
             rows = [r for r in rows if int(r.state.get("high_water", 0)) > 0]
         items = [r.name if ns is not None else (*split_namespace(r.namespace), r.name) for r in rows]
@@ -604,16 +601,14 @@ def _no_branch(branch: str | None) -> None:
         raise BadRequest(f"branch {branch!r}: this server manages the main branch only", kind="unsupported")
 
 
+def _page(items: list, limit: int | None, token: Callable[[Any], str]) -> tuple[list, str | None]:
+    """At most `limit` of `items` (fetched with one more), and the token for the next page only if there is one:
+    the spec's page_token means "there are more results available"."""
+    if limit is None or len(items) <= limit:
+        return items, None
+    return items[:limit], token(items[limit - 1])
+
+
 def _same(a: str, b: str) -> bool:
     return is_within(a, b) and is_within(b, a)
 
-
-def _decode(token: str | None) -> str | None:
-    """`paging.decode_page_token`, but strict: that one drops characters outside the alphabet, so a garbled
-    token would silently restart the listing instead of being refused."""
-    if not token:
-        return None
-    try:
-        return base64.b64decode(token.encode(), altchars=b"-_", validate=True).decode()
-    except Exception:
-        raise BadRequest(f"invalid page_token: {token!r}") from None

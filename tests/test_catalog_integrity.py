@@ -1,0 +1,147 @@
+"""What every protocol's catalog must keep true whatever clients send, over real HTTP:
+
+- a table's location is its own: no table may be created at, above or inside another table's location (in any
+  protocol), since dropping either would delete the other's files;
+- a namespace drop racing a table or child creation never leaves the child behind under a dropped namespace;
+- a page token that is not one we handed out is the client's error (400), never a server fault.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import uuid
+
+import httpx
+import pytest
+
+from tests.lance.conftest import stage
+
+LANCE_NS, LANCE_TABLE = "/v1/namespace", "/v1/table"
+UC = "/api/2.1/unity-catalog"
+
+
+@pytest.fixture
+def http(service):
+    with httpx.Client(base_url=service, timeout=60) as client:
+        yield client
+
+
+def ok(r) -> dict:
+    assert r.status_code == 200, r.text
+    return r.json() if r.content else {}
+
+
+def overlap_refused(r) -> None:
+    assert r.status_code == 400, r.text
+    assert "overlaps another table's location" in r.text, r.text
+
+
+def test_lance_table_cannot_take_another_tables_location(http):
+    ok(http.post(f"{LANCE_NS}/ws/create", json={}))
+    victim = ok(http.post(f"{LANCE_TABLE}/ws$victim/declare", json={}))["location"]
+    namespace_dir = victim.rsplit("/", 1)[0]
+
+    for ident, location in [("ws$above", namespace_dir), ("ws$same", victim), ("ws$same2", victim + "/"),
+                            ("ws$inside", victim + "/data")]:
+        r = http.post(f"{LANCE_TABLE}/{ident}/declare", json={"location": location})
+        overlap_refused(r)
+        assert r.json()["code"] == 13
+    ok(http.post(f"{LANCE_TABLE}/ws$victim/version/create",
+                 json={"version": 1, "manifest_path": stage(victim, 1)}))
+    overlap_refused(http.post(f"{LANCE_TABLE}/ws$twin/register", json={"location": victim}))
+
+    # Nothing changed: the victim is the namespace's only table and still reads its version.
+    assert ok(http.get(f"{LANCE_NS}/ws/table/list")) == {"tables": ["victim"]}
+    assert ok(http.post(f"{LANCE_TABLE}/ws$victim/version/describe", json={"version": 1}))
+    # A sibling beside it (a prefix of the name, not of the path) is fine.
+    ok(http.post(f"{LANCE_TABLE}/ws$victim2/declare", json={"location": victim + "2"}))
+
+
+def test_locations_are_exclusive_across_protocols(http, tmp_path):
+    # Iceberg: a table inside another Iceberg table's location.
+    ok(http.post("/v1/namespaces", json={"namespace": ["ice"]}))
+    first = ok(http.post("/v1/namespaces/ice/tables", json={"name": "t1", "schema": {
+        "type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "x", "type": "long", "required": False}]}}))
+    location = first["metadata"]["location"]
+    r = http.post("/v1/namespaces/ice/tables", json={"name": "t2", "location": location + "/nested", "schema": {
+        "type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "x", "type": "long", "required": False}]}})
+    overlap_refused(r)
+    assert r.json()["error"]["type"] == "BadRequestException"
+    assert http.get("/v1/namespaces/ice/tables/t2").status_code == 404
+
+    # Unity Catalog: an EXTERNAL table containing another one's location.
+    ok(http.post(f"{UC}/catalogs", json={"name": "main"}))
+    ok(http.post(f"{UC}/schemas", json={"name": "s", "catalog_name": "main"}))
+    body = {"catalog_name": "main", "schema_name": "s", "table_type": "EXTERNAL", "data_source_format": "PARQUET",
+            "columns": []}
+    ok(http.post(f"{UC}/tables", json={**body, "name": "inner", "storage_location": (tmp_path / "a/b").as_uri()}))
+    r = http.post(f"{UC}/tables", json={**body, "name": "outer", "storage_location": (tmp_path / "a").as_uri()})
+    overlap_refused(r)
+    assert r.json()["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert http.get(f"{UC}/tables/main.s.outer").status_code == 404
+
+
+def _race(first, second) -> tuple[int, int]:
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        a, b = pool.submit(first), pool.submit(second)
+        return a.result().status_code, b.result().status_code
+
+
+def test_namespace_drop_racing_a_new_table_or_child_leaves_no_orphan(service):
+    with httpx.Client(base_url=service, timeout=60) as a, httpx.Client(base_url=service, timeout=60) as b:
+        for i in range(25):
+            ns = f"race{i}"
+            ok(a.post(f"{LANCE_NS}/{ns}/create", json={}))
+            child = "table" if i % 2 else "namespace"
+            create = (lambda: a.post(f"{LANCE_TABLE}/{ns}$t/declare", json={})) if child == "table" else (
+                lambda: a.post(f"{LANCE_NS}/{ns}$c/create", json={}))
+            created, dropped = _race(create, lambda: b.post(f"{LANCE_NS}/{ns}/drop", json={}))
+            # Either the child came first (the drop finds it: 409 NamespaceNotEmpty) or the drop did (the child's
+            # namespace is gone: 404), never both.
+            assert (created, dropped) in ((200, 409), (404, 200)), (child, created, dropped)
+            if dropped == 200:
+                assert a.post(f"{LANCE_TABLE}/{ns}$t/describe", json={}).status_code == 404
+                assert a.post(f"{LANCE_NS}/{ns}$c/describe", json={}).status_code == 404
+
+
+@pytest.mark.parametrize("token", ["AAAA", "YQBi", "%%%", "not base64!"])
+def test_page_tokens_we_never_issued_are_bad_requests(http, token):
+    ok(http.post(f"{UC}/catalogs", json={"name": "c" + uuid.uuid4().hex[:8]}))
+    r = http.get(f"{LANCE_NS}/$/list", params={"page_token": token})
+    assert (r.status_code, r.json()["code"]) == (400, 13), r.text
+    r = http.get(f"{LANCE_TABLE}", params={"page_token": token})
+    assert (r.status_code, r.json()["code"]) == (400, 13), r.text
+    r = http.get("/v1/namespaces", params={"pageToken": token})
+    assert (r.status_code, r.json()["error"]["type"]) == (400, "BadRequestException"), r.text
+    r = http.get(f"{UC}/catalogs", params={"page_token": token})
+    assert (r.status_code, r.json()["error_code"]) == (400, "INVALID_PARAMETER_VALUE"), r.text
+
+
+def test_lance_pages_end_without_a_token(http):
+    ok(http.post(f"{LANCE_NS}/pg/create", json={}))
+    for i in range(4):
+        ok(http.post(f"{LANCE_NS}/pg$n{i}/create", json={}))
+        ok(http.post(f"{LANCE_TABLE}/pg$t{i}/declare", json={}))
+    first = ok(http.get(f"{LANCE_NS}/pg/list", params={"limit": 2}))
+    last = ok(http.get(f"{LANCE_NS}/pg/list", params={"limit": 2, "page_token": first["page_token"]}))
+    assert first["namespaces"] + last["namespaces"] == ["n0", "n1", "n2", "n3"]
+    assert "page_token" not in last  # "there are more results available" no longer holds
+    tables = ok(http.get(f"{LANCE_NS}/pg/table/list", params={"limit": 4}))
+    assert tables == {"tables": ["t0", "t1", "t2", "t3"]}
+
+
+def test_lance_list_all_tables_pages_in_listing_order(http):
+    # A namespace holding a character below U+001E sorts after its prefix as a pair but before it as a joined
+    # string: paging by the joined string skipped tables.
+    for ns in ["a", "a%01"]:
+        ok(http.post(f"{LANCE_NS}/{ns}/create", json={}))
+        for t in ["x", "y"]:
+            ok(http.post(f"{LANCE_TABLE}/{ns}${t}/declare", json={}))
+    seen, token = [], None
+    while True:
+        page = ok(http.get(LANCE_TABLE, params={"limit": 1, **({"page_token": token} if token else {})}))
+        seen += page["tables"]
+        token = page.get("page_token")
+        if not token:
+            break
+    assert sorted(seen) == sorted(["a$x", "a$y", "a\x01$x", "a\x01$y"]) and len(seen) == 4
