@@ -14,6 +14,7 @@ import errno
 import functools
 import os
 import re
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -192,6 +193,11 @@ class FileIO:
     async def exists(self, uri: str) -> bool:
         return await trio.to_thread.run_sync(self.exists_sync, uri)
 
+    async def delete_tree(self, location: str) -> None:
+        """Delete everything under a table location (a purge). Locations are exclusive to one table (see
+        `location_key`), so this never reaches another table's files."""
+        await trio.to_thread.run_sync(self.delete_tree_sync, location)
+
     # -- sync implementations --------------------------------------------------------------------------------
 
     def read_sync(self, uri: str) -> bytes:
@@ -222,6 +228,18 @@ class FileIO:
             obstore.delete(store, key)
             return
         path.unlink(missing_ok=True)
+
+    def delete_tree_sync(self, location: str) -> None:
+        local = local_path(location)
+        if local is not None:
+            shutil.rmtree(local, ignore_errors=True)
+            return
+        import obstore
+        store, key = self.object_store(location)
+        for chunk in obstore.list(store, prefix=key.rstrip("/") + "/"):
+            paths = [meta["path"] for meta in chunk]
+            if paths:
+                obstore.delete(store, paths)
 
     def exists_sync(self, uri: str) -> bool:
         path = to_local_path(uri)

@@ -328,7 +328,7 @@ class LanceCatalog:
         async def make(ref: TableRef) -> Proposal:
             # Only what lies in our warehouse is ours to delete. A partial, not a closure: in a cluster the proposal
             # may travel to the table's owner (coordinator/cluster/channel.py).
-            purge = functools.partial(_purge, self.files, ref.location)
+            purge = functools.partial(self.files.delete_tree, ref.location)
             return RemoveTable(purge if is_within(self.warehouse, ref.location) else None)
         state = await self._submit(ident, make)
         self._refs.pop(ident, None)
@@ -438,10 +438,6 @@ class LanceCatalog:
         except _StaleName:
             raise NotFound("a table of this batch was dropped while the batch was being applied; nothing was "
                            "applied", kind="table") from None
-
-
-async def _purge(files, location: str) -> None:
-    await trio.to_thread.run_sync(lance_storage.delete_tree, files, location)
 
 
 class _StaleName(Exception):

@@ -1,13 +1,11 @@
-"""The two directory-level file operations Lance needs beyond storage.files.FileIO: listing a table's manifests
-(to register an existing table) and deleting a dropped table's files. Blocking; callers run them in a thread.
-
-Both go through FileIO's object-store client for s3:// so credentials and endpoints are configured in one place.
+"""Listing a table's manifests (to register an existing table): the directory-level file operation Lance needs
+beyond storage.files.FileIO. Blocking; callers run it in a thread. It goes through FileIO's object-store client for
+s3:// so credentials and endpoints are configured in one place.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -62,16 +60,3 @@ def _keep(found: dict[int, FoundManifest], m: FoundManifest) -> None:
     if m.version not in found or m.scheme == "V2":
         found[m.version] = m
 
-
-def delete_tree(files: FileIO, location: str) -> None:
-    """Delete everything under a table location (DropTable: "drop table `id` and delete its data")."""
-    local = to_local_path(location)
-    if local is not None:
-        shutil.rmtree(local, ignore_errors=True)
-        return
-    import obstore
-    store, key = files.object_store(location)
-    for chunk in obstore.list(store, prefix=key.rstrip("/") + "/"):
-        paths = [meta["path"] for meta in chunk]
-        if paths:
-            obstore.delete(store, paths)
