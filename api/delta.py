@@ -80,12 +80,25 @@ async def _on_error(exc: CoordinatorError) -> Response:
     return uc_error(status, code, message, headers)
 
 
+# Statuses the framework raises itself (no route, bad method, body too large or too slow, and any exception no
+# handler knew, which quart turns into a 500), each with the UC code a client reads it by. 404 is the code the
+# catch-all route below gives the same case. Any other 5xx is a server fault, never INVALID_PARAMETER_VALUE: a client
+# must not take it for its own bad input and give up on a request that may be worth retrying.
+_HTTP_CODES = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "ENDPOINT_NOT_FOUND", 405: "METHOD_NOT_ALLOWED",
+               429: "RESOURCE_EXHAUSTED", 501: "NOT_IMPLEMENTED", 503: "TEMPORARILY_UNAVAILABLE",
+               504: "DEADLINE_EXCEEDED"}
+
+
+def _http_error_code(status: int) -> str:
+    return _HTTP_CODES.get(status) or ("INTERNAL_ERROR" if status >= 500 else "INVALID_PARAMETER_VALUE")
+
+
 @bp.errorhandler(HTTPException)
 async def _on_http_error(exc: HTTPException) -> Response:
-    # Framework-raised errors (body too large, bad method) in the protocol's shape too.
-    code = {404: "ENDPOINT_NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "INVALID_PARAMETER_VALUE"}.get(
-        exc.code or 400, "INVALID_PARAMETER_VALUE")
-    return uc_error(exc.code or 400, code, exc.description or exc.name)
+    # Framework-raised errors in the protocol's shape too. A 500's description is werkzeug's generic sentence, so
+    # nothing of the failure's internals reaches the client (quart has logged the exception).
+    status = exc.code or 400
+    return uc_error(status, _http_error_code(status), exc.description or exc.name)
 
 
 # -- helpers -------------------------------------------------------------------------------------------------

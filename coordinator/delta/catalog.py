@@ -371,10 +371,6 @@ class DeltaCatalog:
         if body.data_source_format != "DELTA":
             raise BadRequest(f"a MANAGED table must have data_source_format DELTA, got {body.data_source_format}")
         table_id = self._staging_id(body.storage_location)
-        claimed = body.properties.get(rules.TABLE_ID_PROPERTY)
-        if claimed is not None and claimed != str(table_id):
-            raise BadRequest(f"properties.{rules.TABLE_ID_PROPERTY} is {claimed!r} but the staging table at "
-                             f"storage_location has id {table_id}")
         # Refuse an unknown or used location before reading anything there; the create re-checks (it may race).
         staging = await self.registry.submit(table_id, CheckStaging(full, body.storage_location))
         log_file = join(staging.location, "_delta_log", rules.FIRST_COMMIT_FILE)
@@ -386,6 +382,8 @@ class DeltaCatalog:
         except OSError as exc:
             raise Unavailable(f"cannot read {log_file}: {exc}") from None
         first = rules.check_first_commit(table_id, data)
+        # Seed order: the table at the location first, then its declared features and properties (error (2)).
+        rules.check_required_properties(table_id, body.properties, "properties")
         try:
             table = await self.registry.submit(table_id, CreateFromStaging(
                 full, body.storage_location, first, columns, body.comment, dict(body.properties), now_ms()))

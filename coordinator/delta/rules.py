@@ -28,6 +28,17 @@ TABLE_ID_PROPERTY = "io.unitycatalog.tableId"
 REQUIRED_READER_FEATURES = ("catalogManaged", "vacuumProtocolCheck")
 REQUIRED_WRITER_FEATURES = ("catalogManaged", "inCommitTimestamp", "vacuumProtocolCheck")
 FIRST_COMMIT_FILE = "00000000000000000000.json"
+# Seed, Create a Table, "Required Table Features and Properties" and "Other Required Table Properties": what a
+# catalog-managed table's entry must always say, at creation and after every metadata change ("When updating,
+# always includes all the required properties"), since readers discover the table's contract from it.
+ICT_PROPERTY = "delta.enableInCommitTimestamps"
+REQUIRED_FEATURE_PROPERTIES = tuple(f"delta.feature.{f}" for f in ("catalogManaged", "inCommitTimestamp",
+                                                                   "vacuumProtocolCheck"))
+MIN_VERSION_PROPERTIES = (("delta.minReaderVersion", 3), ("delta.minWriterVersion", 7))
+# Stamped anew by each metadata change, so only their type is part of the contract, and not their presence:
+# writers derive them from the log and not every client sends them.
+STAMP_PROPERTIES = ("delta.lastUpdateVersion", "delta.lastCommitTimestamp")
+_UNSIGNED = re.compile(r"^[0-9]{1,19}$")  # not int(): it takes " 3", "+3" and "3_0"
 
 # UC names: no dots (they join full names), slashes, whitespace or control characters.
 _NAME = re.compile(r"^[^.\s/\x00-\x1f\x7f]{1,255}$")
@@ -143,6 +154,37 @@ def require_managed(table: DeltaTable, table_uri: str) -> None:
     check_table_uri(table, table_uri)
 
 
+# -- required properties -----------------------------------------------------------------------------------------
+
+
+def check_required_properties(table_id: UUID, props: Mapping[str, str], field: str) -> None:
+    """Seed: a catalog-managed table's properties name it (`io.unitycatalog.tableId`), enable in-commit
+    timestamps, mark catalogManaged, inCommitTimestamp and vacuumProtocolCheck 'supported', and say reader >= 3,
+    writer >= 7. A property missing is as wrong as one contradicting this: either would tell readers the table is
+    not catalog-managed. Raises naming every problem."""
+    problems: list[str] = []
+    found = props.get(TABLE_ID_PROPERTY)
+    if found != str(table_id):
+        problems.append(f"{TABLE_ID_PROPERTY} = {table_id} (found {found!r})")
+    ict = props.get(ICT_PROPERTY)
+    if ict is None or ict.lower() != "true":  # Delta reads booleans case-insensitively
+        problems.append(f"{ICT_PROPERTY} = true (found {ict!r})")
+    for key in REQUIRED_FEATURE_PROPERTIES:
+        if props.get(key) != "supported":
+            problems.append(f"{key} = supported (found {props.get(key)!r})")
+    for key, least in MIN_VERSION_PROPERTIES:
+        value = props.get(key)
+        if value is None or not _UNSIGNED.match(value) or int(value) < least:
+            problems.append(f"{key} >= {least} (found {value!r})")
+    for key in STAMP_PROPERTIES:
+        value = props.get(key)
+        if value is not None and not _UNSIGNED.match(value):
+            problems.append(f"{key}, if given, a non-negative integer (found {value!r})")
+    if problems:
+        raise BadRequest(f"{field} lacks the required properties of a catalog-managed table: "
+                         + "; ".join(problems))
+
+
 # -- commits -----------------------------------------------------------------------------------------------------
 
 
@@ -209,9 +251,11 @@ def decide_commit(table: DeltaTable, req: CommitRequest, *, max_unpublished: int
     if published is not None:
         if published < 0:
             raise BadRequest(f"latest_published_version must be >= 0, got {published}")
-        if published > new.last:
-            raise BadRequest(f"latest_published_version {published} is greater than the table's latest version "
-                             f"{new.last}")
+        # Seed error (4) and UC OSS: against the version before this commit. The version this request ratifies
+        # cannot have been published yet, and taking it as published would drop it from GET commits unpublished.
+        if published > table.last:
+            raise BadRequest(f"latest_published_version {published} is greater than the table's current version "
+                             f"{table.last}")
         if published > new.published:
             new = replace(new, published=published,
                           unpublished=tuple(c for c in new.unpublished if c["version"] > published))
@@ -234,15 +278,26 @@ def decide_commit(table: DeltaTable, req: CommitRequest, *, max_unpublished: int
     return new
 
 
+def _keep_protocol_properties(sent: Mapping[str, str], current: Mapping[str, str]) -> dict[str, str]:
+    """`sent`, plus the current feature and min-version properties it leaves out. Delta's own UC client sends only
+    the log's `metaData.configuration`, which holds the table id and the in-commit-timestamp setting but not what
+    Delta derives from the protocol (features, reader/writer versions): those are carried over, while a value that
+    is sent must still hold."""
+    props = dict(sent)
+    for key in (*REQUIRED_FEATURE_PROPERTIES, *(k for k, _ in MIN_VERSION_PROPERTIES)):
+        if key not in props and key in current:
+            props[key] = current[key]
+    return props
+
+
 def _apply_metadata(info: dict[str, Any], table: DeltaTable, metadata: Metadata, now_ms: int) -> None:
     """Seed: `metadata` is the desired final state of description, schema and properties; the properties
-    must still say which UC table this is."""
+    must still hold every required property of a catalog-managed table. Metadata without `properties` leaves
+    them as they are."""
     if metadata.properties is not None:
-        found = metadata.properties.get(TABLE_ID_PROPERTY)
-        if found != str(table.table_id):
-            raise BadRequest(f"metadata.properties must keep {TABLE_ID_PROPERTY} = {table.table_id}, "
-                             f"got {found!r}")
-        info["properties"] = dict(metadata.properties)
+        props = _keep_protocol_properties(metadata.properties, info.get("properties") or {})
+        check_required_properties(table.table_id, props, "metadata.properties")
+        info["properties"] = props
     if metadata.schema_ is not None:
         info["columns"] = [c.to_json() for c in metadata.schema_]
     if metadata.description is not None:

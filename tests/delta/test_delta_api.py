@@ -175,7 +175,8 @@ def test_create_table_errors(uc):
     st = uc.staging("t")
     table_id = st["id"]
     good = {"name": "t", "catalog_name": "main", "schema_name": "default", "table_type": "MANAGED",
-            "data_source_format": "DELTA", "storage_location": st["staging_location"], "columns": COLUMNS}
+            "data_source_format": "DELTA", "storage_location": st["staging_location"], "columns": COLUMNS,
+            "properties": table_properties(table_id)}
 
     def refused(body, status, code, says=None):
         e = error(uc.post("/tables", json=body), status, code)
@@ -215,6 +216,57 @@ def test_create_table_errors(uc):
           "TABLE_ALREADY_EXISTS")
 
 
+def _without(props: dict, key: str) -> dict:
+    return {k: v for k, v in props.items() if k != key}
+
+
+DERIVED_PROPERTIES = ("delta.feature.catalogManaged", "delta.feature.inCommitTimestamp",
+                      "delta.feature.vacuumProtocolCheck", "delta.minReaderVersion", "delta.minWriterVersion")
+
+
+def _bad_required_properties(table_id: str, on_commit: bool = False):
+    """Property maps that drop or contradict what the seed requires of a catalog-managed table, each with the
+    key the refusal must name. On a commit, leaving out what Delta derives from the protocol is not dropping it
+    (Delta's client sends only the log's configuration): those are carried over, see
+    test_commit_metadata_from_the_delta_log_configuration."""
+    good = table_properties(table_id)
+    for key in ("io.unitycatalog.tableId", "delta.enableInCommitTimestamps", *DERIVED_PROPERTIES):
+        if not (on_commit and key in DERIVED_PROPERTIES):
+            yield key, _without(good, key)
+    for key, value in [("io.unitycatalog.tableId", str(uuid.uuid4())), ("delta.enableInCommitTimestamps", "false"),
+                       ("delta.feature.catalogManaged", "unsupported"), ("delta.minReaderVersion", "2"),
+                       ("delta.minWriterVersion", "6"), ("delta.minReaderVersion", "+3"),
+                       ("delta.minWriterVersion", "seven"), ("delta.lastUpdateVersion", "-1"),
+                       ("delta.lastCommitTimestamp", "yesterday")]:
+        yield key, {**good, key: value}
+    # The probe's case: only the table id, and in-commit timestamps switched off.
+    yield "delta.enableInCommitTimestamps" if on_commit else "delta.feature.catalogManaged", {
+        "io.unitycatalog.tableId": table_id, "delta.enableInCommitTimestamps": "false"}
+
+
+def test_create_managed_table_requires_properties(uc):
+    """Seed, Create a Table, INVALID_PARAMETER_VALUE (2): "missing required table features or properties", even
+    when 0.json has them all."""
+    uc.setup_schema()
+    st = uc.staging("t")
+    write_log_file(st["staging_location"], FIRST, first_commit(st["id"]))
+    body = {"name": "t", "catalog_name": "main", "schema_name": "default", "table_type": "MANAGED",
+            "data_source_format": "DELTA", "storage_location": st["staging_location"], "columns": COLUMNS}
+    for key, props in [("io.unitycatalog.tableId", None), ("delta.feature.catalogManaged", {}),
+                       *_bad_required_properties(st["id"])]:
+        request = body if props is None else {**body, "properties": props}
+        e = error(uc.post("/tables", json=request), 400, "INVALID_PARAMETER_VALUE")
+        assert key in e["message"], (key, e["message"])
+        error(uc.get("/tables/main.default.t"), 404, "TABLE_DOES_NOT_EXIST")
+    # Values that change from commit to commit are free, and so are extra features and properties.
+    props = {**table_properties(st["id"]), "delta.lastUpdateVersion": "0", "delta.lastCommitTimestamp": "1",
+             "delta.enableInCommitTimestamps": "TRUE", "delta.feature.deletionVectors": "supported",
+             "delta.minWriterVersion": "8", "owner.team": "growth"}
+    r = uc.post("/tables", json={**body, "properties": props})
+    assert r.status_code == 200, r.text
+    assert r.json()["properties"] == props
+
+
 def test_concurrent_creates_of_one_name(uc):
     """Racing creates (one staging location twice, or two staging locations for one name): one table, and
     every loser hears TABLE_ALREADY_EXISTS."""
@@ -224,7 +276,8 @@ def test_concurrent_creates_of_one_name(uc):
     for st in stagings:
         write_log_file(st["staging_location"], FIRST, first_commit(st["id"]))
     bodies = [{"name": "t", "catalog_name": "main", "schema_name": "default", "table_type": "MANAGED",
-               "data_source_format": "DELTA", "storage_location": st["staging_location"]}
+               "data_source_format": "DELTA", "storage_location": st["staging_location"],
+               "properties": table_properties(st["id"])}
               for st in stagings for _ in range(3)]
     url = str(uc.base_url).rstrip("/") + "/tables"
     with ThreadPoolExecutor(len(bodies)) as pool:
@@ -364,12 +417,24 @@ def _commit_error_rows(table: dict):
     yield "version taken, published", with_ci(version=1), 409, "ALREADY_EXISTS"
     yield "published beyond the table", {**base, "latest_published_version": 9}, 400, "INVALID_PARAMETER_VALUE"
     yield "published negative", {**base, "latest_published_version": -1}, 400, "INVALID_PARAMETER_VALUE"
+    yield "published the version being committed", {**base, "commit_info": ci, "latest_published_version": 3}, \
+        400, "INVALID_PARAMETER_VALUE"
+    yield "published beyond the version being committed", {**base, "commit_info": ci,
+                                                           "latest_published_version": 4}, \
+        400, "INVALID_PARAMETER_VALUE"
     yield "published spellings disagree", {**base, "latest_published_version": 1,
                                            "latest_backfilled_version": 2}, 400, "INVALID_PARAMETER_VALUE"
     yield "metadata drops the table id", {**base, "commit_info": ci, "metadata": {"properties": {"a": "b"}}}, \
         400, "INVALID_PARAMETER_VALUE"
     yield "metadata names another table", {**base, "commit_info": ci, "metadata": {
         "properties": table_properties(str(uuid.uuid4()))}}, 400, "INVALID_PARAMETER_VALUE"
+    for key, props in _bad_required_properties(tid, on_commit=True):
+        yield f"metadata without {key}", {**base, "commit_info": ci, "metadata": {"properties": props}}, 400, \
+            "INVALID_PARAMETER_VALUE"
+        yield f"metadata without {key}, UC OSS shape", {**base, "commit_info": ci, "metadata": {
+            "properties": {"properties": props}}}, 400, "INVALID_PARAMETER_VALUE"
+    yield "metadata with no properties", {**base, "commit_info": ci, "metadata": {"properties": {}}}, 400, \
+        "INVALID_PARAMETER_VALUE"
     ice = {"metadata_location": uri + "/metadata/v3.json", "converted_delta_version": 3,
            "converted_delta_timestamp": "2026-02-09T17:00:00.000000Z"}
     yield "uniform without commit", {**base, "latest_published_version": 1, "uniform": {"iceberg": ice}}, 400, \
@@ -422,6 +487,78 @@ def test_conflicts_and_replays(uc):
     error(uc.commit(table, 1), 409, "ALREADY_EXISTS")
     error(uc.commit(table, 4), 409, "ALREADY_EXISTS")
     assert uc.commits(table) == {"commits": [], "latest_table_version": 4}
+
+
+def test_published_version_is_checked_before_the_commit(uc):
+    """Seed, Write a Commit, INVALID_PARAMETER_VALUE (4): last published version > current table version. The
+    version a request ratifies is not published yet; counting it as published would hide it from GET commits."""
+    table = uc.create_managed("t")
+    assert uc.commit(table, 1).status_code == 200
+    before = snapshot(uc, table)
+    for route in ("/delta/commit", "/delta/preview/commits"):
+        for published in (2, 3):
+            e = error(uc.commit(table, 2, published=published, route=route), 400, "INVALID_PARAMETER_VALUE")
+            assert "current version 1" in e["message"], e["message"]
+            assert snapshot(uc, table) == before, (route, published)
+    c2 = commit_info(2)
+    r = uc.post("/delta/preview/commits", json={"table_id": table["table_id"],
+                                                "table_uri": table["storage_location"], "commit_info": c2,
+                                                "latest_backfilled_version": 1})
+    assert r.status_code == 200, r.text
+    assert uc.commits(table) == {"commits": [c2], "latest_table_version": 2}
+
+
+def test_metadata_keeps_required_properties(uc):
+    """Seed, Write a Commit, `metadata.properties`: "When updating, always includes all the required properties".
+    A metadata update that drops or contradicts one is refused whole, in either metadata shape; per-commit
+    stamps may change."""
+    table = uc.create_managed("t")
+    tid = table["table_id"]
+    for route in ("/delta/commit", "/delta/preview/commits"):
+        for key, props in _bad_required_properties(tid, on_commit=True):
+            for shape in (props, {"properties": props}):
+                before = snapshot(uc, table)
+                e = error(uc.commit(table, 1, route=route, metadata={"description": "changed", "properties": shape}),
+                          400, "INVALID_PARAMETER_VALUE")
+                assert key in e["message"], (key, e["message"])
+                assert snapshot(uc, table) == before, (route, key)
+    props = {**table_properties(tid), "delta.lastUpdateVersion": "1", "delta.lastCommitTimestamp": "1804067300000",
+             "delta.feature.deletionVectors": "supported", "delta.enableDeletionVectors": "true"}
+    r = uc.commit(table, 1, route="/delta/preview/commits", metadata={"properties": {"properties": props}})
+    assert r.status_code == 200, r.text
+    assert uc.get("/tables/main.default.t").json()["properties"] == props
+    assert uc.commits(table)["latest_table_version"] == 1
+
+
+def test_commit_metadata_from_the_delta_log_configuration(uc):
+    """Delta's UC client sends the log's `metaData.configuration` as the properties: the table id and the
+    in-commit-timestamp setting, not the features and versions Delta keeps in the protocol. Those stay as they
+    were; the rest is the sent map."""
+    table = uc.create_managed("t")
+    tid = table["table_id"]
+    configuration = {"io.unitycatalog.tableId": tid, "delta.enableInCommitTimestamps": "true",
+                     "delta.appendOnly": "true"}
+    r = uc.commit(table, 1, metadata={"properties": configuration})
+    assert r.status_code == 200, r.text
+    props = uc.get("/tables/main.default.t").json()["properties"]
+    assert props == {**configuration, **{k: table_properties(tid)[k] for k in DERIVED_PROPERTIES}}
+
+
+def test_server_fault_is_internal_error(uc, monkeypatch):
+    """A failure the service did not foresee is a 500 INTERNAL_ERROR, not the client's INVALID_PARAMETER_VALUE;
+    other framework-raised statuses get their own UC codes."""
+    table = uc.create_managed("t")
+
+    async def broken(self, full):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(coordinator.delta.DeltaCatalog, "get_table", broken)
+    e = error(uc.get("/tables/main.default.t"), 500, "INTERNAL_ERROR")
+    assert "a bug" not in e["message"]
+    monkeypatch.undo()
+    assert uc.get("/tables/main.default.t").json() == table
+    error(uc.request("OPTIONS", "/tables/main.default.t"), 405, "METHOD_NOT_ALLOWED")
+    error(uc.get(""), 404, "ENDPOINT_NOT_FOUND")
 
 
 def test_too_many_unpublished_commits(uc):
