@@ -44,8 +44,14 @@ OWNER = "anonymous"
 FullName = tuple[str, str, str]
 
 
-async def _forget_metrics(store, table_id: uuid.UUID) -> None:
+async def _forget_dropped(store, files, table_id: uuid.UUID, managed_location: str | None) -> None:
+    """After a drop is durable: its metrics go, and a MANAGED table's files too. Seed: a managed table's
+    "lifecycle (including deletion of files when dropped)" is the catalog's; an EXTERNAL table's files are the
+    user's. A managed location is the table's own directory under the managed root (handed out by
+    /staging-tables), so nothing else lives below it."""
     await store.delete_delta_reports(table_id)
+    if managed_location is not None:
+        await files.delete_tree(managed_location)
 
 
 def now_ms() -> int:
@@ -81,11 +87,16 @@ class LoadTable:
 @dataclass
 class DropTable:
     full: FullName
-    cleanup: Callable[[], Any] | None = None
+    store: Any = None
+    files: Any = None
 
     def decide(self, state: Any) -> Decision:
-        _table_named(state, self.full)
-        return Decision(None, delete=True, after_durable=self.cleanup)
+        table = _table_named(state, self.full)
+        managed = table.location if table.info["table_type"] == "MANAGED" else None
+        # A partial of a module function, not a closure: in a cluster the proposal may travel to the table's owner
+        # (coordinator/cluster/channel.py).
+        cleanup = functools.partial(_forget_dropped, self.store, self.files, table.table_id, managed)
+        return Decision(None, delete=True, after_durable=cleanup)
 
 
 def _unused_staging(state: Any, full: FullName, location: str) -> StagingTable:
@@ -439,11 +450,7 @@ class DeltaCatalog:
 
     async def delete_table(self, full: FullName) -> None:
         table_id = await self._resolve(full)
-        # Soft delete, as the catalog-managed RFC allows: the name goes now; the files stay for a purge job. The
-        # clean-up is a partial of a module function, not a closure: in a cluster the proposal may travel to the
-        # table's owner (coordinator/cluster/channel.py).
-        await self.registry.submit(table_id, DropTable(full, functools.partial(_forget_metrics, self.store,
-                                                                               table_id)))
+        await self.registry.submit(table_id, DropTable(full, self.store, self.files))
 
     # -- commits -----------------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 import uuid
 from dataclasses import replace
 
@@ -298,8 +299,16 @@ def test_get_and_delete_table(uc):
     error(uc.get("/tables", params={"catalog_name": "main", "schema_name": "nope"}), 404, "SCHEMA_DOES_NOT_EXIST")
     assert uc.commit(table, 1).status_code == 200
 
+    location = local_path(table["storage_location"])
+    assert (location / "_delta_log").is_dir()
     assert uc.delete("/tables/main.default.t").status_code == 200
     error(uc.get("/tables/main.default.t"), 404, "TABLE_DOES_NOT_EXIST")
+    # Seed: a managed table's "lifecycle (including deletion of files when dropped)" is the catalog's.
+    for _ in range(200):
+        if not location.exists():
+            break
+        time.sleep(0.025)
+    assert not location.exists()
     error(uc.delete("/tables/main.default.t"), 404, "TABLE_DOES_NOT_EXIST")
     error(uc.commit(table, 2), 404, "TABLE_DOES_NOT_EXIST")
     # The name is free again; the new table is a new id at version 0.
@@ -327,6 +336,12 @@ def test_external_table(uc, tmp_path):
     managed = uc.staging("e3")["staging_location"]
     error(uc.post("/tables", json={**body, "name": "e3", "storage_location": managed}), 400,
           "INVALID_PARAMETER_VALUE")
+    # Dropping an EXTERNAL table leaves its files: they are the user's.
+    (tmp_path / "ext").mkdir()
+    (tmp_path / "ext" / "part-0.parquet").write_bytes(b"data")
+    assert uc.delete("/tables/main.default.ext").status_code == 200
+    time.sleep(0.2)
+    assert (tmp_path / "ext" / "part-0.parquet").read_bytes() == b"data"
 
 
 # -- commits -------------------------------------------------------------------------------------------------
