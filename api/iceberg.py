@@ -7,8 +7,8 @@ Spec: open-api/rest-catalog-open-api.yaml. Errors use the spec's `IcebergErrorRe
 from __future__ import annotations
 
 import functools
-import uuid
 from typing import Any, Awaitable, Callable, Literal, Optional
+from urllib.parse import quote
 
 import orjson
 
@@ -19,8 +19,8 @@ from coordinator.auth import Privilege, Resource
 from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
 from coordinator.iceberg import parse_requirements, parse_updates
-from coordinator.idempotency import LIFETIME_S, IdempotencyRecord, parse_key
-from coordinator.iceberg.catalog import IcebergTable, TableIdent
+from coordinator.idempotency import LIFETIME_S, IdempotencyKey, IdempotencyRecord, bind, parse_key
+from coordinator.iceberg.catalog import IcebergTable, TableIdent, Unprocessable
 from coordinator.iceberg.views import parse_view_requirements, parse_view_updates
 
 from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
@@ -107,6 +107,8 @@ def _error_type(exc: CoordinatorError) -> str:
         return "ForbiddenException"
     if isinstance(exc, TooManyRequests):
         return "TooManyRequestsException"
+    if isinstance(exc, Unprocessable):
+        return "UnprocessableEntityException"
     return "BadRequestException"
 
 
@@ -198,6 +200,15 @@ async def _transaction_needs(prefix: str) -> Needs:
             for c in body.table_changes if c.identifier is not None]
 
 
+def _page() -> tuple[str | None, int | None]:
+    """`pageToken` and `pageSize`. Without a `pageToken` (an empty one starts paging) the spec asks for every
+    result in one response, whatever `pageSize` says."""
+    size = _page_size()
+    if "pageToken" not in request.args:
+        return None, None
+    return request.args["pageToken"], size
+
+
 def _page_size() -> int | None:
     raw = request.args.get("pageSize")
     if raw is None:
@@ -211,24 +222,35 @@ def _page_size() -> int | None:
     return min(size, 1000)
 
 
-def _key() -> uuid.UUID | None:
+def _key() -> IdempotencyKey | None:
     return g.get("idempotency_key")
 
 
-def idempotent(route: str, current: Callable[..., Awaitable[IcebergTable]] | None = None):
+async def _target(named: Callable[[], Awaitable[str]] | None) -> str:
+    """What a key is bound to besides its operation: the path the request was sent to, and for a route that
+    names its object in the body (creates), that name too. Percent-encoded, so any name fits the route column."""
+    path = quote(request.path)
+    return path if named is None else f"{path}?name={quote(await named(), safe='')}"
+
+
+def idempotent(route: str, current: Callable[..., Awaitable[IcebergTable]] | None = None,
+               named: Callable[[], Awaitable[str]] | None = None):
     """Idempotency-Key handling for a mutating route: validate the key, replay a finalized answer, or run the
-    handler once (its catalog operation records success in the same transaction as the change). A route that
-    answers with a table or view must give `current(**route_args)`, its state now: the answer is replayed from
-    the metadata file it named, or from `current` if that file is gone (`IcebergCatalog.replay`)."""
+    handler once (its catalog operation records success in the same transaction as the change). The record is
+    bound to the route and its target (`_target`; `named` gives the object a create names in its body): the key
+    reused elsewhere is refused, not answered with another object's answer. A route that answers with a table
+    or view must give `current(**route_args)`, its state now: the answer is replayed from the metadata file it
+    named, or from `current` if that file is gone (`IcebergCatalog.replay`)."""
     def wrap(fn):
         @functools.wraps(fn)
         async def handler(**kwargs):
             raw = request.headers.get("Idempotency-Key")
             if raw is None:
                 return await fn(**kwargs)
-            g.idempotency_key = parse_key(raw)
+            key = IdempotencyKey(parse_key(raw), bind(route, await _target(named)))
+            g.idempotency_key = key
             coordinator = current_app.config["COORDINATOR"]
-            result = await coordinator.idempotency.run(g.idempotency_key, route, lambda: fn(**kwargs),
+            result = await coordinator.idempotency.run(key.key, key.route, lambda: fn(**kwargs),
                                                        error_response_body)
             if not isinstance(result, IdempotencyRecord):
                 return result  # not a replay: the handler's own response, headers included
@@ -255,6 +277,17 @@ def _created_now(model: type, now: Callable[..., Awaitable[IcebergTable]]) -> Ca
     async def created(prefix: str, namespace: str) -> IcebergTable:
         return await now(prefix, namespace, (await read_model(model)).name)
     return created
+
+
+def _named(model: type) -> Callable[[], Awaitable[str]]:
+    """The name of the object a create request (of `model`) names in its body."""
+    async def name() -> str:
+        return (await read_model(model)).name
+    return name
+
+
+async def _namespace_named() -> str:
+    return NAMESPACE_SEPARATOR.join((await read_model(CreateNamespaceRequest)).namespace)
 
 
 def _load_response(table: IcebergTable, status: int = 200, etag: str | None = None) -> Response:
@@ -316,17 +349,14 @@ async def get_config() -> Response:
 @guard(_list_namespaces_needs)
 async def list_namespaces(prefix: str) -> Response:
     parent = request.args.get("parent")
-    names, nxt = await _catalog().list_namespaces(_prefix(prefix), _namespace(parent) if parent else (),
-                                                  request.args.get("pageToken"), _page_size())
-    body: dict[str, Any] = {"namespaces": [list(n) for n in names]}
-    if nxt:
-        body["next-page-token"] = nxt
-    return json_response(body)
+    names, nxt = await _catalog().list_namespaces(_prefix(prefix), _namespace(parent) if parent else (), *_page())
+    # null, not omitted, on the last page: the spec's answer for a server that pages
+    return json_response({"namespaces": [list(n) for n in names], "next-page-token": nxt})
 
 
 @routes("/namespaces", ["POST"])
 @guard(_create_namespace_needs)
-@idempotent("create-namespace")
+@idempotent("create-namespace", named=_namespace_named)
 async def create_namespace(prefix: str) -> Response:
     body = await read_model(CreateNamespaceRequest)
     return json_response(await _catalog().create_namespace(_prefix(prefix), tuple(body.namespace),
@@ -371,17 +401,14 @@ async def list_tables(prefix: str, namespace: str) -> Response:
 
 async def _list_identifiers(prefix: str, namespace: str, kind: str) -> Response:
     """ListTablesResponse for tables or views: one page of identifiers and the next page's token."""
-    idents, nxt = await _catalog().list_tables(_prefix(prefix), _namespace(namespace),
-                                               request.args.get("pageToken"), _page_size(), kind=kind)
-    body: dict[str, Any] = {"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in idents]}
-    if nxt:
-        body["next-page-token"] = nxt
-    return json_response(body)
+    idents, nxt = await _catalog().list_tables(_prefix(prefix), _namespace(namespace), *_page(), kind=kind)
+    return json_response({"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in idents],
+                          "next-page-token": nxt})
 
 
 @routes("/namespaces/<namespace>/tables", ["POST"])
 @guard(_on_namespace(CREATE))
-@idempotent("create-table", _created_now(CreateTableRequest, _table_now))
+@idempotent("create-table", _created_now(CreateTableRequest, _table_now), _named(CreateTableRequest))
 async def create_table(prefix: str, namespace: str) -> Response:
     body = await read_model(CreateTableRequest)
     ident = _ident(prefix, namespace, body.name)
@@ -396,7 +423,7 @@ async def create_table(prefix: str, namespace: str) -> Response:
 
 @routes("/namespaces/<namespace>/register", ["POST"])
 @guard(_on_namespace(CREATE))
-@idempotent("register-table", _created_now(RegisterTableRequest, _table_now))
+@idempotent("register-table", _created_now(RegisterTableRequest, _table_now), _named(RegisterTableRequest))
 async def register_table(prefix: str, namespace: str) -> Response:
     body = await read_model(RegisterTableRequest)
     if body.overwrite:
@@ -515,7 +542,7 @@ async def list_views(prefix: str, namespace: str) -> Response:
 
 @routes("/namespaces/<namespace>/views", ["POST"])
 @guard(_on_namespace(CREATE))
-@idempotent("create-view", _created_now(CreateViewRequest, _view_now))
+@idempotent("create-view", _created_now(CreateViewRequest, _view_now), _named(CreateViewRequest))
 async def create_view(prefix: str, namespace: str) -> Response:
     body = await read_model(CreateViewRequest)
     view = await _catalog().create_view(_ident(prefix, namespace, body.name), schema=body.schema_,

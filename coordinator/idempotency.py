@@ -5,6 +5,9 @@ outcome is unknown or the client is told to retry). A success's record is writte
 the same database transaction as the change it records (see `Decision.idempotency`, the store's namespace
 methods); an error's record is written afterwards, since an error changed nothing. A second request with a key
 still in flight waits for the first and then gets its answer.
+
+A record is kept under its route: the operation and the target it was sent to (`bind`), so a key reused on
+another table is refused like a key reused for another operation, never answered with the first table's answer.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 import os
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Awaitable, Callable, TypeVar
 
 import trio
@@ -50,6 +54,35 @@ def new_key() -> str:
     return str(uuid.UUID(int=value))
 
 
+@dataclass(frozen=True)
+class IdempotencyKey:
+    """A request's key and the route its answer is recorded under (`bind`). The operation writes its own record
+    (in the transaction of its change), so the route travels with the key down to it."""
+
+    key: uuid.UUID
+    route: str
+
+    def record(self, status: int, body: bytes | None = None, body_ref: str | None = None) -> IdempotencyRecord:
+        return IdempotencyRecord(self.key, self.route, status, body, body_ref)
+
+
+def bind(operation: str, target: str) -> str:
+    """The route a record is kept under: `operation target`, in the store's one route column. Operation names
+    have no space; the target is whatever identifies the object (a request path, percent-encoded)."""
+    return f"{operation} {target}"
+
+
+def _operation(route: str) -> str:
+    return route.split(" ", 1)[0]
+
+
+def _check_route(key: uuid.UUID, previous: IdempotencyRecord, route: str) -> None:
+    # Records written before targets were bound name the operation alone: they still replay for it.
+    if previous.route not in (route, _operation(route)):
+        raise BadRequest(f"Idempotency-Key {key} was already used for a different operation or target "
+                         f"({_operation(previous.route)})")
+
+
 class Idempotency:
     def __init__(self, store):
         self.store = store
@@ -57,7 +90,8 @@ class Idempotency:
 
     async def run(self, key: uuid.UUID, route: str, op: Callable[[], Awaitable[T]],
                   error_body: Callable[[CoordinatorError], bytes]) -> T | IdempotencyRecord:
-        """`op()`'s result, or the finalized record of an earlier request with `key` to replay instead."""
+        """`op()`'s result, or the finalized record of an earlier request with `key` to replay instead. `route`
+        is the operation, bound to its target (`bind`) where it has one."""
         while key in self._inflight:
             await self._inflight[key].wait()
         done = trio.Event()
@@ -65,9 +99,7 @@ class Idempotency:
         try:
             previous = await self.store.get_idempotency(key)
             if previous is not None:
-                if previous.route != route:
-                    raise BadRequest(f"Idempotency-Key {key} was already used for a different operation "
-                                     f"({previous.route})")
+                _check_route(key, previous, route)
                 return previous
             try:
                 return await op()
@@ -77,6 +109,7 @@ class Idempotency:
                 if previous is None:
                     raise Unavailable(f"Idempotency-Key {key} was applied by a concurrent request whose answer "
                                       f"is not readable yet; retry") from None
+                _check_route(key, previous, route)
                 return previous
             except CoordinatorError as exc:
                 if 400 <= exc.status < 500 and exc.status not in NEVER_FINAL:

@@ -135,3 +135,60 @@ def test_a_replay_whose_metadata_file_is_gone_answers_with_the_current_state(con
     assert replay.json()["metadata-location"] == later["metadata-location"]
     assert replay.json()["metadata"]["properties"]["m"] == "2" and "config" not in replay.json()
     assert len(http.get("/v1/namespaces/db/tables/t").json()["metadata"]["metadata-log"]) == 2
+
+
+def test_key_reused_on_another_table_is_rejected_not_replayed(http):
+    """The record is bound to its target: table A's answer is never given as table B's."""
+    assert http.post("/v1/namespaces/db/tables", json={"name": "b", "schema": SCHEMA}).status_code == 200
+    key = uuid7()
+    first = commit(http, key, {"n": "1"})
+    r = http.post("/v1/namespaces/db/tables/b", headers={"Idempotency-Key": key},
+                  json={"requirements": [], "updates": [{"action": "set-properties", "updates": {"n": "1"}}]})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestException"
+    assert "n" not in http.get("/v1/namespaces/db/tables/b").json()["metadata"]["properties"]
+    assert commit(http, key, {"n": "1"}).content == first.content  # its own target still replays, byte for byte
+
+
+def test_key_reused_to_create_another_object_is_rejected(http):
+    for path, body, other in (("/v1/namespaces", {"namespace": ["n1"]}, {"namespace": ["n2"]}),
+                              ("/v1/namespaces/db/tables", {"name": "a", "schema": SCHEMA},
+                               {"name": "b", "schema": SCHEMA})):
+        key = uuid7()
+        first = http.post(path, json=body, headers={"Idempotency-Key": key})
+        assert first.status_code == 200
+        assert http.post(path, json=other, headers={"Idempotency-Key": key}).status_code == 400
+        assert http.post(path, json=body, headers={"Idempotency-Key": key}).content == first.content
+    assert http.get("/v1/namespaces/n2").status_code == 404
+    assert http.get("/v1/namespaces/db/tables/b").status_code == 404
+
+
+def test_key_reused_under_another_prefix_is_rejected(http):
+    key = uuid7()
+    assert http.delete("/v1/namespaces/db/tables/t", headers={"Idempotency-Key": key}).status_code == 204
+    assert http.delete("/v1/cat/namespaces/db/tables/t", headers={"Idempotency-Key": key}).status_code == 400
+    assert http.delete("/v1/namespaces/db/tables/t", headers={"Idempotency-Key": key}).status_code == 204
+
+
+def test_a_record_written_before_targets_were_bound_still_replays(config, http):
+    """Older versions stored the operation alone in `route`; such a record replays as before."""
+    key = uuid7()
+    first = commit(http, key, {"n": "1"})
+    sql(config.database_url, "UPDATE idempotency_keys SET route='commit-table' WHERE key=$1", uuid.UUID(key))
+    assert commit(http, key, {"n": "1"}).content == first.content
+    assert len(http.get("/v1/namespaces/db/tables/t").json()["metadata"]["metadata-log"]) == 1
+
+
+def test_view_drop_and_rename_retries_replay(http):
+    """A view's drop and rename were recorded under the table's operation names, so their retry was refused."""
+    version = {"version-id": 1, "timestamp-ms": 1, "schema-id": 0, "summary": {}, "default-namespace": ["db"],
+               "representations": [{"type": "sql", "sql": "select 1", "dialect": "spark"}]}
+    assert http.post("/v1/namespaces/db/views", json={"name": "v", "schema": SCHEMA, "view-version": version,
+                                                      "properties": {}}).status_code == 200
+    key = uuid7()
+    rename = {"source": {"namespace": ["db"], "name": "v"}, "destination": {"namespace": ["db"], "name": "w"}}
+    for _ in range(2):
+        assert http.post("/v1/views/rename", json=rename, headers={"Idempotency-Key": key}).status_code == 204
+    key = uuid7()
+    for _ in range(2):
+        assert http.delete("/v1/namespaces/db/views/w", headers={"Idempotency-Key": key}).status_code == 204
+    assert http.get("/v1/namespaces/db/views/w").status_code == 404

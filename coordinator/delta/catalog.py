@@ -445,7 +445,7 @@ class DeltaCatalog:
         await self.get_schema(catalog, schema)
         rows = await self.store.list_tables(REALM, catalog, schema, kind="table",
                                             after=decode_page_token(page_token), limit=limit)
-        nxt = encode_page_token(rows[-1].namespace + chr(30) + rows[-1].name) if len(rows) == limit else None
+        nxt = encode_page_token(rows[-1].cursor) if len(rows) == limit else None
         return [dict(r.state["info"]) for r in rows if "info" in r.state], nxt
 
     async def delete_table(self, full: FullName) -> None:

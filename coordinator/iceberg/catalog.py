@@ -24,6 +24,7 @@ from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow
 from ..actor import Decision
 from ..registry import Compaction
 from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotFound
+from ..idempotency import IdempotencyKey
 from ..paging import decode_page_token, encode_page_token
 from ..transaction import Create
 from . import apply_commit, new_table_metadata
@@ -36,6 +37,13 @@ REALM = "iceberg"
 FORMAT = "iceberg"
 VIEW_FORMAT = "iceberg-view"
 COMMIT_TABLE_ROUTE = "commit-table"  # the one route answered with CommitTableResponse, not LoadResult
+
+
+class Unprocessable(BadRequest):
+    """Well-formed but contradictory, e.g. a property key both updated and removed: the spec answers 422
+    (UnprocessableEntityException) there. Nothing applied, as for any BadRequest."""
+
+    status = 422
 
 
 @dataclass(frozen=True)
@@ -212,7 +220,7 @@ class CommitTable:
     ident: TableIdent
     requirements: list
     updates: list
-    idempotency_key: uuid.UUID | None = None
+    idempotency_key: IdempotencyKey | None = None
 
     files: Any = None  # FileIO, for `write.metadata.delete-after-commit.enabled`
     warehouse: str | None = None  # where `set-location` may move the table, and what clean-up may delete
@@ -225,7 +233,7 @@ class CommitTable:
             return Decision(state, reply=state)  # nothing changed: no new metadata file
         _check_moved(self.warehouse, state.metadata, new)
         data, list_json = serialize_metadata(new, state)
-        return _next_version(state, new, data, list_json, self.idempotency_key, COMMIT_TABLE_ROUTE,
+        return _next_version(state, new, data, list_json, self.idempotency_key,
                              after_durable=_delete_after_commit(self.files, state, new, self.warehouse))
 
 
@@ -234,7 +242,7 @@ class DropTable:
     ident: TableIdent
     purge: bool
     files: Any
-    idempotency_key: uuid.UUID | None = None
+    idempotency_key: IdempotencyKey | None = None
     warehouse: str | None = None  # purge deletes only what lies below it
 
     def decide(self, state: IcebergTable) -> Decision:
@@ -250,20 +258,20 @@ class DropTable:
                     if warehouse is not None and is_within(warehouse, uri):
                         await fileio.delete(uri)
         return Decision(None, reply=None, delete=True, after_durable=after,
-                        idempotency=_idempotency(self.idempotency_key, "drop-table", 204, None))
+                        idempotency=_idempotency(self.idempotency_key, 204, None))
 
 
 @dataclass
 class RenameTable:
     ident: TableIdent
     to: TableIdent
-    idempotency_key: uuid.UUID | None = None
+    idempotency_key: IdempotencyKey | None = None
 
     def decide(self, state: IcebergTable) -> Decision:
         _check_ident(state, self.ident)
         return Decision(replace(state, ident=self.to), reply=None,
                         rename=(self.to.catalog, self.to.ns_path, self.to.name),
-                        idempotency=_idempotency(self.idempotency_key, "rename-table", 204, None))
+                        idempotency=_idempotency(self.idempotency_key, 204, None))
 
 
 @dataclass
@@ -271,7 +279,7 @@ class ReplaceView:
     ident: TableIdent
     requirements: list
     updates: list
-    idempotency_key: uuid.UUID | None = None
+    idempotency_key: IdempotencyKey | None = None
 
     warehouse: str | None = None  # where `set-location` may move the view
 
@@ -281,18 +289,18 @@ class ReplaceView:
         if new is state.metadata:
             return Decision(state, reply=state)
         _check_moved(self.warehouse, state.metadata, new)
-        return _next_version(state, new, orjson.dumps(new), {}, self.idempotency_key, "replace-view")
+        return _next_version(state, new, orjson.dumps(new), {}, self.idempotency_key)
 
 
-def _next_version(state: IcebergTable, new: dict[str, Any], data: bytes, list_json: dict, idempotency_key,
-                  route: str, after_durable=None) -> Decision:
+def _next_version(state: IcebergTable, new: dict[str, Any], data: bytes, list_json: dict,
+                  idempotency_key: IdempotencyKey | None, after_durable=None) -> Decision:
     """Write `new` (serialized as `data`) as the table's or view's next metadata file, under its location."""
     version = metadata_version(state.metadata_location) + 1
     location = join(new["location"], "metadata", metadata_file_name(version))
     table = IcebergTable(state.ident, new, location, data, list_json)
     return Decision(table, reply=table, row_state={"metadata-location": location},
                     log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
-                    files=[(location, data)], idempotency=_idempotency(idempotency_key, route, 200, table),
+                    files=[(location, data)], idempotency=_idempotency(idempotency_key, 200, table),
                     after_durable=after_durable)
 
 
@@ -362,12 +370,12 @@ def _check_ident(state: IcebergTable, ident: TableIdent) -> None:
         raise NotFound(f"Table does not exist: {ident}", kind="table-moved")
 
 
-def _idempotency(key: uuid.UUID | None, route: str, status: int, table: IcebergTable | None):
+def _idempotency(key: IdempotencyKey | None, status: int, table: IcebergTable | None) -> IdempotencyRecord | None:
     if key is None:
         return None
     # The answer is the whole metadata (megabytes at 10,000 snapshots): not stored, but rebuilt on replay from the
     # metadata file this change wrote, which no later change rewrites (`IcebergCatalog.replay`).
-    return IdempotencyRecord(key, route, status, None, body_ref=None if table is None else table.metadata_location)
+    return key.record(status, None, body_ref=None if table is None else table.metadata_location)
 
 
 # -- the catalog ---------------------------------------------------------------------------------------------
@@ -393,11 +401,10 @@ class IcebergCatalog:
     # -- namespaces --------------------------------------------------------------------------------------------
 
     async def create_namespace(self, catalog: str, namespace: tuple[str, ...], properties: dict[str, str],
-                               idempotency_key: uuid.UUID | None = None) -> dict[str, Any]:
+                               idempotency_key: IdempotencyKey | None = None) -> dict[str, Any]:
         _check_namespace(namespace)
         result = {"namespace": list(namespace), "properties": properties}
-        record = IdempotencyRecord(idempotency_key, "create-namespace", 200, orjson.dumps(result)) \
-            if idempotency_key else None
+        record = idempotency_key.record(200, orjson.dumps(result)) if idempotency_key else None
         await self.store.create_namespace(REALM, catalog, join_namespace(namespace), properties, record)
         return result
 
@@ -412,21 +419,23 @@ class IcebergCatalog:
         if parent:
             await self.load_namespace(catalog, parent)
         paths = await self.store.list_namespaces(REALM, catalog, join_namespace(parent),
-                                                 after=decode_page_token(page_token, "pageToken"), limit=page_size)
-        nxt = encode_page_token(paths[-1]) if page_size and len(paths) == page_size else None
+                                                 after=decode_page_token(page_token, "pageToken"),
+                                                 limit=_one_more(page_size))
+        paths, last = _page(paths, page_size)
+        nxt = encode_page_token(last) if last is not None else None
         return [tuple(p.split(NAMESPACE_SEP)) for p in paths], nxt
 
     async def drop_namespace(self, catalog: str, namespace: tuple[str, ...],
-                             idempotency_key: uuid.UUID | None = None) -> None:
-        record = IdempotencyRecord(idempotency_key, "drop-namespace", 204, None) if idempotency_key else None
+                             idempotency_key: IdempotencyKey | None = None) -> None:
+        record = idempotency_key.record(204) if idempotency_key else None
         await self.store.drop_namespace(REALM, catalog, join_namespace(namespace), idempotency=record)
 
     async def update_namespace_properties(self, catalog: str, namespace: tuple[str, ...], removals: list[str],
                                           updates: dict[str, str],
-                                          idempotency_key: uuid.UUID | None = None) -> dict[str, list[str]]:
+                                          idempotency_key: IdempotencyKey | None = None) -> dict[str, list[str]]:
         overlap = set(removals) & set(updates)
         if overlap:
-            raise BadRequest(f"properties both updated and removed: {sorted(overlap)}")
+            raise Unprocessable(f"properties both updated and removed: {sorted(overlap)}")
         # The answer depends on the properties before the change; it is recorded with the change, so the
         # record is finished inside the store's transaction from `before`.
         before = await self.load_namespace(catalog, namespace)
@@ -434,8 +443,7 @@ class IcebergCatalog:
         missing = sorted(k for k in removals if k not in before)
         if missing:
             result["missing"] = missing
-        record = IdempotencyRecord(idempotency_key, "update-namespace-properties", 200, orjson.dumps(result)) \
-            if idempotency_key else None
+        record = idempotency_key.record(200, orjson.dumps(result)) if idempotency_key else None
         await self.store.update_namespace_properties(REALM, catalog, join_namespace(namespace), removals, updates,
                                                      record)
         return result
@@ -446,11 +454,11 @@ class IcebergCatalog:
                           page_size: int | None, kind: str = "table") -> tuple[list[TableIdent], str | None]:
         await self.load_namespace(catalog, namespace)
         rows = await self.store.list_tables(REALM, catalog, join_namespace(namespace), kind=kind,
-                                            after=decode_page_token(page_token, "pageToken"), limit=page_size)
+                                            after=decode_page_token(page_token, "pageToken"),
+                                            limit=_one_more(page_size))
+        rows, last = _page(rows, page_size)
         idents = [TableIdent(catalog, namespace, r.name) for r in rows]
-        nxt = None
-        if page_size and len(rows) == page_size:
-            nxt = encode_page_token(rows[-1].namespace + chr(30) + rows[-1].name)
+        nxt = encode_page_token(last.cursor) if last is not None else None
         return idents, nxt
 
     async def _resolve(self, ident: TableIdent, kind: str = "table") -> uuid.UUID:
@@ -519,7 +527,7 @@ class IcebergCatalog:
 
     async def create_table(self, ident: TableIdent, *, schema: dict, location: str | None,
                            partition_spec: dict | None, write_order: dict | None, properties: dict[str, str],
-                           stage_create: bool, idempotency_key: uuid.UUID | None = None) -> IcebergTable:
+                           stage_create: bool, idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
         await self._check_creatable(ident)
         location = self.check_location(location) if location else self.default_location(ident)
         table_uuid = str(uuid.uuid4())
@@ -530,18 +538,19 @@ class IcebergCatalog:
         if stage_create:
             # Nothing is written: the client commits the table later with `assert-create`.
             return IcebergTable(ident, metadata, "", orjson.dumps(metadata))
-        return await self._insert(ident, metadata, table_uuid, idempotency_key, "create-table")
+        return await self._insert(ident, metadata, table_uuid, idempotency_key)
 
-    async def _insert(self, ident: TableIdent, metadata: dict, table_uuid: str, idempotency_key, route: str,
-                      metadata_location: str | None = None, kind: str = "table") -> IcebergTable:
+    async def _insert(self, ident: TableIdent, metadata: dict, table_uuid: str,
+                      idempotency_key: IdempotencyKey | None, metadata_location: str | None = None,
+                      kind: str = "table") -> IcebergTable:
         new = _creation(ident, metadata, table_uuid, metadata_location, kind)
         await self.registry.create(new.row, state=new.state, row_state=new.row_state, log_entries=new.log,
-                                   files=new.files, idempotency=_idempotency(idempotency_key, route, 200, new.state))
+                                   files=new.files, idempotency=_idempotency(idempotency_key, 200, new.state))
         self._ids[(ident, kind)] = new.row.table_id
         return new.state
 
     async def register_table(self, ident: TableIdent, metadata_location: str,
-                             idempotency_key: uuid.UUID | None = None) -> IcebergTable:
+                             idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
         await self._check_creatable(ident)
         # Only files in the warehouse are read (the answer would otherwise tell which files exist anywhere the
         # service can read), and only tables located there are taken (their commits write metadata there).
@@ -560,11 +569,11 @@ class IcebergCatalog:
         except ValueError:
             raise BadRequest(f"table-uuid {metadata['table-uuid']!r} in metadata-location is not a UUID") from None
         self.check_location(metadata["location"])
-        return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key, "register-table",
+        return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key,
                                   metadata_location=metadata_location)
 
     async def commit_table(self, ident: TableIdent, requirements: list, updates: list,
-                           idempotency_key: uuid.UUID | None = None) -> IcebergTable:
+                           idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
         if _creates_table(requirements):
             return await self._commit_create(ident, requirements, updates, idempotency_key)
         try:
@@ -576,10 +585,10 @@ class IcebergCatalog:
             return await self.load_table(ident)
 
     async def _commit_create(self, ident: TableIdent, requirements: list, updates: list,
-                             idempotency_key: uuid.UUID | None) -> IcebergTable:
+                             idempotency_key: IdempotencyKey | None) -> IcebergTable:
         """The create transaction (stage-create, then commit with `assert-create`): the table must not exist."""
         metadata = await self._create_transaction_metadata(ident, requirements, updates)
-        return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key, COMMIT_TABLE_ROUTE)
+        return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key)
 
     async def _create_transaction_metadata(self, ident: TableIdent, requirements: list, updates: list) -> dict:
         """The new table's metadata: at the location the updates set (which must be in the warehouse), else at
@@ -593,7 +602,7 @@ class IcebergCatalog:
         return metadata
 
     async def commit_transaction(self, changes: list[tuple[TableIdent, list, list]],
-                                 idempotency_key: uuid.UUID | None = None) -> None:
+                                 idempotency_key: IdempotencyKey | None = None) -> None:
         """All table changes apply atomically or none do (coordinator.transaction); `assert-create` changes
         create their table in the same database transaction."""
         parts, creates = [], []
@@ -604,7 +613,7 @@ class IcebergCatalog:
             else:
                 parts.append((await self._resolve(ident), CommitTable(ident, requirements, updates,
                                                                       files=self.files, warehouse=self.warehouse)))
-        record = IdempotencyRecord(idempotency_key, "commit-transaction", 204, None) if idempotency_key else None
+        record = idempotency_key.record(204) if idempotency_key else None
         try:
             await self.registry.transact(parts, creates=creates, idempotency=record)
         except NotFound as exc:
@@ -632,15 +641,15 @@ class IcebergCatalog:
                 config[theirs] = opts[ours]
         return [{"prefix": location, "config": config}]
 
-    async def drop_table(self, ident: TableIdent, purge: bool, idempotency_key: uuid.UUID | None = None) -> None:
+    async def drop_table(self, ident: TableIdent, purge: bool, idempotency_key: IdempotencyKey | None = None) -> None:
         await self._submit(ident, lambda: DropTable(ident, purge, self.files, idempotency_key, self.warehouse))
         self._ids.pop((ident, "table"), None)
 
     async def rename_table(self, source: TableIdent, dest: TableIdent,
-                           idempotency_key: uuid.UUID | None = None) -> None:
+                           idempotency_key: IdempotencyKey | None = None) -> None:
         await self._rename(source, dest, idempotency_key, "table", "Table already exists")
 
-    async def _rename(self, source: TableIdent, dest: TableIdent, idempotency_key: uuid.UUID | None, kind: str,
+    async def _rename(self, source: TableIdent, dest: TableIdent, idempotency_key: IdempotencyKey | None, kind: str,
                       taken: str) -> None:
         await self._check_creatable(dest)
         if await self.store.find_table(REALM, dest.catalog, dest.ns_path, dest.name) is not None:
@@ -651,30 +660,43 @@ class IcebergCatalog:
     # -- views -------------------------------------------------------------------------------------------------
 
     async def create_view(self, ident: TableIdent, *, schema: dict, view_version: dict, location: str | None,
-                          properties: dict[str, str], idempotency_key: uuid.UUID | None = None) -> IcebergTable:
+                          properties: dict[str, str], idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
         await self._check_creatable(ident)
         location = self.check_location(location) if location else self.default_location(ident)
         view_uuid = str(uuid.uuid4())
         metadata = new_view_metadata(view_uuid=view_uuid, location=location, schema=schema, version=view_version,
                                      properties=properties, now_ms=_now_ms())
-        return await self._insert(ident, metadata, view_uuid, idempotency_key, "create-view", kind="view")
+        return await self._insert(ident, metadata, view_uuid, idempotency_key, kind="view")
 
     async def load_view(self, ident: TableIdent) -> IcebergTable:
         return await self._submit(ident, lambda: LoadTable(ident), kind="view")
 
     async def replace_view(self, ident: TableIdent, requirements: list, updates: list,
-                           idempotency_key: uuid.UUID | None = None) -> IcebergTable:
+                           idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
         return await self._submit(ident, lambda: ReplaceView(ident, requirements, updates, idempotency_key,
                                                              self.warehouse),
                                   kind="view")
 
-    async def drop_view(self, ident: TableIdent, idempotency_key: uuid.UUID | None = None) -> None:
+    async def drop_view(self, ident: TableIdent, idempotency_key: IdempotencyKey | None = None) -> None:
         await self._submit(ident, lambda: DropTable(ident, False, self.files, idempotency_key), kind="view")
         self._ids.pop((ident, "view"), None)
 
     async def rename_view(self, source: TableIdent, dest: TableIdent,
-                          idempotency_key: uuid.UUID | None = None) -> None:
+                          idempotency_key: IdempotencyKey | None = None) -> None:
         await self._rename(source, dest, idempotency_key, "view", "View or table already exists")
+
+
+def _one_more(page_size: int | None) -> int | None:
+    """Ask the store for one row past the page: it tells whether a next page exists."""
+    return None if page_size is None else page_size + 1
+
+
+def _page(rows: list, page_size: int | None) -> tuple[list, Any]:
+    """The page's rows and, if more follow, its last row (the next page starts after it); else None, so the last
+    page never sends the client to an empty one."""
+    if page_size is None or len(rows) <= page_size:
+        return rows, None
+    return rows[:page_size], rows[page_size - 1]
 
 
 def _format_version(properties: dict[str, str]) -> int | None:
@@ -693,5 +715,7 @@ def _check_name(name: str) -> None:
 
 
 def _check_namespace(namespace: tuple[str, ...]) -> None:
-    if not namespace or any(not level or NAMESPACE_SEP in level or "\x00" in level for level in namespace):
+    # A level with `/` could never be addressed: routing decodes the path's %2F before splitting it.
+    if not namespace or any(not level or NAMESPACE_SEP in level or "/" in level or "\x00" in level
+                            for level in namespace):
         raise BadRequest(f"invalid namespace: {list(namespace)!r}")

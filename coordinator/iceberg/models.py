@@ -58,9 +58,20 @@ _PRIMITIVE = re.compile(
 )
 
 
+_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$", re.IGNORECASE)
+MAX_DECIMAL_PRECISION = 38  # Java's `DecimalType.of` and pyiceberg refuse more: such a table could not be loaded
+
+
 def _check_primitive(value: str) -> str:
     if not _PRIMITIVE.match(value.strip()):
         raise ValueError(f"unknown primitive type {value!r}")
+    decimal = _DECIMAL.match(value.strip())
+    if decimal:
+        precision, scale = int(decimal[1]), int(decimal[2])
+        if not 1 <= precision <= MAX_DECIMAL_PRECISION:
+            raise ValueError(f"{value!r}: decimal precision must be 1..{MAX_DECIMAL_PRECISION}")
+        if scale > precision:
+            raise ValueError(f"{value!r}: decimal scale must be 0..precision")
     return value
 
 
@@ -129,11 +140,25 @@ class Schema(StructType):
 # --------------------------------------------------------------------------------------------------
 
 
+# The spec's transforms (`Transform`), spelled exactly so. Java would keep anything else as an unknown transform,
+# but pyiceberg cannot load a table whose partition spec holds one, so it is refused here instead.
+_TRANSFORM = re.compile(r"identity|year|month|day|hour|void|(?:bucket|truncate)\[([0-9]{1,10})\]")
+MAX_INT = 2**31 - 1
+
+
+def _check_transform(value: str) -> str:
+    match = _TRANSFORM.fullmatch(value)
+    if match is None or (match[1] is not None and not 1 <= int(match[1]) <= MAX_INT):
+        raise ValueError(f"unknown transform {value!r}: expected identity, year, month, day, hour, void, "
+                         f"bucket[N] or truncate[N] with N in 1..{MAX_INT}")
+    return value
+
+
 class PartitionField(_Stored):
     field_id: int | None = Field(default=None, alias="field-id")
     source_id: int = Field(alias="source-id")
     name: str
-    transform: str
+    transform: Annotated[str, AfterValidator(_check_transform)]
 
 
 class PartitionSpec(_Stored):
@@ -163,7 +188,7 @@ class Snapshot(_Stored):
     snapshot_id: int = Field(alias="snapshot-id")
     parent_snapshot_id: int | None = Field(default=None, alias="parent-snapshot-id")
     sequence_number: int | None = Field(default=None, alias="sequence-number")
-    timestamp_ms: int = Field(alias="timestamp-ms")
+    timestamp_ms: Long = Field(alias="timestamp-ms")
     manifest_list: str = Field(alias="manifest-list")
     first_row_id: int | None = Field(default=None, alias="first-row-id")
     added_rows: int | None = Field(default=None, alias="added-rows")
@@ -205,6 +230,32 @@ class EncryptedKey(_Stored):
     encrypted_key_metadata: str = Field(alias="encrypted-key-metadata")
     encrypted_by_id: str | None = Field(default=None, alias="encrypted-by-id")
     properties: dict[str, str] | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Views (spec: ViewVersion, SQLViewRepresentation)
+# --------------------------------------------------------------------------------------------------
+
+Int = Annotated[int, Field(ge=-(2**31), le=MAX_INT)]     # the spec's `integer` (Java's int)
+Long = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]  # `format: int64` (Java's long)
+
+
+class ViewRepresentation(_Stored):
+    """The spec's only representation is `SQLViewRepresentation`; all three keys are required."""
+
+    type: str
+    sql: str
+    dialect: str
+
+
+class ViewVersion(_Stored):
+    version_id: Int = Field(alias="version-id")
+    timestamp_ms: Long = Field(alias="timestamp-ms")
+    schema_id: Int = Field(alias="schema-id")  # -1: the schema added last in this change set
+    summary: dict[str, str]
+    representations: list[ViewRepresentation]
+    default_catalog: str | None = Field(default=None, alias="default-catalog")
+    default_namespace: list[str] = Field(alias="default-namespace")
 
 
 # --------------------------------------------------------------------------------------------------

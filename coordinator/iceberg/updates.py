@@ -181,7 +181,8 @@ _TRANSFORM_SOURCES = {
 
 def check_transform(transform: str, source_type: Any, field: str) -> None:
     """Java `Transform.canTransform` for the spec's transforms. Unknown transform names pass, as they do in
-    Java (`UnknownTransform`), so a newer client's transform is not refused."""
+    Java (`UnknownTransform`), so a newer client's sort order is not refused; a partition field's transform is
+    one of the spec's already (`models.PartitionField`), since pyiceberg cannot load a spec with another."""
     if not isinstance(source_type, str):
         raise Invalid(field, "cannot use a non-primitive source field")
     name = transform.strip().lower().split("[", 1)[0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..errors import BadRequest, CommitConflict
 from . import models as m
@@ -29,7 +29,7 @@ class AssertViewUUID(_Message):
 
 class AddViewVersionUpdate(_Message):
     action: Literal["add-view-version"]
-    view_version: dict[str, Any] = Field(alias="view-version")
+    view_version: m.ViewVersion = Field(alias="view-version")
 
 
 class SetCurrentViewVersionUpdate(_Message):
@@ -54,11 +54,17 @@ def parse_view_updates(raw: list) -> list:
     return m.parse_list(_UPDATES, raw, "updates", "action")
 
 
+def _parse(model: type[m._Stored], raw: Any, field: str) -> dict[str, Any]:
+    """A create request's schema or view version, checked against its spec model (as updates are)."""
+    try:
+        return model.model_validate(raw).stored()
+    except ValidationError as exc:
+        raise BadRequest(m.validation_message(field, "", exc, None)) from None
+
+
 def _check_version(version: dict[str, Any], field: str) -> None:
-    for key in ("version-id", "timestamp-ms", "schema-id", "summary", "representations", "default-namespace"):
-        if key not in version:
-            raise BadRequest(f"{field}.{key} is required")
-    dialects = [r.get("dialect", "").lower() for r in version["representations"] if r.get("type") == "sql"]
+    """Java `ViewMetadata.Builder.addVersion`: one query per dialect. The shape was checked by `m.ViewVersion`."""
+    dialects = [r["dialect"].lower() for r in version["representations"] if r["type"] == "sql"]
     if len(dialects) != len(set(dialects)):
         raise BadRequest(f"{field}.representations: cannot add multiple queries for one dialect")
 
@@ -166,7 +172,7 @@ def apply_view_commit(base: dict[str, Any], requirements: list[AssertViewUUID], 
             b.md["properties"] = {k: v for k, v in b.md.get("properties", {}).items() if k not in gone}
             b.changed = True
         elif isinstance(u, AddViewVersionUpdate):
-            b.add_version(u.view_version, f"{field}.view-version")
+            b.add_version(u.view_version.stored(), f"{field}.view-version")
         elif isinstance(u, SetCurrentViewVersionUpdate):
             b.set_current_version(u.view_version_id, f"{field}.view-version-id")
     return b.build() if b.changed else base
@@ -177,7 +183,8 @@ def new_view_metadata(*, view_uuid: str, location: str, schema: dict[str, Any], 
     """CreateViewRequest -> metadata: the view-version's schema-id is replaced by the id given to `schema`."""
     b = _Builder({"view-uuid": view_uuid, "format-version": 1, "location": location, "schemas": [],
                   "versions": [], "version-log": [], "properties": dict(properties)}, now_ms)
+    schema = _parse(m.Schema, schema, "schema")
     b.add_schema({k: v for k, v in schema.items() if k != "schema-id"} | {"type": "struct"})
-    b.add_version({**version, "schema-id": -1}, "view-version")
+    b.add_version({**_parse(m.ViewVersion, version, "view-version"), "schema-id": -1}, "view-version")
     b.set_current_version(-1, "view-version")
     return b.build()

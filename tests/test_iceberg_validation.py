@@ -1,0 +1,238 @@
+"""Input the Iceberg REST spec does not allow is refused with the spec's error and changes nothing, over real HTTP.
+
+Each case is one a conformance probe found stored: partition transforms, decimal types, view versions, namespace
+levels with `/`, a property both updated and removed; and the spec's paging rules for list routes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from pyiceberg.catalog import load_catalog
+
+SCHEMA = {"type": "struct", "schema-id": 0, "fields": [
+    {"id": 1, "name": "id", "type": "long", "required": False},
+    {"id": 2, "name": "s", "type": "string", "required": False},
+]}
+
+
+@pytest.fixture
+def http(service):
+    with httpx.Client(base_url=service, timeout=30) as client:
+        assert client.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
+        assert client.post("/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).status_code == 200
+        yield client
+
+
+def table_location(http) -> str:
+    return http.get("/v1/namespaces/db/tables/t").json()["metadata-location"]
+
+
+def commit(http, *updates):
+    return http.post("/v1/namespaces/db/tables/t", json={"requirements": [], "updates": list(updates)})
+
+
+def assert_bad_request(r: httpx.Response, status: int = 400, kind: str = "BadRequestException") -> None:
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["type"] == kind and r.json()["error"]["code"] == status
+
+
+# -- partition transforms ----------------------------------------------------------------------------------------
+
+BAD_TRANSFORMS = ["bucket[-1]", "bucket[abc]", "bucket[0]", "truncate[0]", "BUCKET[4]", "identity ", " identity",
+                  "bucket[2147483648]", "bucket[99999999999999999999]", "truncate[]", "bucket[4", "bucket[ 4]",
+                  "bucket[4]x", "Identity", "zorder", "bucket[٤]", "identity\n"]
+
+
+@pytest.mark.parametrize("transform", BAD_TRANSFORMS)
+def test_add_spec_with_a_transform_outside_the_spec_is_refused(http, transform):
+    before = table_location(http)
+    r = commit(http, {"action": "add-spec", "spec": {"fields": [
+        {"source-id": 1, "name": "p", "transform": transform}]}})
+    assert_bad_request(r)
+    assert "transform" in r.json()["error"]["message"]
+    assert table_location(http) == before
+
+
+@pytest.mark.parametrize("transform", BAD_TRANSFORMS)
+def test_create_table_with_a_transform_outside_the_spec_is_refused(http, transform):
+    r = http.post("/v1/namespaces/db/tables", json={"name": "p", "schema": SCHEMA, "partition-spec": {
+        "fields": [{"source-id": 1, "name": "p", "transform": transform}]}})
+    assert_bad_request(r)
+    assert http.get("/v1/namespaces/db/tables/p").status_code == 404
+
+
+def test_spec_transforms_are_accepted_and_the_table_loads_in_pyiceberg(service, http):
+    fields = [{"source-id": 1, "name": "b", "transform": "bucket[2147483647]"},
+              {"source-id": 2, "name": "tr", "transform": "truncate[1]"},
+              {"source-id": 1, "name": "i", "transform": "identity"},
+              {"source-id": 2, "name": "v", "transform": "void"}]
+    r = commit(http, {"action": "add-spec", "spec": {"fields": fields}},
+               {"action": "set-default-spec", "spec-id": -1})
+    assert r.status_code == 200, r.text
+    table = load_catalog("c", type="rest", uri=service).load_table(("db", "t"))
+    assert [str(f.transform) for f in table.spec().fields] == ["bucket[2147483647]", "truncate[1]", "identity",
+                                                               "void"]
+
+
+# -- decimal types -----------------------------------------------------------------------------------------------
+
+BAD_DECIMALS = ["decimal(39,2)", "decimal(0,0)", "decimal(5,6)", "decimal(100, 0)"]
+
+
+def nested(type_) -> list:
+    """`type_` at the top of a schema and inside a struct, a list and a map."""
+    return [
+        type_,
+        {"type": "struct", "fields": [{"id": 10, "name": "x", "type": type_, "required": False}]},
+        {"type": "list", "element-id": 10, "element": type_, "element-required": False},
+        {"type": "map", "key-id": 10, "key": "string", "value-id": 11, "value": type_, "value-required": False},
+    ]
+
+
+def schema_with(type_) -> dict:
+    return {"type": "struct", "fields": [{"id": 1, "name": "id", "type": "long", "required": False},
+                                         {"id": 2, "name": "d", "type": type_, "required": False}]}
+
+
+@pytest.mark.parametrize("type_", [t for d in BAD_DECIMALS for t in nested(d)])
+def test_add_schema_with_a_decimal_java_cannot_read_is_refused(http, type_):
+    before = table_location(http)
+    r = commit(http, {"action": "add-schema", "schema": schema_with(type_)})
+    assert_bad_request(r)
+    assert "decimal" in r.json()["error"]["message"]
+    assert table_location(http) == before
+
+
+@pytest.mark.parametrize("type_", [t for d in BAD_DECIMALS for t in nested(d)])
+def test_create_table_with_a_decimal_java_cannot_read_is_refused(http, type_):
+    assert_bad_request(http.post("/v1/namespaces/db/tables", json={"name": "d", "schema": schema_with(type_)}))
+    assert http.get("/v1/namespaces/db/tables/d").status_code == 404
+
+
+def test_decimals_within_the_limits_are_accepted(http):
+    for name, type_ in (("a", "decimal(38,38)"), ("b", "decimal(1,0)"), ("c", "DECIMAL( 10 , 2 )")):
+        r = http.post("/v1/namespaces/db/tables", json={"name": name, "schema": schema_with(type_)})
+        assert r.status_code == 200, r.text
+
+
+# -- view versions -----------------------------------------------------------------------------------------------
+
+
+def view_version(**overrides) -> dict:
+    version = {"version-id": 1, "timestamp-ms": int(time.time() * 1000), "schema-id": 0,
+               "summary": {"engine-name": "test"}, "default-namespace": ["db"],
+               "representations": [{"type": "sql", "sql": "select 1 as id", "dialect": "spark"}]}
+    return {**version, **overrides}
+
+
+BAD_VERSIONS = [
+    {"timestamp-ms": "abc"}, {"timestamp-ms": None}, {"version-id": "x"}, {"version-id": 2**31}, {"schema-id": 1.5},
+    {"representations": [{"type": "sql"}]}, {"representations": [{"type": "sql", "sql": 1, "dialect": "spark"}]},
+    {"representations": [{"sql": "select 1", "dialect": "spark"}]}, {"representations": ["select 1"]},
+    {"representations": {"type": "sql"}}, {"default-namespace": "notalist"}, {"default-namespace": [1]},
+    {"summary": {"n": 1}}, {"summary": []}, {"default-catalog": 5},
+]
+
+
+def create_view(http, version: dict, name: str = "v") -> httpx.Response:
+    return http.post("/v1/namespaces/db/views", json={"name": name, "schema": SCHEMA, "view-version": version,
+                                                      "properties": {}})
+
+
+@pytest.mark.parametrize("bad", BAD_VERSIONS)
+def test_create_view_with_a_malformed_version_is_refused(http, bad):
+    r = create_view(http, view_version(**bad))
+    assert_bad_request(r)
+    assert r.json()["error"]["message"].startswith("view-version")
+    assert http.get("/v1/namespaces/db/views/v").status_code == 404
+
+
+@pytest.mark.parametrize("missing", ["version-id", "timestamp-ms", "schema-id", "summary", "representations",
+                                     "default-namespace"])
+def test_create_view_without_a_required_version_field_is_refused(http, missing):
+    version = {k: v for k, v in view_version().items() if k != missing}
+    assert_bad_request(create_view(http, version))
+
+
+@pytest.mark.parametrize("bad", BAD_VERSIONS)
+def test_add_view_version_with_a_malformed_version_is_refused(http, bad):
+    before = create_view(http, view_version()).json()["metadata-location"]
+    r = http.post("/v1/namespaces/db/views/v", json={"requirements": [], "updates": [
+        {"action": "add-view-version", "view-version": view_version(**bad)}]})
+    assert_bad_request(r)
+    assert r.json()["error"]["message"].startswith("updates[0].view-version")
+    assert http.get("/v1/namespaces/db/views/v").json()["metadata-location"] == before
+
+
+def test_create_view_schema_is_checked_like_a_table_schema(http):
+    r = http.post("/v1/namespaces/db/views", json={"name": "v", "schema": schema_with("decimal(39,0)"),
+                                                   "view-version": view_version(), "properties": {}})
+    assert_bad_request(r)
+    assert http.get("/v1/namespaces/db/views/v").status_code == 404
+
+
+def test_a_valid_version_with_every_field_loads_in_pyiceberg(service, http):
+    version = view_version(**{"default-catalog": "cat", "timestamp-ms": 2**63 - 1})
+    assert create_view(http, version).status_code == 200
+    r = http.post("/v1/namespaces/db/views/v", json={"requirements": [], "updates": [
+        {"action": "add-view-version", "view-version": view_version(representations=[
+            {"type": "sql", "sql": "select 2 as id", "dialect": "trino"}])},
+        {"action": "set-current-view-version", "view-version-id": -1}]})
+    assert r.status_code == 200, r.text
+    view = load_catalog("c", type="rest", uri=service).load_view(("db", "v"))
+    assert view.metadata.current_version_id == 2
+    assert view.metadata.versions[0].default_catalog == "cat"
+
+
+# -- namespaces --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("namespace", [["a/b"], ["db", "x/y"], ["/"]])
+def test_a_namespace_level_with_a_slash_is_refused_like_a_table_name(http, namespace):
+    assert_bad_request(http.post("/v1/namespaces", json={"namespace": namespace}))
+    assert http.get("/v1/namespaces").json()["namespaces"] == [["db"]]
+
+
+def test_a_property_both_updated_and_removed_is_unprocessable(http):
+    assert http.post("/v1/namespaces/db/properties", json={"updates": {"a": "1"}}).status_code == 200
+    r = http.post("/v1/namespaces/db/properties", json={"updates": {"a": "2", "b": "1"}, "removals": ["a"]})
+    assert_bad_request(r, 422, "UnprocessableEntityException")
+    assert http.get("/v1/namespaces/db").json()["properties"] == {"a": "1"}
+
+
+# -- paging ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def listed(http):
+    """Three more namespaces (four in all), three tables in db (four with `t`) and three views."""
+    for i in range(3):
+        assert http.post("/v1/namespaces", json={"namespace": [f"n{i}"]}).status_code == 200
+        assert http.post("/v1/namespaces/db/tables", json={"name": f"t{i}", "schema": SCHEMA}).status_code == 200
+        assert create_view(http, view_version(), name=f"v{i}").status_code == 200
+    return {"/v1/namespaces": ("namespaces", 4), "/v1/namespaces/db/tables": ("identifiers", 4),
+            "/v1/namespaces/db/views": ("identifiers", 3)}
+
+
+def test_page_size_without_a_page_token_answers_everything(http, listed):
+    for path, (key, count) in listed.items():
+        body = http.get(path, params={"pageSize": 1}).json()
+        assert len(body[key]) == count and "next-page-token" in body and body["next-page-token"] is None
+        body = http.get(path).json()
+        assert len(body[key]) == count and body["next-page-token"] is None
+
+
+def test_pages_end_with_an_explicit_null_token(http, listed):
+    for path, (key, count) in listed.items():
+        for size in (1, 2, count, count + 5):
+            seen, token, pages = [], "", 0
+            while token is not None:
+                body = http.get(path, params={"pageToken": token, "pageSize": size}).json()
+                assert "next-page-token" in body
+                seen += body[key]
+                token, pages = body["next-page-token"], pages + 1
+            assert len(seen) == count and len({str(x) for x in seen}) == count
+            assert pages == -(-count // size)  # no empty last page, even when `size` divides `count`
