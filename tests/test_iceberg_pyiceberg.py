@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pyarrow as pa
 import pytest
@@ -13,6 +14,8 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import DayTransform, IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType, TimestampType
+
+from storage.files import to_local_path
 
 
 @pytest.fixture
@@ -149,3 +152,39 @@ def test_create_table_transaction_uses_stage_create_and_assert_create(catalog):
         with catalog.create_table_transaction("db.staged", schema=SCHEMA) as tx:
             tx.append(batch(10, 1))
     assert catalog.load_table("db.staged").scan().to_arrow().num_rows == 4
+
+
+def _eventually(check, what: str) -> None:
+    """The purge runs once the drop is durable, after the answer."""
+    for _ in range(200):
+        if check():
+            return
+        time.sleep(0.025)
+    raise AssertionError(what)
+
+
+def test_purge_deletes_the_tables_data_and_metadata(catalog):
+    """`purgeRequested`: "purge the underlying table's data and metadata" (pyiceberg's purge_table relies on the
+    server for it). With `gc.enabled=false` (files may be shared with another table) data files stay, as in Java's
+    CatalogUtil.dropTableData, and what only the table's metadata names goes."""
+    catalog.create_namespace("pg")
+    purged = catalog.create_table("pg.purged", SCHEMA)
+    shared = catalog.create_table("pg.shared", SCHEMA, properties={"gc.enabled": "false"})
+    neighbour = catalog.create_table("pg.neighbour", SCHEMA)
+    for table in (purged, shared, neighbour):
+        for i in range(3):
+            table.append(batch(i * 10, 10))
+    purged_dir, shared_dir, neighbour_dir = (to_local_path(t.location()) for t in (purged, shared, neighbour))
+    assert len(list(purged_dir.rglob("*.parquet"))) == 3
+
+    catalog.purge_table("pg.purged")
+    _eventually(lambda: not purged_dir.exists(), f"{purged_dir} still exists")
+
+    catalog.purge_table("pg.shared")
+    _eventually(lambda: not list(shared_dir.rglob("*.metadata.json")), "metadata files still exist")
+    assert len(list(shared_dir.rglob("*.parquet"))) == 3
+    assert not list(shared_dir.rglob("snap-*.avro"))  # manifest lists
+
+    # The neighbour is untouched and still reads all its rows.
+    assert len(list(neighbour_dir.rglob("*.parquet"))) == 3
+    assert catalog.load_table("pg.neighbour").scan().to_arrow().num_rows == 30

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable
 
 import orjson
 
-from storage.files import is_within, join, path_segment, unsafe_location
+from storage.files import is_within, join, location_key, path_segment, unsafe_location
 from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace
 
 from ..actor import Decision
@@ -244,21 +244,38 @@ class DropTable:
     files: Any
     idempotency_key: IdempotencyKey | None = None
     warehouse: str | None = None  # purge deletes only what lies below it
+    store: Any = None             # purge asks it whether the location is still the table's own
 
     def decide(self, state: IcebergTable) -> Decision:
         _check_ident(state, self.ident)
         after = None
-        if self.purge:
-            fileio, old, warehouse = self.files, state, self.warehouse
-
-            async def after() -> None:
-                # A registered table's metadata-log may name any file: only what lies in our warehouse is ours.
-                log = [e["metadata-file"] for e in old.metadata.get("metadata-log", [])]
-                for uri in [old.metadata_location, *log]:
-                    if warehouse is not None and is_within(warehouse, uri):
-                        await fileio.delete(uri)
+        if self.purge and self.warehouse is not None:
+            after = functools.partial(_purge, self.files, self.store, self.warehouse, state)
         return Decision(None, reply=None, delete=True, after_durable=after,
                         idempotency=_idempotency(self.idempotency_key, 204, None))
+
+
+async def _purge(files, store, warehouse: str, table: IcebergTable) -> None:
+    """purgeRequested: "purge the underlying table's data and metadata", once the drop is durable. Java
+    (`CatalogUtil.dropTableData`) deletes every file the metadata reaches, reading manifests for data files. Here:
+    - with `gc.enabled` (Java's own guard: false when files may be shared with another table, and then data files
+      stay), the table's whole location, which holds its data and manifests: locations are exclusive to a table
+      (`storage.files.location_key`), and it is checked again now in case `set-location` moved the table;
+    - the files the metadata names outside it: metadata files, manifest lists, statistics.
+    Only what lies in our warehouse is touched: a registered table's metadata may name any file."""
+    meta = table.metadata
+    location = meta.get("location")
+    gc = str(meta.get("properties", {}).get("gc.enabled", "true")).lower() != "false"
+    tree = bool(gc and location and is_within(warehouse, location)
+                and location_key(location) != location_key(warehouse) and not await store.location_taken(location))
+    if tree:
+        await files.delete_tree(location)
+    named = [table.metadata_location, *(e.get("metadata-file") for e in meta.get("metadata-log", [])),
+             *(s.get("manifest-list") for s in meta.get("snapshots", [])),
+             *(f.get("statistics-path") for f in (*meta.get("statistics", []), *meta.get("partition-statistics", [])))]
+    for uri in named:
+        if uri and is_within(warehouse, uri) and not (tree and is_within(location, uri)):
+            await files.delete(uri)
 
 
 @dataclass
@@ -642,7 +659,8 @@ class IcebergCatalog:
         return [{"prefix": location, "config": config}]
 
     async def drop_table(self, ident: TableIdent, purge: bool, idempotency_key: IdempotencyKey | None = None) -> None:
-        await self._submit(ident, lambda: DropTable(ident, purge, self.files, idempotency_key, self.warehouse))
+        await self._submit(ident, lambda: DropTable(ident, purge, self.files, idempotency_key, self.warehouse,
+                                                    self.store))
         self._ids.pop((ident, "table"), None)
 
     async def rename_table(self, source: TableIdent, dest: TableIdent,
