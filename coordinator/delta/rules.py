@@ -198,6 +198,14 @@ def check_commit_info(ci: CommitInfo) -> None:
     name = ci.file_name
     if not name or "/" in name or "\\" in name or name in (".", "..") or "\x00" in name:
         raise BadRequest(f"commit_info.file_name must be a single file name, got {name!r}")
+    if len(name.encode()) > 255 or not name.endswith(".json"):
+        raise BadRequest(f"commit_info.file_name must be a JSON commit file's name of at most 255 bytes, got "
+                         f"{name[:80]!r}")
+    # Delta names a staged commit `<version, 20 digits>.<uuid>.json`, and readers take the version from the name:
+    # one that names another version would be read as that version. (The seed's samples use bare UUID names.)
+    prefix = name.split(".", 1)[0]
+    if len(prefix) == 20 and prefix.isdigit() and int(prefix) != ci.version:
+        raise BadRequest(f"commit_info.file_name {name!r} names version {int(prefix)}, not {ci.version}")
 
 
 def _ratified(table: DeltaTable, version: int) -> dict | None:

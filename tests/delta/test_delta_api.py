@@ -408,6 +408,8 @@ def _commit_error_rows(table: dict):
     ci = commit_info(3)
 
     def with_ci(**change):
+        if "version" in change and "file_name" not in change and isinstance(change["version"], int):
+            change["file_name"] = f"{max(change['version'], 0):020d}.{uuid.uuid4()}.json"  # named as Delta does
         return {**base, "commit_info": {**ci, **change}}
 
     yield "unknown table", {**base, "table_id": str(uuid.uuid4()), "commit_info": ci}, 404, "TABLE_DOES_NOT_EXIST"
@@ -427,6 +429,10 @@ def _commit_error_rows(table: dict):
     yield "file name a path", with_ci(file_name="../00003.x.json"), 400, "INVALID_PARAMETER_VALUE"
     yield "file name dot-dot", with_ci(file_name=".."), 400, "INVALID_PARAMETER_VALUE"
     yield "file name with slash", with_ci(file_name="a/b.json"), 400, "INVALID_PARAMETER_VALUE"
+    yield "file name too long", with_ci(file_name="a" * 300 + ".json"), 400, "INVALID_PARAMETER_VALUE"
+    yield "file name not JSON", with_ci(file_name="not-a-commit.txt"), 400, "INVALID_PARAMETER_VALUE"
+    yield "file name names another version", with_ci(file_name=f"{7:020d}.{uuid.uuid4()}.json"), 400, \
+        "INVALID_PARAMETER_VALUE"
     yield "version skips ahead", with_ci(version=5), 400, "INVALID_PARAMETER_VALUE"
     yield "version taken", with_ci(version=2), 409, "ALREADY_EXISTS"
     yield "version taken, published", with_ci(version=1), 409, "ALREADY_EXISTS"
