@@ -129,3 +129,12 @@ def fetch_token(base_url: str, client_id: str, secret: str) -> str:
                                                         "client_secret": secret, "scope": "catalog"}, timeout=30)
     r.raise_for_status()
     return r.json()["access_token"]
+
+
+@contextmanager
+def iceberg_table_client(base_url: str, schema: dict) -> Iterator[httpx.Client]:
+    """An HTTP client of the service, with Iceberg namespace `db` and table `db.t` (of `schema`) created."""
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        assert client.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
+        assert client.post("/v1/namespaces/db/tables", json={"name": "t", "schema": schema}).status_code == 200
+        yield client

@@ -9,16 +9,14 @@ import httpx
 import pytest
 
 from storage.files import to_local_path
-from tests.support import sql, uuid7
+from tests.support import iceberg_table_client, sql, uuid7
 
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
 
 @pytest.fixture
 def http(service):
-    with httpx.Client(base_url=service, timeout=30) as client:
-        assert client.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
-        assert client.post("/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).status_code == 200
+    with iceberg_table_client(service, SCHEMA) as client:
         yield client
 
 

@@ -12,6 +12,8 @@ import httpx
 import pytest
 from pyiceberg.catalog import load_catalog
 
+from tests.support import iceberg_table_client
+
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [
     {"id": 1, "name": "id", "type": "long", "required": False},
     {"id": 2, "name": "s", "type": "string", "required": False},
@@ -20,9 +22,7 @@ SCHEMA = {"type": "struct", "schema-id": 0, "fields": [
 
 @pytest.fixture
 def http(service):
-    with httpx.Client(base_url=service, timeout=30) as client:
-        assert client.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
-        assert client.post("/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).status_code == 200
+    with iceberg_table_client(service, SCHEMA) as client:
         yield client
 
 
