@@ -456,23 +456,25 @@ class PostgresStore:
     # -- namespaces ----------------------------------------------------------------------------------------
 
     async def create_namespace(self, realm: str, catalog: str, path: str, properties: dict[str, str],
-                               idempotency: IdempotencyRecord | None = None, *, in_parent: bool = False) -> None:
-        """`in_parent`: the parent namespace (`path` less its last level) must exist, and is share-locked until
-        this commits, so a concurrent drop of the parent either sees the child and refuses, or comes first and
-        this fails NotFound: a child is never left under a dropped parent."""
-        parent = path.rpartition(NAMESPACE_SEP)[0] if in_parent else ""
+                               idempotency: IdempotencyRecord | None = None, *,
+                               parent: tuple[str, str, str] | None = None) -> None:
+        """`parent` (realm, catalog, path): a namespace row that must exist, share-locked until this commits, so a
+        concurrent drop of the parent either sees the child and refuses, or comes first and this fails NotFound:
+        a child is never left under a dropped parent."""
+        p_realm, p_catalog, p_path = parent or (None, None, None)
 
         async def q(con):
             async with con.transaction():
                 row = await con.fetchrow(
-                    "WITH parent AS (SELECT 1 FROM namespaces WHERE realm=$1 AND catalog=$2 AND path=$5"
+                    "WITH parent AS (SELECT 1 FROM namespaces WHERE realm=$5 AND catalog=$6 AND path=$7"
                     " FOR KEY SHARE) INSERT INTO namespaces (realm, catalog, path, properties)"
-                    " SELECT $1,$2,$3,$4 WHERE $5 = '' OR EXISTS (SELECT 1 FROM parent)"
-                    " ON CONFLICT DO NOTHING RETURNING path", realm, catalog, path, properties, parent)
+                    " SELECT $1,$2,$3,$4 WHERE $5::text IS NULL OR EXISTS (SELECT 1 FROM parent)"
+                    " ON CONFLICT DO NOTHING RETURNING path", realm, catalog, path, properties, p_realm, p_catalog,
+                    p_path)
                 if row is None:
                     if parent and not await con.fetchval("SELECT 1 FROM namespaces WHERE realm=$1 AND catalog=$2"
-                                                         " AND path=$3", realm, catalog, parent):
-                        raise NotFound(f"Namespace does not exist: {_show(parent)}", kind="namespace")
+                                                         " AND path=$3", *parent):
+                        raise NotFound(f"Namespace does not exist: {_show(p_path)}", kind="namespace")
                     raise AlreadyExists(f"Namespace already exists: {_show(path)}", kind="namespace")
                 await _put_idempotency(con, idempotency)
         await self._call(q)
@@ -515,8 +517,10 @@ class PostgresStore:
         return await self._call(q)
 
     async def drop_namespace(self, realm: str, catalog: str, path: str, *, cascade: bool = False,
-                             idempotency: IdempotencyRecord | None = None) -> None:
-        """Raises NotFound, or NotEmpty when it holds tables, views or namespaces (unless `cascade`)."""
+                             idempotency: IdempotencyRecord | None = None, children_realm: str = "") -> None:
+        """Raises NotFound, or NotEmpty when it holds tables, views or namespaces (unless `cascade`). With
+        `children_realm`, namespaces of that realm whose catalog is `path` are children too (a Unity Catalog
+        catalog's schemas); cascade does not reach them."""
         async def q(con):
             async with con.transaction():
                 found = await con.fetchval("SELECT 1 FROM namespaces WHERE realm=$1 AND catalog=$2 AND path=$3"
@@ -535,7 +539,9 @@ class PostgresStore:
                     busy = await con.fetchval(
                         "SELECT EXISTS (SELECT 1 FROM tables WHERE realm=$1 AND catalog=$2 AND namespace=$3)"
                         " OR EXISTS (SELECT 1 FROM namespaces WHERE realm=$1 AND catalog=$2"
-                        " AND starts_with(path, $3 || chr(31)))", realm, catalog, path)
+                        " AND starts_with(path, $3 || chr(31)))"
+                        " OR EXISTS (SELECT 1 FROM namespaces WHERE realm=$4 AND catalog=$3)",
+                        realm, catalog, path, children_realm)
                     if busy:
                         raise NotEmpty(f"Namespace is not empty: {_show(path)}", kind="namespace")
                 await con.execute("DELETE FROM namespaces WHERE realm=$1 AND catalog=$2 AND path=$3",

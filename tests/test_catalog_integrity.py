@@ -104,6 +104,20 @@ def test_namespace_drop_racing_a_new_table_or_child_leaves_no_orphan(service):
                 assert a.post(f"{LANCE_NS}/{ns}$c/describe", json={}).status_code == 404
 
 
+def test_catalog_delete_racing_a_new_schema_leaves_no_orphan(service):
+    with httpx.Client(base_url=service, timeout=60) as a, httpx.Client(base_url=service, timeout=60) as b:
+        for i in range(25):
+            catalog = f"race{i}"
+            ok(a.post(f"{UC}/catalogs", json={"name": catalog}))
+            created, deleted = _race(lambda: a.post(f"{UC}/schemas", json={"name": "s", "catalog_name": catalog}),
+                                     lambda: b.delete(f"{UC}/catalogs/{catalog}"))
+            assert (created, deleted) in ((200, 400), (404, 200)), (created, deleted)  # 400 CATALOG_NOT_EMPTY
+            if deleted == 200:
+                assert a.get(f"{UC}/schemas/{catalog}.s").status_code == 404
+                ok(a.post(f"{UC}/catalogs", json={"name": catalog}))  # and re-created, it has no schema
+                assert ok(a.get(f"{UC}/schemas", params={"catalog_name": catalog}))["schemas"] == []
+
+
 @pytest.mark.parametrize("token", ["AAAA", "YQBi", "%%%", "not base64!"])
 def test_page_tokens_we_never_issued_are_bad_requests(http, token):
     ok(http.post(f"{UC}/catalogs", json={"name": "c" + uuid.uuid4().hex[:8]}))

@@ -288,9 +288,12 @@ class DeltaCatalog:
         for schema in schemas:
             await self.delete_schema(name, schema, force=True)
         try:
-            await self.store.drop_namespace(CATALOG_REALM, "", name)
+            await self.store.drop_namespace(CATALOG_REALM, "", name, children_realm=REALM)
         except NotFound:
             raise NotFound(f"Catalog does not exist: {name}", kind="catalog") from None
+        except NotEmpty:
+            raise NotEmpty(f"Catalog {name} is not empty: a schema was created while it was being deleted",
+                           kind="catalog") from None
 
     # -- schemas -----------------------------------------------------------------------------------------------
 
@@ -299,7 +302,11 @@ class DeltaCatalog:
         entry = _entry(body, "schema_id")
         await self.get_catalog(body.catalog_name)
         try:
-            await self.store.create_namespace(REALM, body.catalog_name, name, entry)
+            # The catalog's row is locked until the schema is in: a concurrent catalog delete sees it, or wins.
+            await self.store.create_namespace(REALM, body.catalog_name, name, entry,
+                                              parent=(CATALOG_REALM, "", body.catalog_name))
+        except NotFound:
+            raise NotFound(f"Catalog does not exist: {body.catalog_name}", kind="catalog") from None
         except AlreadyExists:
             raise AlreadyExists(f"Schema already exists: {body.catalog_name}.{name}", kind="schema") from None
         return schema_info(body.catalog_name, name, entry)

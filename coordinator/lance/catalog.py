@@ -146,7 +146,7 @@ class LanceCatalog:
             return {}
         props = dict(properties or {})
         try:
-            await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, in_parent=len(ns) > 1)
+            await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, parent=_parent(ns))
         except AlreadyExists:
             if mode == "create":
                 raise
@@ -154,7 +154,7 @@ class LanceCatalog:
                 return await self.describe_namespace(ns)
             # Overwrite: "the existing namespace is dropped and a new empty namespace with this name is created".
             await self.drop_namespace(ns, None, "cascade")
-            await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, in_parent=len(ns) > 1)
+            await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, parent=_parent(ns))
         return props
 
     async def describe_namespace(self, ns: Ident) -> dict[str, str]:
@@ -595,6 +595,11 @@ def _check_table_ident(ident: Ident) -> None:
 def _no_branch(branch: str | None) -> None:
     if branch not in (None, "", "main"):
         raise BadRequest(f"branch {branch!r}: this server manages the main branch only", kind="unsupported")
+
+
+def _parent(ns: Ident) -> tuple[str, str, str] | None:
+    """The namespace a nested namespace is created in, which must exist (the store locks it against a drop)."""
+    return (REALM, CATALOG, join_namespace(ns[:-1])) if len(ns) > 1 else None
 
 
 def _page(items: list, limit: int | None, token: Callable[[Any], str]) -> tuple[list, str | None]:
