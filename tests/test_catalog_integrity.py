@@ -9,15 +9,19 @@
 from __future__ import annotations
 
 import concurrent.futures
+import time
 import uuid
 
 import httpx
 import pytest
 
+from storage.files import to_local_path
 from tests.lance.conftest import stage
 
 LANCE_NS, LANCE_TABLE = "/v1/namespace", "/v1/table"
 UC = "/api/2.1/unity-catalog"
+ICEBERG_SCHEMA = {"type": "struct", "schema-id": 0,
+                  "fields": [{"id": 1, "name": "x", "type": "long", "required": False}]}
 
 
 @pytest.fixture
@@ -60,11 +64,10 @@ def test_lance_table_cannot_take_another_tables_location(http):
 def test_locations_are_exclusive_across_protocols(http, tmp_path):
     # Iceberg: a table inside another Iceberg table's location.
     ok(http.post("/v1/namespaces", json={"namespace": ["ice"]}))
-    first = ok(http.post("/v1/namespaces/ice/tables", json={"name": "t1", "schema": {
-        "type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "x", "type": "long", "required": False}]}}))
+    first = ok(http.post("/v1/namespaces/ice/tables", json={"name": "t1", "schema": ICEBERG_SCHEMA}))
     location = first["metadata"]["location"]
-    r = http.post("/v1/namespaces/ice/tables", json={"name": "t2", "location": location + "/nested", "schema": {
-        "type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "x", "type": "long", "required": False}]}})
+    r = http.post("/v1/namespaces/ice/tables", json={"name": "t2", "location": location + "/nested",
+                                                      "schema": ICEBERG_SCHEMA})
     overlap_refused(r)
     assert r.json()["error"]["type"] == "BadRequestException"
     assert http.get("/v1/namespaces/ice/tables/t2").status_code == 404
@@ -79,6 +82,35 @@ def test_locations_are_exclusive_across_protocols(http, tmp_path):
     overlap_refused(r)
     assert r.json()["error_code"] == "INVALID_PARAMETER_VALUE"
     assert http.get(f"{UC}/tables/main.s.outer").status_code == 404
+
+
+def test_purge_never_reaches_another_tables_files(http):
+    """Paths in a table's metadata are the client's word: a purge deletes only inside the table's own location,
+    whatever its manifest lists or statistics name."""
+    ok(http.post("/v1/namespaces", json={"namespace": ["pv"]}))
+    victim = ok(http.post("/v1/namespaces/pv/tables", json={"name": "victim", "schema": ICEBERG_SCHEMA}))
+    ok(http.post("/v1/namespaces/pv/tables", json={"name": "evil", "schema": ICEBERG_SCHEMA}))
+    stolen = victim["metadata-location"]
+    ok(http.post("/v1/namespaces/pv/tables/evil", json={"requirements": [], "updates": [
+        {"action": "add-snapshot", "snapshot": {"snapshot-id": 1, "sequence-number": 1, "timestamp-ms": 1700000000000,
+                                                "manifest-list": stolen, "summary": {"operation": "append"},
+                                                "schema-id": 0}},
+        {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": 1},
+        {"action": "set-statistics", "statistics": {"snapshot-id": 1, "statistics-path": stolen,
+                                                    "file-size-in-bytes": 1, "file-footer-size-in-bytes": 1,
+                                                    "blob-metadata": []}}]}))
+    for props in ({}, {"gc.enabled": "false"}):
+        if props:  # the second round: a table that keeps data files, whose named files are deleted one by one
+            ok(http.post("/v1/namespaces/pv/tables", json={"name": "evil", "schema": ICEBERG_SCHEMA,
+                                                             "properties": props}))
+            ok(http.post("/v1/namespaces/pv/tables/evil", json={"requirements": [], "updates": [
+                {"action": "add-snapshot", "snapshot": {
+                    "snapshot-id": 2, "sequence-number": 1, "timestamp-ms": 1700000000000, "manifest-list": stolen,
+                    "summary": {"operation": "append"}, "schema-id": 0}}]}))
+        assert http.delete("/v1/namespaces/pv/tables/evil", params={"purgeRequested": "true"}).status_code == 204
+        time.sleep(0.3)  # the purge runs after the answer
+        assert to_local_path(stolen).is_file()
+        assert ok(http.get("/v1/namespaces/pv/tables/victim"))["metadata-location"] == stolen
 
 
 def _race(first, second) -> tuple[int, int]:

@@ -257,26 +257,33 @@ class DropTable:
 
 async def _purge(files, store, warehouse: str, table: IcebergTable) -> None:
     """purgeRequested: "purge the underlying table's data and metadata", once the drop is durable. Java
-    (`CatalogUtil.dropTableData`) deletes every file the metadata reaches, reading manifests for data files. Here:
-    - with `gc.enabled` (Java's own guard: false when files may be shared with another table, and then data files
-      stay), the table's whole location, which holds its data and manifests: locations are exclusive to a table
-      (`storage.files.location_key`), and it is checked again now in case `set-location` moved the table;
-    - the files the metadata names outside it: metadata files, manifest lists, statistics.
-    Only what lies in our warehouse is touched: a registered table's metadata may name any file."""
+    (`CatalogUtil.dropTableData`) deletes every file the metadata reaches. Here only what lies in the table's own
+    location is deleted: every path in the metadata (manifest lists, statistics, the metadata log of a registered
+    table) is the client's word, and a purge must never reach another table's files. The location is the table's
+    own if it lies in the warehouse and no other table is at, above or below it (checked now: `set-location` may
+    have moved it). Then:
+    - with `gc.enabled` (Java's guard: false when data files may be shared with another table), all of it: data,
+      manifests, metadata;
+    - without, the files the metadata names there (metadata files, manifest lists, statistics), not data files.
+    Files outside the location (a table moved by `set-location` leaves its older ones behind) stay."""
     meta = table.metadata
     location = meta.get("location")
-    gc = str(meta.get("properties", {}).get("gc.enabled", "true")).lower() != "false"
-    tree = bool(gc and location and is_within(warehouse, location)
-                and location_key(location) != location_key(warehouse) and not await store.location_taken(location))
-    if tree:
+    if not (location and is_within(warehouse, location) and location_key(location) != location_key(warehouse)):
+        log.warning("purge of %s: location %s is not below the warehouse; no files deleted", table.ident, location)
+        return
+    if await store.location_taken(location):
+        log.warning("purge of %s: another table lives at, above or below %s; no files deleted", table.ident,
+                    location)
+        return
+    if str(meta.get("properties", {}).get("gc.enabled", "true")).lower() != "false":
         await files.delete_tree(location)
+        return
     named = [table.metadata_location, *(e.get("metadata-file") for e in meta.get("metadata-log", [])),
              *(s.get("manifest-list") for s in meta.get("snapshots", [])),
              *(f.get("statistics-path") for f in (*meta.get("statistics", []), *meta.get("partition-statistics", [])))]
     for uri in named:
-        if uri and is_within(warehouse, uri) and not (tree and is_within(location, uri)):
+        if isinstance(uri, str) and is_within(location, uri):
             await files.delete(uri)
-
 
 @dataclass
 class RenameTable:
