@@ -194,10 +194,22 @@ async def _rename_needs(prefix: str) -> Needs:
             (CREATE, ("iceberg", _prefix(prefix), *body.destination.namespace))]
 
 
+def _change_needs(prefix: str, namespace: tuple[str, ...], name: str, change: "CommitTableRequest") -> Needs:
+    """A change with `assert-create` makes its table (the create transaction after a stage-create): it needs
+    `create` on the namespace, as a plain create does, not `write` on a table that does not exist yet."""
+    if any(isinstance(r, dict) and r.get("type") == "assert-create" for r in change.requirements):
+        return [(CREATE, ("iceberg", _prefix(prefix), *namespace))]
+    return [(WRITE, ("iceberg", _prefix(prefix), *namespace, name))]
+
+
+async def _commit_needs(prefix: str, namespace: str, table: str) -> Needs:
+    return _change_needs(prefix, _namespace(namespace), table, await read_model(CommitTableRequest))
+
+
 async def _transaction_needs(prefix: str) -> Needs:
     body = await read_model(CommitTransactionRequest)
-    return [(WRITE, ("iceberg", _prefix(prefix), *c.identifier.namespace, c.identifier.name))
-            for c in body.table_changes if c.identifier is not None]
+    return [need for c in body.table_changes if c.identifier is not None
+            for need in _change_needs(prefix, tuple(c.identifier.namespace), c.identifier.name, c)]
 
 
 def _page() -> tuple[str | None, int | None]:
@@ -453,7 +465,7 @@ async def load_table(prefix: str, namespace: str, table: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/tables/<table>", ["POST"])
-@guard(_on_object(WRITE))
+@guard(_commit_needs)
 @idempotent("commit-table", _table_now)
 async def commit_table(prefix: str, namespace: str, table: str) -> Response:
     body = await read_model(CommitTableRequest)

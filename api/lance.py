@@ -169,6 +169,19 @@ def _on_id(privilege: Privilege, parent: bool = False):
     return needs
 
 
+def _creating(model: type[BaseModel]):
+    """CREATE in the parent namespace, and with mode overwrite DROP on the named namespace or table too: an
+    overwrite drops what is there (a namespace with its tables and their data; a table's registration)."""
+    async def needs(id: str) -> Needs:
+        levels = _levels(id)
+        out = [(CREATE, ("lance", *levels[:-1]))]
+        body = await _body(model, levels)
+        if (body.mode or "").lower() == "overwrite":
+            out.append((DROP, ("lance", *levels)))
+        return out
+    return needs
+
+
 async def _batch_create_needs() -> Needs:
     body = await _body(BatchCreateTableVersionsRequest)
     return [(WRITE, ("lance", *e.id)) for e in body.entries]
@@ -243,7 +256,7 @@ def version_response(v: TableVersion) -> dict[str, Any]:
 
 
 @bp.post("/v1/namespace/<id>/create")
-@guard(_on_id(CREATE, parent=True))
+@guard(_creating(CreateNamespaceRequest))
 async def create_namespace(id: str) -> Response:
     ns = _levels(id)
     body = await _body(CreateNamespaceRequest, ns)
@@ -350,7 +363,7 @@ async def table_exists(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/register")
-@guard(_on_id(CREATE, parent=True))
+@guard(_creating(RegisterTableRequest))
 async def register_table(id: str) -> Response:
     ident = _table(id)
     body = await _body(RegisterTableRequest, ident)

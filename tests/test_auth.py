@@ -32,6 +32,8 @@ CLIENTS = {
                                  ("lance/db", ["read", "write", "create", "drop"]),
                                  ("*", ["read"])]),
     "reader": ("reader-secret", [("*", ["read"])]),
+    # may change Iceberg's db tables but not make new ones; may make Lance namespaces and tables but drop none
+    "updater": ("updater-secret", [("iceberg//db", ["read", "write"]), ("lance/db", ["read", "create"])]),
     "nobody": ("nobody-secret", []),
 }
 
@@ -363,3 +365,64 @@ def test_delta_commit_by_table_id_is_authorized_on_the_tables_name(secured, toke
     writer = httpx.Client(base_url=secured + PREFIX, headers=bearer(tokens["writer"]))
     r = writer.post("/delta/preview/commits", json={**body, "table_id": str(uuid.uuid4())})
     _assert_protocol_error("/api/2.1/unity-catalog/delta/preview/commits", r, 403)
+
+
+ICEBERG_CREATE_CHANGE = {"requirements": [{"type": "assert-create"}], "updates": [
+    {"action": "assign-uuid", "uuid": "8b1a4c52-4b2e-4f43-9f0e-3c3c2c6a1a11"},
+    {"action": "upgrade-format-version", "format-version": 2},
+    {"action": "add-schema", "schema": {"type": "struct", "schema-id": 0, "fields": [
+        {"id": 1, "name": "a", "type": "long", "required": False}]}},
+    {"action": "set-current-schema", "schema-id": -1},
+    {"action": "add-spec", "spec": {"spec-id": 0, "fields": []}}, {"action": "set-default-spec", "spec-id": -1},
+    {"action": "add-sort-order", "sort-order": {"order-id": 0, "fields": []}},
+    {"action": "set-default-sort-order", "sort-order-id": -1}]}
+
+
+def test_iceberg_create_transaction_needs_create(secured, tokens):
+    """A commit with `assert-create` makes a table: `write` on the namespace's tables is not enough."""
+    admin = httpx.Client(base_url=secured, headers=bearer(tokens["admin"]))
+    admin.post("/v1/namespaces", json={"namespace": ["db"]}).raise_for_status()
+    updater = httpx.Client(base_url=secured, headers=bearer(tokens["updater"]))
+    _assert_protocol_error("/v1/namespaces/db/tables/sneaky",
+                           updater.post("/v1/namespaces/db/tables/sneaky", json=ICEBERG_CREATE_CHANGE), 403)
+    r = updater.post("/v1/transactions/commit", json={"table-changes": [
+        {"identifier": {"namespace": ["db"], "name": "sneaky"}, **ICEBERG_CREATE_CHANGE}]})
+    _assert_protocol_error("/v1/transactions/commit", r, 403)
+    assert admin.get("/v1/namespaces/db/tables").json()["identifiers"] == []
+    writer = httpx.Client(base_url=secured, headers=bearer(tokens["writer"]))
+    assert writer.post("/v1/namespaces/db/tables/made", json=ICEBERG_CREATE_CHANGE).status_code == 200
+
+
+def test_lance_overwrite_modes_need_drop(secured, tokens, tmp_path):
+    """Mode overwrite drops what is there (a namespace with its tables and data, a table's registration): it
+    needs `drop` on it besides `create` in the parent."""
+    admin = httpx.Client(base_url=secured, headers=bearer(tokens["admin"]))
+    admin.post("/v1/namespace/db/create", json={}).raise_for_status()
+    admin.post("/v1/namespace/db$sub/create", json={}).raise_for_status()
+    admin.post("/v1/table/db$sub$precious/declare", json={}).raise_for_status()
+    admin.post("/v1/table/db$kept/declare", json={}).raise_for_status()
+    updater = httpx.Client(base_url=secured, headers=bearer(tokens["updater"]))
+    r = updater.post("/v1/namespace/db$sub/create", json={"mode": "overwrite"})
+    _assert_protocol_error("/v1/namespace/db$sub/create", r, 403)
+    r = updater.post("/v1/table/db$kept/register", json={"location": (tmp_path / "elsewhere").as_uri(),
+                                                          "mode": "Overwrite"})
+    _assert_protocol_error("/v1/table/db$kept/register", r, 403)
+    assert admin.get("/v1/namespace/db$sub/table/list").json() == {"tables": ["precious"]}
+    assert updater.post("/v1/namespace/db$new/create", json={"mode": "create"}).status_code == 200
+
+
+def test_delta_routes_do_not_name_other_protocols_tables(secured, tokens):
+    """A Delta commit route given an Iceberg table's id treats it as unknown: the answer must not name it."""
+    admin = httpx.Client(base_url=secured, headers=bearer(tokens["admin"]))
+    admin.post("/v1/namespaces", json={"namespace": ["secret"]}).raise_for_status()
+    admin.post("/v1/namespaces/secret/tables", json={"name": "payroll", "schema": {
+        "type": "struct", "schema-id": 0, "fields": []}}).raise_for_status()
+    iceberg_id = admin.get("/v1/namespaces/secret/tables/payroll").json()["metadata"]["table-uuid"]
+    updater = httpx.Client(base_url=secured + PREFIX, headers=bearer(tokens["updater"]))  # no Delta grant
+    r = updater.get("/delta/commits", params={"table_id": iceberg_id, "table_uri": "x"})
+    _assert_protocol_error("/api/2.1/unity-catalog/delta/commits", r, 403)
+    assert "payroll" not in r.text and "secret" not in r.text
+    reader = httpx.Client(base_url=secured + PREFIX, headers=bearer(tokens["reader"]))  # may read all of Delta
+    r = reader.get("/delta/commits", params={"table_id": iceberg_id, "table_uri": "x"})
+    assert r.status_code == 404 and r.json()["error_code"] == "TABLE_DOES_NOT_EXIST", r.text
+    assert "payroll" not in r.text and "secret" not in r.text

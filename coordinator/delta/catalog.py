@@ -483,13 +483,14 @@ class DeltaCatalog:
 
     async def securable(self, raw_table_id: str) -> tuple[str, ...]:
         """The table's place for access checks: ("delta", catalog, schema, name). A table's id never changes its
-        name (Unity Catalog has no rename here), so the answer is cached. An unknown id is placed at the root:
-        only a Delta-wide grant lets such a request through (to its 404)."""
+        name (Unity Catalog has no rename here), so the answer is cached. An unknown id (or another protocol's
+        table's: its name must not show in a Delta answer) is placed at the root: only a Delta-wide grant lets such
+        a request through (to its 404)."""
         table_id = parse_table_id(raw_table_id)
         found = self._securables.get(table_id)
         if found is None:
             row = await self.store.get_table(table_id)
-            if row is None:
+            if row is None or row.realm != REALM:  # an Iceberg or Lance table's id is no Delta table: unknown
                 return ("delta",)
             if row.catalog == STAGING_CATALOG:
                 s = row.state.get("staging", {})
