@@ -652,11 +652,13 @@ class IcebergCatalog:
         await self.store.add_iceberg_report(table_id, report["report-type"], report)
 
     async def credentials(self, ident: TableIdent) -> list[dict[str, Any]]:
-        """Vended storage credentials: none for local warehouses; the configured static S3 keys for s3://."""
+        """Vended storage credentials: none for local warehouses; the configured static S3 keys for s3://, but only
+        while authentication is off. They are the service's own keys to the whole warehouse, so with grants in
+        force they would let a reader of one table write or delete every other: clients then bring their own."""
         table = await self.load_table(ident)
         location = table.metadata["location"]
         opts = self.c.config.s3_options
-        if not location.startswith(("s3://", "s3a://")) or "access_key_id" not in opts:
+        if not location.startswith(("s3://", "s3a://")) or "access_key_id" not in opts or self.c.auth is not None:
             return []
         config = {"s3.access-key-id": opts["access_key_id"], "s3.secret-access-key": opts["secret_access_key"]}
         for ours, theirs in (("endpoint", "s3.endpoint"), ("region", "client.region"),
