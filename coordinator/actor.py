@@ -55,6 +55,7 @@ class Decision:
     log_delete: list[tuple[int, int]] = field(default_factory=list)
     delete: bool = False
     rename: tuple[str, str, str] | None = None
+    relocate: str | None = None   # the table moves (Iceberg set-location): its row's location follows
     files: list[tuple[str, bytes]] = field(default_factory=list)       # made durable before the row
     published: list[tuple[str, bytes]] = field(default_factory=list)   # made durable after it, before replies
     idempotency: IdempotencyRecord | None = None
@@ -362,6 +363,7 @@ class TableActor:
             w.log_delete.extend(d.log_delete)
             w.delete = w.delete or d.delete
             w.rename = d.rename or w.rename
+            w.relocate = d.relocate or w.relocate
         return w
 
     async def _flush(self, seg: _Segment) -> None:

@@ -48,6 +48,16 @@ class Compaction:
 KEEP_STATE = Compaction(compact=lambda state: state, expand=lambda row, state: state)
 
 
+async def delete_own_location(store, files, location: str) -> bool:
+    """Delete a dropped table's location, unless another table lives at, above or below it (rows from before
+    locations were exclusive, or an Iceberg table moved there by `set-location`): then nothing, and a warning.
+    True if deleted. A module function, so that a clean-up partial can travel to a table's owner."""
+    if await store.location_taken(location):
+        log.warning("not deleting %s: another table lives at, above or below it", location)
+        return False
+    await files.delete_tree(location)
+    return True
+
 class Registry:
     def __init__(self, config: Config, store, files, metrics: Metrics):
         self.config = config

@@ -298,11 +298,12 @@ class GroupCommitWriter:
         return WriteResult(True)
 
     @staticmethod
-    async def _location_taken(con: asyncpg.Connection, key: str) -> bool:
-        """Whether a table or view already lives at, above or below the location `key` (files.location_key).
-        Creations with a location take one lock, held until their flush commits, so two cannot both pass."""
+    async def _location_taken(con: asyncpg.Connection, key: str, exclude: UUID | None = None) -> bool:
+        """Whether a table or view (other than `exclude`) lives at, above or below the location `key`
+        (files.location_key). Writes that place a table take one lock, held until their flush commits, so two
+        cannot both pass."""
         await con.execute("SELECT pg_advisory_xact_lock($1)", _LOCATIONS_LOCK)
-        return await con.fetchval(_LOCATION_TAKEN_SQL, _key_and_ancestors(key), key + "/", key + "0")
+        return await con.fetchval(_LOCATION_TAKEN_SQL, _key_and_ancestors(key), key + "/", key + "0", exclude)
 
     async def _check_leases(self, con: asyncpg.Connection, writes: list[TableWrite]) -> None:
         """Every written table's shard lease must still carry its writer's epoch, held FOR SHARE until commit
@@ -362,6 +363,12 @@ class GroupCommitWriter:
                     w.table_id, w.expected_version, w.epoch, w.new_version, w.state)
             if row is None:
                 raise NotApplied("stale")
+            if w.relocate is not None:
+                key = location_key(w.relocate)
+                if await self._location_taken(con, key, exclude=w.table_id):
+                    raise NotApplied("location")
+                await con.execute("UPDATE tables SET location=$2, location_key=$3 WHERE table_id=$1", w.table_id,
+                                  w.relocate, key)
         for start, end in w.log_delete:
             await con.execute("DELETE FROM commits WHERE table_id=$1 AND version >= $2 AND ($3 < 0 OR version < $3)",
                               w.table_id, start, end)
@@ -562,12 +569,12 @@ class PostgresStore:
                                                       table_id))
         return _row(r) if r else None
 
-    async def location_taken(self, location: str) -> bool:
-        """Whether a table or view lives at, above or below `location` (a check before writing a new table's files
-        there; the insert checks again under a lock)."""
+    async def location_taken(self, location: str, exclude: UUID | None = None) -> bool:
+        """Whether a table or view (other than `exclude`) lives at, above or below `location`: a check before
+        writing a table's files there; the write checks again under a lock."""
         key = location_key(location)
         return await self._call(lambda con: con.fetchval(_LOCATION_TAKEN_SQL, _key_and_ancestors(key), key + "/",
-                                                         key + "0"))
+                                                         key + "0", exclude))
 
     async def settled_row_version(self, table_id: UUID) -> int | None:
         """The row's version once no transaction is writing it: FOR UPDATE waits for a writer whose connection
@@ -664,8 +671,8 @@ def _split_table_cursor(after: str | None, namespace: str | None) -> tuple[str |
 
 _LOCATIONS_LOCK = 7263542  # pg_advisory_xact_lock key serializing creations of located tables (7263541: migrations)
 # Equal to the key or one of its ancestors, or below it: byte order puts exactly key/... in [key/, key0).
-_LOCATION_TAKEN_SQL = """SELECT EXISTS (SELECT 1 FROM tables WHERE location_key COLLATE "C" = ANY($1::text[])
-    OR (location_key COLLATE "C" >= $2 AND location_key COLLATE "C" < $3))"""
+_LOCATION_TAKEN_SQL = """SELECT EXISTS (SELECT 1 FROM tables WHERE (location_key COLLATE "C" = ANY($1::text[])
+    OR (location_key COLLATE "C" >= $2 AND location_key COLLATE "C" < $3)) AND table_id IS DISTINCT FROM $4)"""
 
 
 def _key_and_ancestors(key: str) -> list[str]:

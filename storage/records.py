@@ -84,6 +84,7 @@ class TableWrite:
     insert: TableRow | None = None
     delete: bool = False
     rename: tuple[str, str, str] | None = None                         # (catalog, namespace, name)
+    relocate: str | None = None   # the table's new location (Iceberg set-location): still exclusive, re-keyed
 
     @property
     def new_version(self) -> int:
@@ -92,7 +93,8 @@ class TableWrite:
     @property
     def is_simple(self) -> bool:
         """The hot path: a CAS update plus log inserts, written set-based with everyone else's."""
-        return self.insert is None and not self.delete and self.rename is None and not self.log_delete
+        return (self.insert is None and not self.delete and self.rename is None and not self.log_delete
+                and self.relocate is None)
 
     def applied_at(self, row_version: int | None) -> bool:
         """Whether the table's row, read at `row_version` (None: no row) after this write's outcome was lost,

@@ -15,8 +15,9 @@ import uuid
 import httpx
 import pytest
 
-from storage.files import to_local_path
+from storage.files import location_key, to_local_path
 from tests.lance.conftest import stage
+from tests.support import sql
 
 LANCE_NS, LANCE_TABLE = "/v1/namespace", "/v1/table"
 UC = "/api/2.1/unity-catalog"
@@ -111,6 +112,45 @@ def test_purge_never_reaches_another_tables_files(http):
         time.sleep(0.3)  # the purge runs after the answer
         assert to_local_path(stolen).is_file()
         assert ok(http.get("/v1/namespaces/pv/tables/victim"))["metadata-location"] == stolen
+
+
+def test_set_location_keeps_locations_exclusive(http):
+    """Iceberg's set-location moves a table: not onto, above or into another table's location, and once moved,
+    its new place is taken (and its old one free)."""
+    ok(http.post(f"{LANCE_NS}/sl/create", json={}))
+    lance = ok(http.post(f"{LANCE_TABLE}/sl$victim/declare", json={}))["location"]
+    ok(http.post("/v1/namespaces", json={"namespace": ["sl"]}))
+    mover = ok(http.post("/v1/namespaces/sl/tables", json={"name": "mover", "schema": ICEBERG_SCHEMA}))
+    before = mover["metadata"]["location"]
+
+    def move(to: str):
+        return http.post("/v1/namespaces/sl/tables/mover", json={"requirements": [], "updates": [
+            {"action": "set-location", "location": to}]})
+    for target in (lance, lance + "/inner", lance.rsplit("/", 1)[0]):
+        overlap_refused(move(target))
+    assert ok(http.get("/v1/namespaces/sl/tables/mover"))["metadata"]["location"] == before
+    assert not list(to_local_path(lance).rglob("*.metadata.json"))  # nothing written into the Lance table
+
+    moved_to = before + "-moved"
+    assert ok(move(moved_to))["metadata"]["location"] == moved_to
+    overlap_refused(http.post(f"{LANCE_TABLE}/sl$late/declare", json={"location": moved_to + "/x"}))
+    ok(http.post(f"{LANCE_TABLE}/sl$late/declare", json={"location": before}))  # the old place is free
+
+
+def test_a_drop_deletes_no_files_another_table_lives_in(http, database_url):
+    """Rows from before locations were exclusive may overlap: dropping one must not delete the other's files."""
+    ok(http.post(f"{LANCE_NS}/dd/create", json={}))
+    outer = ok(http.post(f"{LANCE_TABLE}/dd$outer/declare", json={}))["location"]
+    ok(http.post(f"{LANCE_TABLE}/dd$outer/version/create", json={"version": 1, "manifest_path": stage(outer, 1)}))
+    inner = outer + "/inner"
+    (to_local_path(inner) / "data").mkdir(parents=True)
+    (to_local_path(inner) / "data" / "keep.lance").write_bytes(b"x")
+    sql(database_url, "INSERT INTO tables (table_id, realm, catalog, namespace, name, format, location,"
+                      " location_key) VALUES ($1, 'lance', '', 'dd', 'legacy', 'lance', $2, $3)",
+        uuid.uuid4(), inner, location_key(inner))
+    assert http.post(f"{LANCE_TABLE}/dd$outer/drop", json={}).status_code == 200
+    time.sleep(0.3)  # the clean-up runs after the answer
+    assert (to_local_path(inner) / "data" / "keep.lance").read_bytes() == b"x"
 
 
 def _race(first, second) -> tuple[int, int]:

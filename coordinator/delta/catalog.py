@@ -28,6 +28,7 @@ from storage.records import LogEntry, TableRow
 from ..actor import Decision
 from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotEmpty, NotFound, Unavailable
 from ..paging import decode_page_token, encode_page_token
+from ..registry import delete_own_location
 from . import rules
 from .models import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
                      GetCommitsRequest, MetricsRequest)
@@ -51,7 +52,7 @@ async def _forget_dropped(store, files, table_id: uuid.UUID, managed_location: s
     /staging-tables), so nothing else lives below it."""
     await store.delete_delta_reports(table_id)
     if managed_location is not None:
-        await files.delete_tree(managed_location)
+        await delete_own_location(store, files, managed_location)
 
 
 def now_ms() -> int:

@@ -23,12 +23,12 @@ from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow
 
 from ..actor import Decision
 from ..registry import Compaction
-from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotFound
+from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotFound, location_taken
 from ..idempotency import IdempotencyKey
 from ..paging import decode_page_token, encode_page_token
 from ..transaction import Create
 from . import apply_commit, new_table_metadata
-from .models import AssertCreate
+from .models import AssertCreate, SetLocationUpdate
 from .views import apply_view_commit, new_view_metadata
 
 log = logging.getLogger(__name__)
@@ -322,10 +322,11 @@ def _next_version(state: IcebergTable, new: dict[str, Any], data: bytes, list_js
     version = metadata_version(state.metadata_location) + 1
     location = join(new["location"], "metadata", metadata_file_name(version))
     table = IcebergTable(state.ident, new, location, data, list_json)
+    moved = new["location"] if new["location"] != state.metadata.get("location") else None
     return Decision(table, reply=table, row_state={"metadata-location": location},
                     log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
                     files=[(location, data)], idempotency=_idempotency(idempotency_key, 200, table),
-                    after_durable=after_durable)
+                    after_durable=after_durable, relocate=moved)
 
 
 def _creation(ident: TableIdent, metadata: dict[str, Any], table_uuid: str, metadata_location: str | None = None,
@@ -600,6 +601,7 @@ class IcebergCatalog:
                            idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
         if _creates_table(requirements):
             return await self._commit_create(ident, requirements, updates, idempotency_key)
+        await self._check_relocation(ident, updates)
         try:
             return await self._submit(ident, lambda: CommitTable(ident, requirements, updates, idempotency_key,
                                                                  self.files, self.warehouse))
@@ -607,6 +609,14 @@ class IcebergCatalog:
             # Applied, but the owner's answer was lost: the table as it is now includes this commit (and perhaps
             # later ones), which is what a client refreshes to after a commit anyway.
             return await self.load_table(ident)
+
+    async def _check_relocation(self, ident: TableIdent, updates: list, kind: str = "table") -> None:
+        """`set-location` onto, above or below another table's location: refused before any file is written
+        there (the write checks again, under the lock every placement takes)."""
+        for u in updates:
+            if isinstance(u, SetLocationUpdate) and await self.store.location_taken(
+                    u.location, exclude=await self._resolve(ident, kind)):
+                raise location_taken(u.location)
 
     async def _commit_create(self, ident: TableIdent, requirements: list, updates: list,
                              idempotency_key: IdempotencyKey | None) -> IcebergTable:
@@ -700,6 +710,7 @@ class IcebergCatalog:
 
     async def replace_view(self, ident: TableIdent, requirements: list, updates: list,
                            idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
+        await self._check_relocation(ident, updates, "view")
         return await self._submit(ident, lambda: ReplaceView(ident, requirements, updates, idempotency_key,
                                                              self.warehouse),
                                   kind="view")

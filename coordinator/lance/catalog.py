@@ -26,6 +26,7 @@ from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 from ..actor import Proposal
 from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotEmpty, NotFound, Unavailable
 from ..paging import decode_page_token, encode_page_token
+from ..registry import delete_own_location
 from ..transaction import Create
 from . import storage as lance_storage
 from .models import CreateTableVersionEntry, CreateTableVersionRequest, parse_mode
@@ -328,7 +329,7 @@ class LanceCatalog:
         async def make(ref: TableRef) -> Proposal:
             # Only what lies in our warehouse is ours to delete. A partial, not a closure: in a cluster the proposal
             # may travel to the table's owner (coordinator/cluster/channel.py).
-            purge = functools.partial(self.files.delete_tree, ref.location)
+            purge = functools.partial(delete_own_location, self.store, self.files, ref.location)
             return RemoveTable(purge if is_within(self.warehouse, ref.location) else None)
         state = await self._submit(ident, make)
         self._refs.pop(ident, None)
