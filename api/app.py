@@ -8,6 +8,7 @@ import logging
 import os
 import time
 from importlib import resources
+from urllib.parse import unquote
 
 from quart import Response, g, request
 from quart_trio import QuartTrio
@@ -49,6 +50,16 @@ def openapi_document(name: str) -> bytes:
 
 class App(QuartTrio):
     url_map_class = CachingMap
+
+    async def __call__(self, scope, receive, send) -> None:
+        # Java's Iceberg REST client (and lance_namespace's Python one) encode a space in a path segment as `+`, and
+        # a `+` as `%2B`, as the Java reference server decodes them (RESTUtil.decodeString): `+` is a space there.
+        # hypercorn leaves `+` as it is, so a name with a space was created (it travels in a body) and then never
+        # found again. The path is decoded afresh from the raw one; other paths cost one `in` test.
+        raw = scope.get("raw_path")
+        if raw and b"+" in raw and raw.startswith(b"/v1/"):
+            scope = {**scope, "path": unquote(raw.replace(b"+", b"%20").decode("ascii"))}
+        await super().__call__(scope, receive, send)
 
 
 def create_app(coordinator: Coordinator) -> QuartTrio:

@@ -614,8 +614,9 @@ class IcebergCatalog:
         """`set-location` onto, above or below another table's location: refused before any file is written
         there (the write checks again, under the lock every placement takes)."""
         for u in updates:
-            if isinstance(u, SetLocationUpdate) and await self.store.location_taken(
-                    u.location, exclude=await self._resolve(ident, kind)):
+            if not isinstance(u, SetLocationUpdate) or not is_within(self.warehouse, u.location):
+                continue  # not a move, or one the commit itself refuses (outside the warehouse, unsafe)
+            if await self.store.location_taken(u.location, exclude=await self._resolve(ident, kind)):
                 raise location_taken(u.location)
 
     async def _commit_create(self, ident: TableIdent, requirements: list, updates: list,

@@ -583,8 +583,10 @@ class _Batch:
 
 def _check_levels(levels: Ident, what: str) -> None:
     for level in levels:
-        if not level or "\x1f" in level or "\x1e" in level or "\x00" in level:
-            raise BadRequest(f"invalid {what} identifier {list(levels)!r}: empty level or control character")
+        # `/` too: a route's %2F is decoded before routing, so a level holding it could never be addressed
+        if not level or "\x1f" in level or "\x1e" in level or "\x00" in level or "/" in level:
+            raise BadRequest(f"invalid {what} identifier {list(levels)!r}: an empty level, a control character "
+                             f"or '/'")
 
 
 def _check_table_ident(ident: Ident) -> None:
