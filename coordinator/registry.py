@@ -192,6 +192,7 @@ class Registry:
         with trio.CancelScope(shield=True):
             result = await self.store.write(group)
         if not result.applied:
+            await self._discard(files, row.location)
             if result.reason == "fenced":
                 raise NotOwner(f"table {row.table_id}'s shard moved while it was being created; nothing applied")
             if result.reason == "missing-namespace":
@@ -200,6 +201,16 @@ class Registry:
                 raise location_taken(row.location)
             raise AlreadyExists(f"{row.kind.capitalize()} already exists: {row.name}", kind=row.kind)
         self.adopt(replace(row, row_version=write.new_version, state=row_state), state)
+
+    async def _discard(self, files: list[tuple[str, bytes]], location: str | None) -> None:
+        """A refused create's files (a lost race for the name, say) would be orphans outside any table: removed."""
+        if not files:
+            return
+        try:
+            with trio.CancelScope(shield=True):
+                await self.files.discard([uri for uri, _ in files], location)
+        except Exception as exc:  # the refusal is the answer; a leftover file is only litter
+            log.warning("removing the files of a refused create failed: %s", exc)
 
     def adopt(self, row: TableRow, state: Any) -> None:
         """A table this member just created: its actor starts with `state` in memory instead of reading the store."""

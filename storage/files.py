@@ -193,6 +193,26 @@ class FileIO:
     async def exists(self, uri: str) -> bool:
         return await trio.to_thread.run_sync(self.exists_sync, uri)
 
+    async def discard(self, uris: list[str], location: str | None) -> None:
+        """Remove files a refused change wrote (unique names: nobody else's), then the directories they were
+        made in, up to `location` itself, if that leaves them empty: no other directory is touched."""
+        await trio.to_thread.run_sync(self.discard_sync, uris, location)
+
+    def discard_sync(self, uris: list[str], location: str | None) -> None:
+        top = local_path(location) if location else None
+        for uri in uris:
+            self.delete_sync(uri)
+            path = local_path(uri)
+            if top is None or path is None or not is_within(location, uri):
+                continue
+            parent = os.path.dirname(path)
+            while is_within(location, parent):
+                try:
+                    os.rmdir(parent)
+                except OSError:
+                    break   # not empty (or gone): nor are those above it
+                parent = os.path.dirname(parent)
+
     async def delete_tree(self, location: str) -> None:
         """Delete everything under a table location (a purge). Locations are exclusive to one table (see
         `location_key`), so this never reaches another table's files."""

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import time
 import uuid
 
@@ -23,6 +24,10 @@ LANCE_NS, LANCE_TABLE = "/v1/namespace", "/v1/table"
 UC = "/api/2.1/unity-catalog"
 ICEBERG_SCHEMA = {"type": "struct", "schema-id": 0,
                   "fields": [{"id": 1, "name": "x", "type": "long", "required": False}]}
+VIEW_VERSION = {"version-id": 1, "timestamp-ms": 1700000000000, "schema-id": 0, "summary": {},
+                "representations": [{"type": "sql", "sql": "SELECT 1", "dialect": "spark"}],
+                "default-namespace": ["rc"]}
+VIEW = {"schema": ICEBERG_SCHEMA, "view-version": VIEW_VERSION, "properties": {}}
 
 
 @pytest.fixture
@@ -165,9 +170,9 @@ def test_namespace_drop_racing_a_new_table_or_child_leaves_no_orphan(service):
             ns = f"race{i}"
             ok(a.post(f"{LANCE_NS}/{ns}/create", json={}))
             child = "table" if i % 2 else "namespace"
-            create = (lambda: a.post(f"{LANCE_TABLE}/{ns}$t/declare", json={})) if child == "table" else (
-                lambda: a.post(f"{LANCE_NS}/{ns}$c/create", json={}))
-            created, dropped = _race(create, lambda: b.post(f"{LANCE_NS}/{ns}/drop", json={}))
+            create = functools.partial(a.post, f"{LANCE_TABLE}/{ns}$t/declare" if child == "table" else
+                                        f"{LANCE_NS}/{ns}$c/create", json={})
+            created, dropped = _race(create, functools.partial(b.post, f"{LANCE_NS}/{ns}/drop", json={}))
             # Either the child came first (the drop finds it: 409 NamespaceNotEmpty) or the drop did (the child's
             # namespace is gone: 404), never both.
             assert (created, dropped) in ((200, 409), (404, 200)), (child, created, dropped)
@@ -181,8 +186,9 @@ def test_catalog_delete_racing_a_new_schema_leaves_no_orphan(service):
         for i in range(25):
             catalog = f"race{i}"
             ok(a.post(f"{UC}/catalogs", json={"name": catalog}))
-            created, deleted = _race(lambda: a.post(f"{UC}/schemas", json={"name": "s", "catalog_name": catalog}),
-                                     lambda: b.delete(f"{UC}/catalogs/{catalog}"))
+            created, deleted = _race(functools.partial(a.post, f"{UC}/schemas", json={"name": "s",
+                                                                                       "catalog_name": catalog}),
+                                     functools.partial(b.delete, f"{UC}/catalogs/{catalog}"))
             assert (created, deleted) in ((200, 400), (404, 200)), (created, deleted)  # 400 CATALOG_NOT_EMPTY
             if deleted == 200:
                 assert a.get(f"{UC}/schemas/{catalog}.s").status_code == 404
@@ -256,3 +262,18 @@ def test_lance_names_with_a_slash_are_refused(http):
         {"declare_table": {"id": ["sl2", "a/b"]}}]})
     assert r.status_code == 400 and r.json()["code"] == 13, r.text
     assert ok(http.get(f"{LANCE_NS}/sl2/table/list")) == {"tables": []}
+
+
+def test_a_refused_create_leaves_no_files(http, config):
+    """A create refused on its name (here: taken; or a lost race for it) writes its metadata file first, under a
+    fresh location: it is removed with the directories it made."""
+    ok(http.post("/v1/namespaces", json={"namespace": ["rc"]}))
+    ok(http.post("/v1/namespaces/rc/tables", json={"name": "t1", "schema": ICEBERG_SCHEMA}))
+    ok(http.post("/v1/namespaces/rc/views", json={"name": "v1", **VIEW}))
+    warehouse = to_local_path(config.warehouse_uri)
+    before = sorted(warehouse.rglob("*"))
+    for path, body in [("tables", {"name": "t1", "schema": ICEBERG_SCHEMA}),
+                       ("views", {"name": "v1", **VIEW}),
+                       ("views", {"name": "t1", **VIEW})]:
+        assert http.post(f"/v1/namespaces/rc/{path}", json=body).status_code == 409
+    assert sorted(warehouse.rglob("*")) == before
