@@ -128,6 +128,9 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         if isinstance(exc, (RequestEntityTooLarge, RequestTimeout)):
             message = f"{message}: {exc.description}"
         if protocol == "iceberg":
+            if (exc.code or 400) >= 500:  # a fault we did not foresee (quart's 500): not the client's bad request
+                return json_response({"error": {"message": message, "type": "InternalServerError",
+                                                "code": exc.code}}, exc.code)
             err = NotFound(message, kind="route") if exc.code == 404 else BadRequest(message)
             err.status = exc.code or 400
             return iceberg.error_response(err)

@@ -185,7 +185,11 @@ class Registry:
             epoch = 0
         if row.location and await self.store.location_taken(row.location):  # before writing files into it
             raise location_taken(row.location)
-        await self.files.write_many(list(files))
+        try:
+            await self.files.write_many(list(files))
+        except OSError as exc:  # a full or read-only warehouse: known not applied, as for a commit
+            await self._discard(files, row.location)
+            raise Unavailable(f"could not write the table's files ({exc}); nothing applied, retry") from exc
         write = TableWrite(table_id=row.table_id, expected_version=0, epoch=epoch, state=row_state, bump=1,
                            log=list(log_entries), insert=row)
         group = WriteGroup([write], [idempotency] if idempotency else [])
@@ -199,6 +203,8 @@ class Registry:
                 raise NotFound(f"Namespace does not exist: {row.namespace.replace(chr(31), '.')}", kind="namespace")
             if result.reason == "location":
                 raise location_taken(row.location)
+            if result.reason == "stale":  # an interrupted write, found not applied once its server process ended
+                raise Unavailable(f"creating {row.name} was interrupted and did not apply; retry")
             raise AlreadyExists(f"{row.kind.capitalize()} already exists: {row.name}", kind=row.kind)
         self.adopt(replace(row, row_version=write.new_version, state=row_state), state)
 

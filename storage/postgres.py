@@ -186,7 +186,7 @@ class GroupCommitWriter:
             con = await asyncio.wait_for(self.pool.acquire(), self.resolve_timeout_s)
         except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
             # Nothing was sent: every group is known NOT applied.
-            err = Unavailable(f"database unavailable: {exc}")
+            err = Unavailable(f"database unavailable: {exc or type(exc).__name__}")
             for _, fut in items:
                 fut.set_exception(err)
             return
@@ -205,14 +205,19 @@ class GroupCommitWriter:
                 await self._flush([item])
             return
         except CONNECTION_ERRORS as exc:
-            log.warning("connection lost during group write (%s); resolving outcome", exc)
+            log.warning("connection lost during group write (%s); resolving outcome", exc or type(exc).__name__)
+            backend = con.get_server_pid()
             await self._discard(con)
             con = None
-            for group, fut in items:
-                try:
-                    fut.set_result(await self._resolve(group))
-                except OutcomeUnknown as unknown:
-                    fut.set_exception(unknown)
+            deadline = time.monotonic() + self.resolve_timeout_s
+            try:
+                await self._until_gone(backend, deadline)
+                for group, fut in items:
+                    fut.set_result(await self._resolve(group, deadline))
+            except OutcomeUnknown as unknown:
+                for _, fut in items:
+                    if not fut.done():
+                        fut.set_exception(unknown)
             return
         finally:
             if con is not None:
@@ -377,20 +382,38 @@ class GroupCommitWriter:
                                   [(w.table_id, e.version, e.payload, w.epoch if self.fenced and w.epoch >= 0 else None)
                                    for e in w.log])
 
-    async def _resolve(self, group: WriteGroup) -> WriteResult:
-        """After a lost connection: the writing actor is the only writer of its rows and is still waiting, so
-        the row's version tells whether the group applied. Keep asking until the database answers."""
-        deadline = time.monotonic() + self.resolve_timeout_s
+    async def _until_gone(self, backend: int, deadline: float) -> None:
+        """End the server process that ran the interrupted write, and wait until it has. Dropping our end of the
+        connection does not stop it: a statement stalled (on a lock, a frozen server) goes on, and commits, after
+        we gave up on it. Only once it is gone is the row's version final. OutcomeUnknown if that cannot be
+        made sure of by `deadline`."""
+        problem = f"its server process {backend} has not exited"
         while True:
             try:
-                async with self.pool.acquire() as con:
+                async with self.pool.acquire(timeout=max(deadline - time.monotonic(), 0.1)) as con:
+                    if not await con.fetchval(_BACKEND_ALIVE_SQL, backend):
+                        return
+                    await con.fetchval("SELECT pg_terminate_backend($1)", backend)
+            except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+                problem = str(exc) or type(exc).__name__
+            if time.monotonic() > deadline:
+                raise OutcomeUnknown(f"the outcome of an interrupted write is unknown: {problem}")
+            await asyncio.sleep(0.1)
+
+    async def _resolve(self, group: WriteGroup, deadline: float) -> WriteResult:
+        """After an interrupted write whose server process is gone (`_until_gone`): the writing actor is the only
+        writer of its rows and is still waiting, so the row's version tells whether the group applied."""
+        while True:
+            try:
+                async with self.pool.acquire(timeout=max(deadline - time.monotonic(), 0.1)) as con:
                     w = group.writes[0]
                     version = await con.fetchval("SELECT row_version FROM tables WHERE table_id=$1", w.table_id)
                     applied = w.applied_at(version)
                     return WriteResult(applied, None if applied else "stale")
             except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
                 if time.monotonic() > deadline:
-                    raise OutcomeUnknown(f"database unreachable after an interrupted write: {exc}") from exc
+                    raise OutcomeUnknown(f"database unreachable after an interrupted write: "
+                                         f"{exc or type(exc).__name__}") from exc
                 await asyncio.sleep(0.2)
 
 
@@ -444,10 +467,12 @@ class PostgresStore:
     async def _call(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         async def run() -> T:
             try:
-                async with self.pool.acquire() as con:
+                # Bounded like every query (command_timeout): with the database stalled, the pool's connections
+                # are all busy and an unbounded wait would hold the request past any client's patience.
+                async with self.pool.acquire(timeout=self.timeout_s) as con:
                     return await fn(con)
             except CONNECTION_ERRORS as exc:
-                raise Unavailable(f"database unavailable: {exc}") from exc
+                raise Unavailable(f"database unavailable: {exc or type(exc).__name__}") from exc
 
         return await self.thread.call(run)
 
@@ -669,6 +694,7 @@ def _split_table_cursor(after: str | None, namespace: str | None) -> tuple[str |
     return ns, name
 
 
+_BACKEND_ALIVE_SQL = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)"
 _LOCATIONS_LOCK = 7263542  # pg_advisory_xact_lock key serializing creations of located tables (7263541: migrations)
 # Equal to the key or one of its ancestors, or below it: byte order puts exactly key/... in [key/, key0).
 _LOCATION_TAKEN_SQL = """SELECT EXISTS (SELECT 1 FROM tables WHERE (location_key COLLATE "C" = ANY($1::text[])
