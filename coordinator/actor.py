@@ -339,6 +339,8 @@ class TableActor:
             return proposal.decide(state)
         except CoordinatorError as exc:
             reply.fail(exc)
+            if exc.reload:
+                self.loaded = False
         except Exception as exc:
             # Input the rules did not anticipate. Nothing was applied, so say so rather than "state unknown".
             log.exception("commit rule failed on table %s", self.table_id)

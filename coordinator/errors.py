@@ -23,11 +23,14 @@ from __future__ import annotations
 class CoordinatorError(Exception):
     status = 500
 
-    def __init__(self, message: str, *, kind: str | None = None):
+    def __init__(self, message: str, *, kind: str | None = None, reload: bool = False):
         super().__init__(message)
         self.message = message
         # `kind` refines the error for protocols that have finer codes, e.g. NotFound(kind="namespace").
         self.kind = kind
+        # A rejection that shows storage holding what the table's state does not know of (a client saw it): the
+        # actor reloads before its next request, and the format's loader reconciles the two.
+        self.reload = reload
 
     def __str__(self) -> str:
         return self.message

@@ -73,11 +73,12 @@ class CreateVersion:
                                  f"record deleted; version numbers are never reused: the next version is "
                                  f"{state.high_water + 1}", kind="version-exists")
         if self.version != state.high_water + 1:
-            # A writer whose view is ahead of the table (it saw a manifest that was never recorded): a conflict,
-            # so that it rebases on the recorded latest version and retries.
+            # A writer whose view is ahead of the table: it saw a manifest that was never recorded (a write that
+            # bypassed the namespace, or a refused one's). A conflict, so that it rebases on the recorded latest
+            # version; and a reload, whose clean-up removes that manifest, or every writer would keep seeing it.
             raise CommitConflict(f"version {self.version} is not the next version of table {show(state.ident)}: "
                                  f"the next version is {state.high_water + 1}; rebase and retry",
-                                 kind="version-exists")
+                                 kind="version-exists", reload=True)
         if self.data is None:
             raise BadRequest(f"the staged manifest {self.staging_uri} does not exist: write it before creating "
                              f"version {self.version}")
