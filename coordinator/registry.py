@@ -152,8 +152,10 @@ class Registry:
     def _hibernate(self, actor: TableActor) -> None:
         if not actor.loaded or actor.gone or actor.row is None or self.config.dormant_tables_max <= 0:
             return
-        compaction = self.compactions[actor.row.format]
-        self.dormant[actor.table_id] = Dormant(actor.row, compaction.compact(actor.state), actor.epoch)
+        kept = self.compactions[actor.row.format].compact(actor.state)
+        if kept is None:   # a state the format would rather read again (e.g. from a file that may be restored)
+            return
+        self.dormant[actor.table_id] = Dormant(actor.row, kept, actor.epoch)
         while len(self.dormant) > self.config.dormant_tables_max:
             self.dormant.popitem(last=False)
 

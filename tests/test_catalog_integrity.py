@@ -16,6 +16,7 @@ import uuid
 import httpx
 import pytest
 
+from api.server import EmbeddedService
 from storage.files import location_key, to_local_path
 from tests.lance.conftest import stage
 from tests.support import sql
@@ -277,3 +278,25 @@ def test_a_refused_create_leaves_no_files(http, config):
                        ("views", {"name": "t1", **VIEW})]:
         assert http.post(f"/v1/namespaces/rc/{path}", json=body).status_code == 409
     assert sorted(warehouse.rglob("*")) == before
+
+
+def test_a_table_whose_metadata_file_is_gone_can_still_be_dropped(config):
+    """A metadata file removed or damaged behind the catalog's back: loads and commits say so (and how to get out),
+    and the table can be dropped, so that neither it nor its namespace is stuck for good."""
+    with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:
+        ok(http.post("/v1/namespaces", json={"namespace": ["broken"]}))
+        gone = ok(http.post("/v1/namespaces/broken/tables", json={"name": "gone", "schema": ICEBERG_SCHEMA}))
+        bad = ok(http.post("/v1/namespaces/broken/tables", json={"name": "bad", "schema": ICEBERG_SCHEMA}))
+    to_local_path(gone["metadata-location"]).unlink()
+    to_local_path(bad["metadata-location"]).write_bytes(b"{not json")
+    with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:   # reads them afresh
+        for name in ("gone", "bad"):
+            r = http.get(f"/v1/namespaces/broken/tables/{name}")
+            assert r.status_code == 503 and "restore the file, or drop the table" in r.text, r.text
+            r = http.post(f"/v1/namespaces/broken/tables/{name}", json={"requirements": [], "updates": [
+                {"action": "set-properties", "updates": {"k": "v"}}]})
+            assert r.status_code == 503 and "restore the file, or drop the table" in r.text, r.text
+        assert http.delete("/v1/namespaces/broken/tables/gone").status_code == 204
+        assert http.delete("/v1/namespaces/broken/tables/bad", params={"purgeRequested": "true"}).status_code == 204
+        assert http.get("/v1/namespaces/broken/tables/gone").status_code == 404
+        assert http.delete("/v1/namespaces/broken").status_code == 204

@@ -23,7 +23,7 @@ from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow
 
 from ..actor import Decision
 from ..registry import Compaction
-from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotFound, location_taken
+from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotFound, Unavailable, location_taken
 from ..idempotency import IdempotencyKey
 from ..paging import decode_page_token, encode_page_token
 from ..transaction import Create
@@ -184,8 +184,24 @@ def _expand(row: TableRow, data: bytes) -> IcebergTable:
     return IcebergTable(ident, orjson.loads(data), row.state["metadata-location"], data)
 
 
-# An idle table keeps only its metadata file's bytes (a tenth of the parsed dict's size).
-COMPACTION = Compaction(compact=lambda table: table.metadata_json, expand=_expand)
+@dataclass(frozen=True)
+class UnreadableTable:
+    """A table whose current metadata file is gone or not JSON (removed or damaged behind the catalog's back). It
+    cannot be loaded or committed to until the file is restored, but it can be dropped: otherwise nothing, not
+    even its namespace, could ever be removed through the API."""
+
+    ident: TableIdent
+    metadata_location: str
+    reason: str
+
+    def refuse(self) -> Unavailable:
+        return Unavailable(f"table {self.ident}'s metadata file {self.metadata_location} cannot be read "
+                           f"({self.reason}): restore the file, or drop the table", retry_after_s=30)
+
+
+# An idle table keeps only its metadata file's bytes (a tenth of the parsed dict's size); an unreadable one is
+# not kept (None), so that a restored file is read again.
+COMPACTION = Compaction(compact=lambda t: t.metadata_json if isinstance(t, IcebergTable) else None, expand=_expand)
 
 
 def metadata_file_name(version: int) -> str:
@@ -246,10 +262,10 @@ class DropTable:
     warehouse: str | None = None  # purge deletes only what lies below it
     store: Any = None             # purge asks it whether the location is still the table's own
 
-    def decide(self, state: IcebergTable) -> Decision:
-        _check_ident(state, self.ident)
+    def decide(self, state: IcebergTable | UnreadableTable) -> Decision:
+        _check_ident(state, self.ident, unreadable_ok=True)
         after = None
-        if self.purge and self.warehouse is not None:
+        if self.purge and self.warehouse is not None and isinstance(state, IcebergTable):
             after = functools.partial(_purge, self.files, self.store, self.warehouse, state)
         return Decision(None, reply=None, delete=True, after_durable=after,
                         idempotency=_idempotency(self.idempotency_key, 204, None))
@@ -388,11 +404,13 @@ def _delete_after_commit(fileio, old: IcebergTable, new: dict[str, Any], warehou
     return delete
 
 
-def _check_ident(state: IcebergTable, ident: TableIdent) -> None:
+def _check_ident(state: IcebergTable | UnreadableTable, ident: TableIdent, *, unreadable_ok: bool = False) -> None:
     # The name was resolved to an id before the request reached the actor; a rename since then means the
     # name no longer denotes this table.
     if state.ident != ident:
         raise NotFound(f"Table does not exist: {ident}", kind="table-moved")
+    if isinstance(state, UnreadableTable) and not unreadable_ok:
+        raise state.refuse()
 
 
 def _idempotency(key: IdempotencyKey | None, status: int, table: IcebergTable | None) -> IdempotencyRecord | None:
@@ -420,8 +438,15 @@ class IcebergCatalog:
     def warehouse(self) -> str:
         return self.c.config.warehouse_uri
 
-    async def _load_state(self, row: TableRow) -> IcebergTable:
-        return _expand(row, await self.files.read(row.state["metadata-location"]))
+    async def _load_state(self, row: TableRow) -> IcebergTable | UnreadableTable:
+        location = row.state["metadata-location"]
+        try:
+            return _expand(row, await self.files.read(location))
+        except (NotFound, orjson.JSONDecodeError) as exc:   # other errors (storage unreachable) may pass: raised
+            log.error("table %s.%s: metadata file %s cannot be read: %s", row.namespace, row.name, location, exc)
+            ident = TableIdent(row.catalog, tuple(row.namespace.split(NAMESPACE_SEP)) if row.namespace else (),
+                               row.name)
+            return UnreadableTable(ident, location, "missing" if isinstance(exc, NotFound) else "not valid JSON")
 
     # -- namespaces --------------------------------------------------------------------------------------------
 
