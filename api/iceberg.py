@@ -240,7 +240,8 @@ def _key() -> IdempotencyKey | None:
 
 async def _target(named: Callable[[], Awaitable[str]] | None) -> str:
     """What a key is bound to besides its operation: the path the request was sent to, and for a route that
-    names its object in the body (creates), that name too. Percent-encoded, so any name fits the route column."""
+    names its objects in the body (creates, renames, multi-table commits), those names too. Percent-encoded, so
+    any name fits the route column."""
     path = quote(request.path)
     return path if named is None else f"{path}?name={quote(await named(), safe='')}"
 
@@ -300,6 +301,22 @@ def _named(model: type) -> Callable[[], Awaitable[str]]:
 
 async def _namespace_named() -> str:
     return NAMESPACE_SEPARATOR.join((await read_model(CreateNamespaceRequest)).namespace)
+
+
+def _identifier_text(identifier: TableIdentifier) -> str:
+    return NAMESPACE_SEPARATOR.join([*identifier.namespace, identifier.name])
+
+
+async def _renamed() -> str:
+    """A rename's objects, which its body names: source and destination."""
+    body = await read_model(RenameTableRequest)
+    return f"{_identifier_text(body.source)} {_identifier_text(body.destination)}"
+
+
+async def _transaction_named() -> str:
+    """The tables a multi-table commit names in its body."""
+    body = await read_model(CommitTransactionRequest)
+    return " ".join(sorted(_identifier_text(c.identifier) for c in body.table_changes if c.identifier is not None))
 
 
 def _load_response(table: IcebergTable, status: int = 200, etag: str | None = None) -> Response:
@@ -482,7 +499,7 @@ class CommitTransactionRequest(_Body):
 
 @routes("/transactions/commit", ["POST"])
 @guard(_transaction_needs)
-@idempotent("commit-transaction")
+@idempotent("commit-transaction", named=_transaction_named)
 async def commit_transaction(prefix: str) -> Response:
     body = await read_model(CommitTransactionRequest)
     changes = []
@@ -599,7 +616,7 @@ async def _rename_idents(prefix: str) -> tuple[TableIdent, TableIdent]:
 
 @routes("/views/rename", ["POST"])
 @guard(_rename_needs)
-@idempotent("rename-view")
+@idempotent("rename-view", named=_renamed)
 async def rename_view(prefix: str) -> Response:
     source, dest = await _rename_idents(prefix)
     await _catalog().rename_view(source, dest, _key())
@@ -608,7 +625,7 @@ async def rename_view(prefix: str) -> Response:
 
 @routes("/tables/rename", ["POST"])
 @guard(_rename_needs)
-@idempotent("rename-table")
+@idempotent("rename-table", named=_renamed)
 async def rename_table(prefix: str) -> Response:
     source, dest = await _rename_idents(prefix)
     await _catalog().rename_table(source, dest, _key())

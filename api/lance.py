@@ -176,7 +176,7 @@ def _creating(model: type[BaseModel]):
         levels = _levels(id)
         out = [(CREATE, ("lance", *levels[:-1]))]
         body = await _body(model, levels)
-        if (body.mode or "").lower() == "overwrite":
+        if (body.mode or "").replace("_", "").lower() == "overwrite":   # as models.parse_mode reads it
             out.append((DROP, ("lance", *levels)))
         return out
     return needs

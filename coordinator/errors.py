@@ -117,5 +117,6 @@ class DuplicateRequest(CoordinatorError):
 def location_taken(location: str | None) -> BadRequest:
     """A new table whose location equals, contains or lies inside another table's or view's: refused, as dropping
     either would delete the other's files (and two commit authorities would write one directory)."""
-    return BadRequest(f"location {location} overlaps another table's location: a table's location must be its own, "
-                      f"neither inside nor containing another's; choose another location")
+    what = f"location {location}" if location else "the new location"
+    return BadRequest(f"{what} overlaps another table's location: a table's location must be its own, neither "
+                      f"inside nor containing another's; choose another location")

@@ -59,10 +59,14 @@ _UNSAFE_IN_LOCATION = re.compile(r"[\x00-\x1f\x7f\\?#]|%(?:[01][0-9a-f]|7f|2e|2f
 def unsafe_location(uri: str) -> str | None:
     """Why a client-given location is refused whatever the root (see `_UNSAFE_IN_LOCATION`), or None."""
     m = _UNSAFE_IN_LOCATION.search(uri)
-    if m is None:
-        return None
-    return (f"it holds {m.group()!r}: locations cannot hold control characters, backslashes, '?' or '#', nor "
-            f"percent-encode '.', '/', '\\\\', '?', '#' or control characters")
+    if m is not None:
+        return (f"it holds {m.group()!r}: locations cannot hold control characters, backslashes, '?' or '#', nor "
+                f"percent-encode '.', '/', '\\\\', '?', '#' or control characters")
+    try:
+        urlparse(uri)
+    except ValueError as exc:   # e.g. "s3://[x/y": an unclosed IPv6 host
+        return f"it is not a valid URI ({exc})"
+    return None
 
 
 _UNSAFE_IN_SEGMENT = re.compile(r"[^A-Za-z0-9_.-]")

@@ -402,8 +402,9 @@ def test_lance_overwrite_modes_need_drop(secured, tokens, tmp_path):
     admin.post("/v1/table/db$sub$precious/declare", json={}).raise_for_status()
     admin.post("/v1/table/db$kept/declare", json={}).raise_for_status()
     updater = httpx.Client(base_url=secured, headers=bearer(tokens["updater"]))
-    r = updater.post("/v1/namespace/db$sub/create", json={"mode": "overwrite"})
-    _assert_protocol_error("/v1/namespace/db$sub/create", r, 403)
+    for mode in ("overwrite", "Overwrite", "over_write", "OVER_WRITE"):   # every spelling the handler reads
+        r = updater.post("/v1/namespace/db$sub/create", json={"mode": mode})
+        _assert_protocol_error("/v1/namespace/db$sub/create", r, 403)
     r = updater.post("/v1/table/db$kept/register", json={"location": (tmp_path / "elsewhere").as_uri(),
                                                           "mode": "Overwrite"})
     _assert_protocol_error("/v1/table/db$kept/register", r, 403)

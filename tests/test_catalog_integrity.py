@@ -143,6 +143,33 @@ def test_set_location_keeps_locations_exclusive(http):
     ok(http.post(f"{LANCE_TABLE}/sl$late/declare", json={"location": before}))  # the old place is free
 
 
+def test_set_location_in_a_transaction_keeps_locations_exclusive(http):
+    ok(http.post("/v1/namespaces", json={"namespace": ["tx"]}))
+    a = ok(http.post("/v1/namespaces/tx/tables", json={"name": "a", "schema": ICEBERG_SCHEMA}))
+    ok(http.post("/v1/namespaces/tx/tables", json={"name": "b", "schema": ICEBERG_SCHEMA}))
+    a_dir = to_local_path(a["metadata"]["location"])
+    before = sorted(a_dir.rglob("*"))
+    r = http.post("/v1/transactions/commit", json={"table-changes": [
+        {"identifier": {"namespace": ["tx"], "name": "b"}, "requirements": [],
+         "updates": [{"action": "set-location", "location": a["metadata"]["location"] + "/b"}]}]})
+    overlap_refused(r)
+    assert sorted(a_dir.rglob("*")) == before   # nothing written into a's directory
+
+
+@pytest.mark.parametrize("location", ["s3://[x/y", "file://[x/y", "http://[::1/x"])
+def test_locations_that_are_no_uri_are_bad_requests(http, location):
+    ok(http.post("/v1/namespaces", json={"namespace": ["uri"]}))
+    r = http.post("/v1/namespaces/uri/tables", json={"name": "t", "location": location, "schema": ICEBERG_SCHEMA})
+    assert r.status_code == 400, r.text
+    ok(http.post("/v1/namespaces/uri/tables", json={"name": "u", "schema": ICEBERG_SCHEMA}))
+    r = http.post("/v1/namespaces/uri/tables/u", json={"requirements": [], "updates": [
+        {"action": "set-location", "location": location}]})
+    assert r.status_code == 400, r.text
+    ok(http.post(f"{LANCE_NS}/uri/create", json={}))
+    r = http.post(f"{LANCE_TABLE}/uri$t/declare", json={"location": location})
+    assert (r.status_code, r.json()["code"]) == (400, 13), r.text
+
+
 def test_a_drop_deletes_no_files_another_table_lives_in(http, database_url):
     """Rows from before locations were exclusive may overlap: dropping one must not delete the other's files."""
     ok(http.post(f"{LANCE_NS}/dd/create", json={}))

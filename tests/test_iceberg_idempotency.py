@@ -160,6 +160,31 @@ def test_key_reused_to_create_another_object_is_rejected(http):
     assert http.get("/v1/namespaces/db/tables/b").status_code == 404
 
 
+def test_key_reused_for_a_rename_or_transaction_of_other_tables_is_rejected(http):
+    """Renames and multi-table commits name their tables in the body: the key is bound to those names too."""
+    for name in ("a", "c", "e"):
+        assert http.post("/v1/namespaces/db/tables", json={"name": name, "schema": SCHEMA}).status_code == 200
+    key = uuid7()
+
+    def rename(src: str, dst: str):
+        return http.post("/v1/tables/rename", headers={"Idempotency-Key": key}, json={
+            "source": {"namespace": ["db"], "name": src}, "destination": {"namespace": ["db"], "name": dst}})
+    assert rename("a", "b").status_code == 204
+    assert rename("c", "d").status_code == 400
+    assert rename("a", "b").status_code == 204   # the same rename retried still replays
+    assert http.get("/v1/namespaces/db/tables/c").status_code == 200
+
+    key = uuid7()
+
+    def change(name: str):
+        return http.post("/v1/transactions/commit", headers={"Idempotency-Key": key}, json={"table-changes": [
+            {"identifier": {"namespace": ["db"], "name": name}, "requirements": [],
+             "updates": [{"action": "set-properties", "updates": {"k": name}}]}]})
+    assert change("c").status_code == 204
+    assert change("e").status_code == 400
+    assert "k" not in http.get("/v1/namespaces/db/tables/e").json()["metadata"]["properties"]
+
+
 def test_key_reused_under_another_prefix_is_rejected(http):
     key = uuid7()
     assert http.delete("/v1/namespaces/db/tables/t", headers={"Idempotency-Key": key}).status_code == 204
