@@ -61,6 +61,8 @@ def _error_code(exc: CoordinatorError) -> tuple[int, str]:
         return 401, "UNAUTHENTICATED"
     if isinstance(exc, Forbidden):
         return 403, "PERMISSION_DENIED"
+    if exc.status >= 500:   # a fault (e.g. a peer member's, over the channel): the outcome is unknown
+        return exc.status, "INTERNAL_ERROR"
     return 400, "INVALID_PARAMETER_VALUE"
 
 

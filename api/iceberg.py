@@ -109,6 +109,8 @@ def _error_type(exc: CoordinatorError) -> str:
         return "TooManyRequestsException"
     if isinstance(exc, Unprocessable):
         return "UnprocessableEntityException"
+    if exc.status >= 500:   # a fault (e.g. a peer member's, over the channel): not the client's bad request
+        return "InternalServerError"
     return "BadRequestException"
 
 

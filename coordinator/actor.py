@@ -267,6 +267,16 @@ class TableActor:
             if self.gone:
                 req.reply.fail(self._gone_error())
                 continue
+            # A request whose key already applied is a duplicate before it is anything else: decided again, its
+            # requirements would fail against the state it made itself (two members forwarding one retried
+            # commit at once), and the client would be told "conflict" about its own applied commit.
+            key = _key_of(req.proposal)
+            if key is not None and key in self.recent_keys:
+                req.reply.fail(DuplicateRequest(key))
+                continue
+            if key is not None and key in seg.keys:
+                seg.duplicates.append((req, key))
+                continue
             decision = self._decide(req.proposal, req.reply, seg.state)
             if decision is None:
                 continue
@@ -471,6 +481,12 @@ class TableActor:
             await self._ensure_loaded()
         except Exception as exc:
             log.warning("reload of table %s failed (%s); will retry on next request", self.table_id, exc)
+
+
+def _key_of(proposal: Any) -> Any:
+    """The Idempotency-Key a proposal carries (Iceberg's: an IdempotencyKey; its `key` is what is recorded)."""
+    key = getattr(proposal, "idempotency_key", None)
+    return getattr(key, "key", key)
 
 
 def _not_applied_error(table_id: UUID, reason: str | None) -> CoordinatorError:

@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from storage.records import SHARDS, TableRow, TableWrite, WriteGroup, shard_of
-from tests.support import ServerProcess, sql
+from tests.delta.conftest import PREFIX, UC
+from tests.support import ServerProcess, sql, uuid7
 
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 CLUSTER_ENV = {"COORDINATOR_CLUSTER": "true"}
@@ -229,9 +230,51 @@ def test_any_member_answers_any_request(database_url, tmp_path):
             assert r.status_code == 200, r.text
             listed = http.get(f"{c}/v1/namespace/lns/table/list").json()["tables"]
             assert sorted(listed) == ["lt"], listed
+            _one_key_through_two_members(http, b, c, names[0])
+        _delta_tables_through_every_member([a, b, c])
         assert len(ids) == 3
     finally:
         stop_all(members)
+
+
+def _one_key_through_two_members(http: httpx.Client, b: str, c: str, table: str) -> None:
+    """A retried commit sent through two members at once (a client behind a load balancer): it applies once, and
+    both get its answer; the one that arrives second must not be decided again and told its own snapshot's
+    `assert-ref-snapshot-id` failed."""
+    for round_ in range(5):
+        meta = http.get(f"{b}/v1/namespaces/db/tables/{table}").json()["metadata"]
+        parent, sid = meta.get("current-snapshot-id"), 1000 + round_
+        parent = None if parent in (None, -1) else parent
+        snapshot = {"snapshot-id": sid, "sequence-number": meta["last-sequence-number"] + 1,
+                    "timestamp-ms": int(time.time() * 1000), "manifest-list": f"{meta['location']}/snap-{sid}.avro",
+                    "summary": {"operation": "append"}, "schema-id": 0,
+                    **({"parent-snapshot-id": parent} if parent is not None else {})}
+        body = {"requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent}],
+                "updates": [{"action": "add-snapshot", "snapshot": snapshot},
+                            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": sid}]}
+        key, answers = uuid7(), {}
+
+        def commit(base: str) -> None:
+            answers[base] = httpx.post(f"{base}/v1/namespaces/db/tables/{table}", json=body, timeout=30,
+                                       headers={"Idempotency-Key": key})   # noqa: B023 (joined in this round)
+        threads = [threading.Thread(target=commit, args=(base,)) for base in (b, c)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [r.status_code for r in answers.values()] == [200, 200], [r.text for r in answers.values()]
+    snapshots = http.get(f"{b}/v1/namespaces/db/tables/{table}").json()["metadata"]["snapshots"]
+    assert [s["snapshot-id"] for s in snapshots] == [1000 + i for i in range(5)]
+
+
+def _delta_tables_through_every_member(bases: list[str]) -> None:
+    """A managed Delta table created and read through members that do not own it (its state crosses pickled)."""
+    for i, base in enumerate(bases):
+        uc = UC(base)
+        table = uc.create_managed(f"d{i}", catalog="dc")
+        for other in bases:
+            r = httpx.get(f"{other}{PREFIX}/tables/dc.default.d{i}", timeout=30)
+            assert r.status_code == 200 and r.json()["table_id"] == table["table_id"], r.text
 
 
 def _tables_and_busiest_member(database_url: str, members):

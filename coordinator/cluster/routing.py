@@ -41,6 +41,11 @@ class Marked:
     proposal: Proposal
     marker: UUID
 
+    @property
+    def idempotency_key(self) -> Any:
+        """The forwarded proposal's own key: the owner checks it before deciding, as for a local request."""
+        return getattr(self.proposal, "idempotency_key", None)
+
     def decide(self, state: Any) -> Decision:
         decision = self.proposal.decide(state)
         if decision.writes:

@@ -8,6 +8,7 @@ reads a clock, so the table actor can decide a whole batch against in-memory sta
 
 from __future__ import annotations
 
+import copyreg
 import os
 import re
 from dataclasses import dataclass, replace
@@ -95,6 +96,11 @@ class DeltaTable:
 
 def freeze(info: dict[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(info)
+
+
+# A table's state crosses between cluster members pickled (coordinator/cluster/channel.py), and pickle knows no
+# mappingproxy: a create or load through a member that does not own the table failed to encode its answer.
+copyreg.pickle(MappingProxyType, lambda proxy: (freeze, (dict(proxy),)))
 
 
 # -- names and locations -----------------------------------------------------------------------------------------
