@@ -52,15 +52,23 @@ def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-async def _init_connection(con: asyncpg.Connection) -> None:
-    await con.set_type_codec("jsonb", encoder=_dumps, decoder=orjson.loads, schema="pg_catalog")
+def _connection_setup(idle_in_transaction_s: float):
+    async def init(con: asyncpg.Connection) -> None:
+        await con.set_type_codec("jsonb", encoder=_dumps, decoder=orjson.loads, schema="pg_catalog")
+        # A process frozen (SIGSTOP, a stalled VM) in the middle of a transaction keeps its row locks, among them
+        # shard-lease rows FOR SHARE: every member's lease renewal then waits on it, and the whole cluster stops
+        # committing for as long as it stays frozen. The server ends such a session after this long instead (its
+        # transaction rolls back: nothing it was writing applies). Our own transactions are never idle that long.
+        await con.execute(f"SET idle_in_transaction_session_timeout = {int(idle_in_transaction_s * 1000)}")
+    return init
 
 
 async def _keep_session(con: asyncpg.Connection) -> None:
     """Pool release hook in place of asyncpg's default reset query (advisory unlock, CLOSE ALL, UNLISTEN, RESET ALL):
     that was one more database round trip per group-commit flush, ~a third of the writer thread's CPU at moderate
-    load. Nothing here leaves session state: no SET, LISTEN, cursors or session advisory locks (only
-    pg_advisory_xact_lock). asyncpg still rolls back a transaction left open before calling this."""
+    load. Nothing here leaves session state behind: no LISTEN, cursors or session advisory locks (only
+    pg_advisory_xact_lock), and the one SET, at connect, is meant to stay. asyncpg still rolls back a transaction
+    left open before calling this."""
 
 
 def _row(r: asyncpg.Record) -> TableRow:
@@ -440,7 +448,7 @@ class PostgresStore:
         while True:
             try:
                 self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
-                                                      init=_init_connection, reset=_keep_session,
+                                                      init=_connection_setup(self.timeout_s), reset=_keep_session,
                                                       command_timeout=self.timeout_s)
                 break
             except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
