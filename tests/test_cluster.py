@@ -254,10 +254,10 @@ def _one_key_through_two_members(http: httpx.Client, b: str, c: str, table: str)
                             {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": sid}]}
         key, answers = uuid7(), {}
 
-        def commit(base: str) -> None:
+        def commit(base: str, body: dict, key: str, answers: dict) -> None:
             answers[base] = httpx.post(f"{base}/v1/namespaces/db/tables/{table}", json=body, timeout=30,
-                                       headers={"Idempotency-Key": key})   # noqa: B023 (joined in this round)
-        threads = [threading.Thread(target=commit, args=(base,)) for base in (b, c)]
+                                       headers={"Idempotency-Key": key})
+        threads = [threading.Thread(target=commit, args=(base, body, key, answers)) for base in (b, c)]
         for t in threads:
             t.start()
         for t in threads:
