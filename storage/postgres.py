@@ -457,6 +457,7 @@ class PostgresStore:
                 await asyncio.sleep(0.25)
         async with self.pool.acquire() as con:
             await migrate(con)
+            await _key_locations(con)
         self.writer = GroupCommitWriter(self.pool, self.timeout_s, fenced=self.fenced)
         self.writer.start()
 
@@ -719,6 +720,21 @@ def _key_and_ancestors(key: str) -> list[str]:
 
 def _show(path: str) -> str:
     return ".".join(path.split(NAMESPACE_SEP))
+
+
+async def _key_locations(con: asyncpg.Connection) -> None:
+    """Rows without a location key (from before migration 007) get one, spelled by `location_key`. A location it
+    cannot read is left unkeyed, and said so: such a row guards no place against overlap."""
+    rows = await con.fetch("SELECT table_id, location FROM tables WHERE location IS NOT NULL AND location_key IS NULL")
+    keyed = []
+    for r in rows:
+        try:
+            keyed.append((r["table_id"], location_key(r["location"])))
+        except ValueError as exc:
+            log.warning("table %s: location %r has no key (%s)", r["table_id"], r["location"], exc)
+    if keyed:
+        log.info("keying the locations of %d tables", len(keyed))
+        await con.executemany("UPDATE tables SET location_key = $2 WHERE table_id = $1", keyed)
 
 
 async def migrate(con: asyncpg.Connection) -> None:

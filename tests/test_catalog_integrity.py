@@ -327,3 +327,25 @@ def test_a_table_whose_metadata_file_is_gone_can_still_be_dropped(config):
         assert http.delete("/v1/namespaces/broken/tables/bad", params={"purgeRequested": "true"}).status_code == 204
         assert http.get("/v1/namespaces/broken/tables/gone").status_code == 404
         assert http.delete("/v1/namespaces/broken").status_code == 204
+
+
+def test_tables_from_before_location_keys_are_keyed_as_every_reader_spells_them(config, database_url):
+    """Rows written before migration 007 have no location key; they get one at start-up, spelled as our file I/O
+    resolves the location (a file:// host, `..`, `//`, percent-escapes, an upper-case scheme), so they still
+    guard their place."""
+    warehouse = to_local_path(config.warehouse_uri)
+    spellings = {"t_host": f"file://localhost{warehouse}/old/t_host", "t_dots": f"{warehouse}/old/zz/../t_dots",
+                 "t_slashes": f"{warehouse}//old/t_slashes", "t_escaped": f"file://{warehouse}/old/my%20t",
+                 "t_upper": f"FILE://{warehouse}/old/t_upper"}
+    plain = {"t_host": "t_host", "t_dots": "t_dots", "t_slashes": "t_slashes", "t_escaped": "my t",
+             "t_upper": "t_upper"}
+    with EmbeddedService(config):   # migrated
+        pass
+    for name, location in spellings.items():
+        sql(database_url, "INSERT INTO tables (table_id, realm, catalog, namespace, name, format, location)"
+                          " VALUES ($1, 'lance', '', 'old', $2, 'lance', $3)", uuid.uuid4(), name, location)
+    with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:
+        ok(http.post(f"{LANCE_NS}/new/create", json={}))
+        for name, directory in plain.items():
+            r = http.post(f"{LANCE_TABLE}/new${name}/declare", json={"location": f"{warehouse}/old/{directory}"})
+            overlap_refused(r)
