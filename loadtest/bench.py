@@ -726,9 +726,10 @@ async def _insert_known_tables(dsn: str, ns: str, warehouse: Path, template: dic
     """Rows as the service writes them (table row + commit-log entry 0) and a metadata file per table."""
     import asyncpg
 
-    from storage.postgres import _init_connection
+    from storage.files import location_key
+    from storage.postgres import _connection_setup
     con = await asyncpg.connect(dsn)
-    await _init_connection(con)
+    await _connection_setup(60)(con)
     chunk = 5000
     try:
         for start in range(0, count, chunk):
@@ -748,9 +749,9 @@ async def _insert_known_tables(dsn: str, ns: str, warehouse: Path, template: dic
             async with con.transaction():
                 await con.execute(
                     "INSERT INTO tables (table_id, realm, catalog, namespace, name, kind, format, location,"
-                    " row_version, epoch, state) SELECT t, 'iceberg', '', $5, n, 'table', 'iceberg', l, 1, 0, s"
-                    " FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[]) AS u(t, n, l, s)",
-                    ids, names, locations, states, ns)
+                    " row_version, epoch, state, location_key) SELECT t, 'iceberg', '', $5, n, 'table', 'iceberg',"
+                    " l, 1, 0, s, k FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $6::text[])"
+                    " AS u(t, n, l, s, k)", ids, names, locations, states, ns, [location_key(x) for x in locations])
                 await con.execute("INSERT INTO commits (table_id, version, payload)"
                                   " SELECT t, 0, p FROM unnest($1::uuid[], $2::jsonb[]) AS u(t, p)", ids, payloads)
             if count >= 20_000 and (start // chunk) % 4 == 3:
