@@ -427,3 +427,36 @@ def test_delta_routes_do_not_name_other_protocols_tables(secured, tokens):
     r = reader.get("/delta/commits", params={"table_id": iceberg_id, "table_uri": "x"})
     assert r.status_code == 404 and r.json()["error_code"] == "TABLE_DOES_NOT_EXIST", r.text
     assert "payroll" not in r.text and "secret" not in r.text
+
+
+def test_with_grants_a_tables_location_stays_in_its_namespaces_directory(secured, tokens, auth_config, tmp_path):
+    """Locations are exclusive, so a location is a claim: with authentication on, a client may place a table only
+    inside its namespace's directory, never where another namespace's tables go (which would block them), and an
+    EXTERNAL Delta table only outside the warehouse."""
+    warehouse = auth_config.warehouse_uri
+    admin = httpx.Client(base_url=secured, headers=bearer(tokens["admin"]))
+    for ns in ("db", "victim"):
+        admin.post("/v1/namespaces", json={"namespace": [ns]}).raise_for_status()
+        admin.post(f"/v1/namespace/{ns}/create", json={}).raise_for_status()
+    writer = httpx.Client(base_url=secured, headers=bearer(tokens["writer"]))
+    schema = {"type": "struct", "schema-id": 0, "fields": []}
+    for location in (f"{warehouse}/victim", f"{warehouse}/victim/t", f"{warehouse}/db", warehouse):
+        r = writer.post("/v1/namespaces/db/tables", json={"name": "t", "schema": schema, "location": location})
+        assert r.status_code == 400, (location, r.text)
+        r = writer.post("/v1/table/db$t/declare", json={"location": location})
+        assert r.status_code == 400, (location, r.text)
+    assert writer.post("/v1/namespaces/db/tables", json={"name": "t", "schema": schema,
+                                                         "location": f"{warehouse}/db/custom"}).status_code == 200
+    assert writer.post("/v1/table/db$t/declare", json={"location": f"{warehouse}/db/lance"}).status_code == 200
+    # and the victim namespace still takes tables
+    assert admin.post("/v1/namespaces/victim/tables", json={"name": "v", "schema": schema}).status_code == 200
+    admin_uc = UC(secured)
+    admin_uc.http.headers.update(bearer(tokens["admin"]))
+    admin_uc.setup_schema("main", "s")
+    uc = httpx.Client(base_url=secured + PREFIX, headers=bearer(tokens["writer"]))
+    body = {"catalog_name": "main", "schema_name": "s", "table_type": "EXTERNAL", "data_source_format": "PARQUET",
+            "columns": []}
+    r = uc.post("/tables", json={**body, "name": "inside", "storage_location": f"{warehouse}/wh2"})
+    assert r.status_code == 400 and r.json()["error_code"] == "INVALID_PARAMETER_VALUE", r.text
+    r = uc.post("/tables", json={**body, "name": "outside", "storage_location": (tmp_path / "ext").as_uri()})
+    assert r.status_code == 200, r.text

@@ -225,6 +225,7 @@ def _refuse_unsafe(location: str) -> None:
 
 class DeltaCatalog:
     def __init__(self, coordinator):
+        self.c = coordinator
         self.config = coordinator.config
         self.store = coordinator.store
         self.registry = coordinator.registry
@@ -423,6 +424,11 @@ class DeltaCatalog:
         if rules.is_within(join(self.config.warehouse_uri, MANAGED_DIR), location):
             raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must not be inside the managed "
                              f"storage root")
+        if self.c.auth is not None and rules.is_within(self.config.warehouse_uri, location):
+            # The warehouse's places belong to namespaces under their grants (Iceberg's, Lance's); an external
+            # table there would claim one (locations are exclusive) that a Delta grant does not reach.
+            raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must lie outside the warehouse "
+                             f"while authentication is on")
         table_id = uuid.uuid4()
         info = {"name": body.name, "catalog_name": body.catalog_name, "schema_name": body.schema_name,
                 "table_type": "EXTERNAL", "data_source_format": body.data_source_format, "columns": columns,

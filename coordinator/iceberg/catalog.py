@@ -373,7 +373,7 @@ def _refusal(location: str | None, warehouse: str) -> BadRequest:
     """Why table files may not go to `location`: it is unsafe in itself, or outside the warehouse."""
     why = unsafe_location(location or "")
     return BadRequest(f"location {location!r} is refused: {why}" if why else
-                      f"location {location!r} is outside the warehouse {warehouse!r}")
+                      f"location {location!r} is not below the warehouse {warehouse!r}")
 
 
 def _check_moved(warehouse: str | None, old: dict[str, Any], new: dict[str, Any]) -> None:
@@ -557,17 +557,29 @@ class IcebergCatalog:
         except NotFound:
             return False
 
-    def default_location(self, ident: TableIdent) -> str:
+    def namespace_dir(self, ident: TableIdent) -> str:
         # Names become directory names only through path_segment: a namespace `..` or a prefix `%2e%2e` must not
         # lead out of the warehouse, and `?` or `#` must not cut the URI short.
         levels = [ident.catalog] if ident.catalog else []
-        levels += [*ident.namespace, f"{ident.name}-{uuid.uuid4().hex}"]
-        return self.check_location(join(self.warehouse, *(path_segment(level) for level in levels)))
+        return join(self.warehouse, *(path_segment(level) for level in [*levels, *ident.namespace]))
 
-    def check_location(self, location: str) -> str:
+    def default_location(self, ident: TableIdent) -> str:
+        return self.check_location(join(self.namespace_dir(ident), f"{path_segment(ident.name)}-{uuid.uuid4().hex}"))
+
+    def check_location(self, location: str, ident: TableIdent | None = None) -> str:
+        """A place for `ident`'s files: below the warehouse (never the warehouse itself, which would hold every
+        other table) and, with authentication on, inside its namespace's directory, so that a client's files stay
+        where its namespace grants reach: one with `create` in one namespace cannot claim, or read through a
+        register, another namespace's place."""
         location = location.rstrip("/")
-        if not is_within(self.warehouse, location):  # never for an unsafe location
+        if not is_within(self.warehouse, location) or location_key(location) == location_key(self.warehouse):
             raise _refusal(location, self.warehouse)
+        if ident is not None and self.c.auth is not None:
+            own = self.namespace_dir(ident)
+            if not is_within(own, location) or location_key(own) == location_key(location):
+                raise BadRequest(f"location {location!r} must lie inside {own}, the directory of the namespace "
+                                 f"{'.'.join(ident.namespace)}: with authentication on, a table's files stay "
+                                 f"where its namespace's grants reach")
         return location
 
     async def _check_creatable(self, ident: TableIdent) -> None:
@@ -579,7 +591,7 @@ class IcebergCatalog:
                            partition_spec: dict | None, write_order: dict | None, properties: dict[str, str],
                            stage_create: bool, idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
         await self._check_creatable(ident)
-        location = self.check_location(location) if location else self.default_location(ident)
+        location = self.check_location(location, ident) if location else self.default_location(ident)
         table_uuid = str(uuid.uuid4())
         metadata = new_table_metadata(location=location, schema=schema, partition_spec=partition_spec,
                                       sort_order=write_order, properties=properties,
@@ -604,7 +616,7 @@ class IcebergCatalog:
         await self._check_creatable(ident)
         # Only files in the warehouse are read (the answer would otherwise tell which files exist anywhere the
         # service can read), and only tables located there are taken (their commits write metadata there).
-        self.check_location(metadata_location)
+        self.check_location(metadata_location, ident)
         try:
             metadata = orjson.loads(await self.files.read(metadata_location))
         except NotFound:
@@ -618,7 +630,7 @@ class IcebergCatalog:
             uuid.UUID(metadata["table-uuid"])
         except ValueError:
             raise BadRequest(f"table-uuid {metadata['table-uuid']!r} in metadata-location is not a UUID") from None
-        self.check_location(metadata["location"])
+        self.check_location(metadata["location"], ident)
         return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key,
                                   metadata_location=metadata_location)
 
@@ -641,6 +653,7 @@ class IcebergCatalog:
         for u in updates:
             if not isinstance(u, SetLocationUpdate) or not is_within(self.warehouse, u.location):
                 continue  # not a move, or one the commit itself refuses (outside the warehouse, unsafe)
+            self.check_location(u.location, ident)
             if await self.store.location_taken(u.location, exclude=await self._resolve(ident, kind)):
                 raise location_taken(u.location)
 
@@ -658,7 +671,7 @@ class IcebergCatalog:
                                 table_uuid=str(uuid.uuid4()))
         if not metadata.get("location"):
             return {**metadata, "location": self.default_location(ident)}
-        self.check_location(metadata["location"])
+        self.check_location(metadata["location"], ident)
         return metadata
 
     async def commit_transaction(self, changes: list[tuple[TableIdent, list, list]],
@@ -728,7 +741,7 @@ class IcebergCatalog:
     async def create_view(self, ident: TableIdent, *, schema: dict, view_version: dict, location: str | None,
                           properties: dict[str, str], idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
         await self._check_creatable(ident)
-        location = self.check_location(location) if location else self.default_location(ident)
+        location = self.check_location(location, ident) if location else self.default_location(ident)
         view_uuid = str(uuid.uuid4())
         metadata = new_view_metadata(view_uuid=view_uuid, location=location, schema=schema, version=view_version,
                                      properties=properties, now_ms=_now_ms())

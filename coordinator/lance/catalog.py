@@ -239,17 +239,27 @@ class LanceCatalog:
 
     # -- tables ------------------------------------------------------------------------------------------------
 
-    def default_location(self, ident: Ident, table_id: uuid.UUID) -> str:
-        return join(self.warehouse, *(path_segment(level) for level in ident[:-1]),
-                    f"{path_segment(ident[-1])}-{table_id.hex}")
+    def namespace_dir(self, ns: Ident) -> str:
+        return join(self.warehouse, *(path_segment(level) for level in ns))
 
-    def check_location(self, location: str) -> str:
+    def default_location(self, ident: Ident, table_id: uuid.UUID) -> str:
+        return join(self.namespace_dir(ident[:-1]), f"{path_segment(ident[-1])}-{table_id.hex}")
+
+    def check_location(self, location: str, ident: Ident) -> str:
+        """Below the warehouse (never the warehouse itself) and, with authentication on, inside the table's
+        namespace's directory: a client's files stay where its namespace grants reach, so `create` in one
+        namespace cannot claim another's place."""
         location = location.rstrip("/")
         unsafe = unsafe_location(location)
         if unsafe is not None:
             raise BadRequest(f"location {location!r} is refused: {unsafe}")
         if not location or not is_within(self.warehouse, location) or _same(location, self.warehouse):
             raise BadRequest(f"location {location!r} must be below the warehouse {self.warehouse!r}")
+        own = self.namespace_dir(ident[:-1])
+        if self.c.auth is not None and (not is_within(own, location) or _same(location, own)):
+            raise BadRequest(f"location {location!r} must lie inside {own}, the directory of the namespace "
+                             f"{show(ident[:-1]) or '(root)'}: with authentication on, a table's files stay where "
+                             f"its namespace's grants reach")
         return location
 
     async def check_unused(self, location: str) -> None:
@@ -261,7 +271,7 @@ class LanceCatalog:
                    ) -> tuple[TableRow, LanceTable]:
         _check_table_ident(ident)
         table_id = uuid.uuid4()
-        loc = self.check_location(location) if location else self.default_location(ident, table_id)
+        loc = self.check_location(location, ident) if location else self.default_location(ident, table_id)
         state = LanceTable(ident[:-1], ident[-1], loc, dict(properties or {}))
         row = TableRow(table_id=table_id, realm=REALM, catalog=CATALOG, namespace=join_namespace(ident[:-1]),
                        name=ident[-1], format=FORMAT, location=loc)
