@@ -113,6 +113,13 @@ class Idempotency:
                 return previous
             except CoordinatorError as exc:
                 if 400 <= exc.status < 500 and exc.status not in NEVER_FINAL:
+                    # A twin sent through another member (or coordinating a multi-table commit there) may have
+                    # applied this very request just before: decided again, it fails (409: its requirements no
+                    # longer hold against the state it made). Its record, if there is one, is the answer.
+                    previous = await self.store.get_idempotency(key)
+                    if previous is not None:
+                        _check_route(key, previous, route)
+                        return previous
                     await self._record_error(key, route, exc.status, error_body(exc))
                 raise
         finally:

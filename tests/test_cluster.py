@@ -265,6 +265,28 @@ def _one_key_through_two_members(http: httpx.Client, b: str, c: str, table: str)
         assert [r.status_code for r in answers.values()] == [200, 200], [r.text for r in answers.values()]
     snapshots = http.get(f"{b}/v1/namespaces/db/tables/{table}").json()["metadata"]["snapshots"]
     assert [s["snapshot-id"] for s in snapshots] == [1000 + i for i in range(5)]
+    # The same through a multi-table commit, whose parts reach the owner as a transaction's.
+    for round_ in range(5):
+        meta = http.get(f"{b}/v1/namespaces/db/tables/{table}").json()["metadata"]
+        schema = {"type": "struct", "schema-id": 0, "fields": [
+            {"id": 1, "name": "id", "type": "long", "required": False},
+            {"id": 2 + round_, "name": f"c{round_}", "type": "long", "required": False}]}
+        body = {"table-changes": [{"identifier": {"namespace": ["db"], "name": table},
+                                   "requirements": [{"type": "assert-current-schema-id",
+                                                     "current-schema-id": meta["current-schema-id"]}],
+                                   "updates": [{"action": "add-schema", "schema": schema, "last-column-id": 2 + round_},
+                                               {"action": "set-current-schema", "schema-id": -1}]}]}
+        key, answers = uuid7(), {}
+
+        def transact(base: str, body: dict, key: str, answers: dict) -> None:
+            answers[base] = httpx.post(f"{base}/v1/transactions/commit", json=body, timeout=30,
+                                       headers={"Idempotency-Key": key})
+        threads = [threading.Thread(target=transact, args=(base, body, key, answers)) for base in (b, c)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [r.status_code for r in answers.values()] == [204, 204], [r.text for r in answers.values()]
 
 
 def _delta_tables_through_every_member(bases: list[str]) -> None:
