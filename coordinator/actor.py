@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+RELOAD_INTERVAL_S = 1.0   # see _decide: reloads a rejection asks for
 RECENT_KEYS = 64  # Idempotency-Keys remembered per table actor (see TableActor.recent_keys)
 
 
@@ -183,6 +185,7 @@ class TableActor:
         self.row: TableRow | None = None   # as last durably written
         self.state: Any = None             # format state matching `row`
         self.loaded = False
+        self.loaded_at = 0.0          # monotonic time of the last load from the store
         self.gone = False                  # table dropped or never existed (or moved: then retire)
         self.moved = False                 # the shard's lease moved: this actor retires, answering NotOwner
         self.batches = 0
@@ -233,7 +236,7 @@ class TableActor:
         else:
             self.state = await self.registry.load_state(row)
             self.row, self.gone = row, False
-        self.loaded = True
+        self.loaded, self.loaded_at = True, time.monotonic()
 
     async def _serve(self, batch: list[Request]) -> None:
         self.batches += 1
@@ -349,7 +352,9 @@ class TableActor:
             return proposal.decide(state)
         except CoordinatorError as exc:
             reply.fail(exc)
-            if exc.reload:
+            # At most one such reload per RELOAD_INTERVAL_S: a reload reads the whole commit log, and any writer
+            # could otherwise make the table reload on every request.
+            if exc.reload and time.monotonic() - self.loaded_at > RELOAD_INTERVAL_S:
                 self.loaded = False
         except Exception as exc:
             # Input the rules did not anticipate. Nothing was applied, so say so rather than "state unknown".

@@ -57,6 +57,9 @@ class Config:
 
     # Delta (Unity Catalog)
     delta_max_unpublished_commits: int = 10   # a commit leaving more unpublished gets 429: clients must backfill
+    # A Lance final manifest the namespace never recorded is removed once it is older than this: a younger one may
+    # be a writer's own final name, handed in as manifest_path, whose version/create is still on its way.
+    lance_unrecorded_grace_s: float = 60.0
     delta_commits_page_size: int = 100        # most commits one GET commits answer returns
 
     # Storage

@@ -15,6 +15,7 @@ import functools
 import os
 import re
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -197,6 +198,10 @@ class FileIO:
     async def exists(self, uri: str) -> bool:
         return await trio.to_thread.run_sync(self.exists_sync, uri)
 
+    async def age_s(self, uri: str) -> float | None:
+        """Seconds since the file was last written; None if it does not exist."""
+        return await trio.to_thread.run_sync(self.age_sync, uri)
+
     async def discard(self, uris: list[str], location: str | None) -> None:
         """Remove files a refused change wrote (unique names: nobody else's), then the directories they were
         made in, up to `location` itself, if that leaves them empty: no other directory is touched."""
@@ -264,6 +269,19 @@ class FileIO:
             paths = [meta["path"] for meta in chunk]
             if paths:
                 obstore.delete(store, paths)
+
+    def age_sync(self, uri: str) -> float | None:
+        path = to_local_path(uri)
+        try:
+            if path is None:
+                import obstore
+                store, key = self.object_store(uri)
+                modified = obstore.head(store, key)["last_modified"].timestamp()
+            else:
+                modified = path.stat().st_mtime
+        except FileNotFoundError:
+            return None
+        return time.time() - modified
 
     def exists_sync(self, uri: str) -> bool:
         path = to_local_path(uri)

@@ -27,6 +27,7 @@ from lance_namespace_urllib3_client import (BatchCommitTablesRequest, CommitTabl
                                             TableApi)
 from lance_namespace_urllib3_client.exceptions import ApiException
 
+from api.server import EmbeddedService
 from coordinator.lance.table import manifest_name, object_path
 
 from . import workers
@@ -230,17 +231,28 @@ def test_same_client_visible_results_as_lance_reference_server(service):
     assert ours == reference
 
 
-def test_a_write_that_bypassed_the_namespace_does_not_wedge_the_table(ns):
+@pytest.fixture
+def ns_without_grace(config):
+    """The namespace of a service that removes unrecorded manifests however young (lance_unrecorded_grace_s 0)."""
+    config.lance_unrecorded_grace_s = 0.0
+    with EmbeddedService(config) as base_url:
+        client = lance_namespace.connect("rest", {"uri": base_url})
+        client.create_namespace(CreateNamespaceRequest(id=["db"]))
+        yield client
+
+
+def test_a_write_that_bypassed_the_namespace_does_not_wedge_the_table(ns_without_grace):
     """A plain `write_dataset(uri)` writes a final manifest the namespace never recorded. Lance then proposes the
     version after it, which the namespace refuses (its next version is the unrecorded one's). That refusal makes
     the table reload, and the reload removes the unrecorded manifest: the writer after it goes through, instead of
     every writer failing until the service restarts."""
     t = ["db", "bypassed"]
-    ds = lance.write_dataset(pa.table({"a": [1]}), namespace_client=ns, table_id=t, mode="create")
+    ds = lance.write_dataset(pa.table({"a": [1]}), namespace_client=ns_without_grace, table_id=t, mode="create")
     lance.write_dataset(pa.table({"a": [2]}), ds.uri, mode="append")   # not through the namespace
-    assert versions(ns, t) == [1]
+    assert versions(ns_without_grace, t) == [1]
     with pytest.raises(OSError):   # it proposes version 3; the namespace's next version is 2
-        lance.write_dataset(pa.table({"a": [3]}), namespace_client=ns, table_id=t, mode="append")
-    ds = lance.write_dataset(pa.table({"a": [4]}), namespace_client=ns, table_id=t, mode="append")
-    assert ds.version == 2 and versions(ns, t) == [1, 2]
-    assert rows(lance.dataset(namespace_client=ns, table_id=t)) == [1, 4]   # the bypassing write was never recorded
+        lance.write_dataset(pa.table({"a": [3]}), namespace_client=ns_without_grace, table_id=t, mode="append")
+    ds = lance.write_dataset(pa.table({"a": [4]}), namespace_client=ns_without_grace, table_id=t, mode="append")
+    assert ds.version == 2 and versions(ns_without_grace, t) == [1, 2]
+    # the bypassing write was never recorded
+    assert rows(lance.dataset(namespace_client=ns_without_grace, table_id=t)) == [1, 4]

@@ -367,3 +367,22 @@ def test_lance_and_iceberg_share_v1_without_ambiguity(http):
     declare(http, "db$namespaces")
     ok(http.post(f"{TABLE}/db$namespaces/describe", json={}))
     assert http.get("/v1/namespaces/db/tables").json()["identifiers"] == []
+
+
+def test_a_writers_own_final_manifest_in_flight_survives_another_writers_conflict(http):
+    """A writer may hand in a final name as manifest_path (it wrote `_versions/<v2>` itself). Another writer that
+    sees that file proposes v3 and is refused, which makes the table reload; the reload must not remove the first
+    writer's file before its version/create arrives (only unrecorded manifests older than
+    lance_unrecorded_grace_s are removed)."""
+    ok(http.post(f"{NS}/db/create", json={}))
+    loc = declare(http, "db$inflight")["location"]
+    ok(create_version(http, "db$inflight", 1, stage(loc, 1)))
+    final = loc.removeprefix("file:///") + "/_versions/" + manifest_name(2, "V2")
+    local(final).write_bytes(fake_manifest())   # writer A's own final name for version 2
+    err(create_version(http, "db$inflight", 3, stage(loc, 3)), 409, 14)   # writer B saw it: "ahead"
+    time.sleep(1.1)   # past the actor's reload interval: the next request reloads
+    assert versions(http, "db$inflight") == [1]
+    assert local(final).exists()
+    r = create_version(http, "db$inflight", 2, final)
+    assert r.status_code == 200, r.text
+    assert versions(http, "db$inflight") == [1, 2]

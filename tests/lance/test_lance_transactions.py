@@ -140,7 +140,9 @@ async def test_manifest_of_an_unrecorded_commit_is_removed_before_serving(coord,
     # not skip version 2.
     assert not to_local_path(manifest_uri(a.location, 2, "V2")).exists()
 
-    # As after a client put final manifests there itself and crashed: versions 2 and 3 on storage, never recorded.
+    # As after a client put final manifests there itself and crashed: versions 2 and 3 on storage, never recorded
+    # (and older than the grace a writer's own final name gets).
+    monkeypatch.setattr(coord.config, "lance_unrecorded_grace_s", 0.0)
     for v in (2, 3):
         to_local_path(manifest_uri(a.location, v, "V2")).write_bytes(b"uncommitted LANC")
     coord.registry.actors[cat._refs[("a",)].table_id].loaded = False      # next request reloads
