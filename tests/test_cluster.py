@@ -237,6 +237,20 @@ def test_any_member_answers_any_request(database_url, tmp_path):
         stop_all(members)
 
 
+def _at_once(urls: list[str], body: dict, key: str) -> list[httpx.Response]:
+    """POST `body` with Idempotency-Key `key` to every URL at the same moment; the answers in URL order."""
+    answers: list = [None] * len(urls)
+
+    def post(i: int) -> None:
+        answers[i] = httpx.post(urls[i], json=body, timeout=30, headers={"Idempotency-Key": key})
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(len(urls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answers
+
+
 def _one_key_through_two_members(http: httpx.Client, b: str, c: str, table: str) -> None:
     """A retried commit sent through two members at once (a client behind a load balancer): it applies once, and
     both get its answer; the one that arrives second must not be decided again and told its own snapshot's
@@ -252,17 +266,8 @@ def _one_key_through_two_members(http: httpx.Client, b: str, c: str, table: str)
         body = {"requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent}],
                 "updates": [{"action": "add-snapshot", "snapshot": snapshot},
                             {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": sid}]}
-        key, answers = uuid7(), {}
-
-        def commit(base: str, body: dict, key: str, answers: dict) -> None:
-            answers[base] = httpx.post(f"{base}/v1/namespaces/db/tables/{table}", json=body, timeout=30,
-                                       headers={"Idempotency-Key": key})
-        threads = [threading.Thread(target=commit, args=(base, body, key, answers)) for base in (b, c)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert [r.status_code for r in answers.values()] == [200, 200], [r.text for r in answers.values()]
+        answers = _at_once([f"{base}/v1/namespaces/db/tables/{table}" for base in (b, c)], body, uuid7())
+        assert [r.status_code for r in answers] == [200, 200], [r.text for r in answers]
     snapshots = http.get(f"{b}/v1/namespaces/db/tables/{table}").json()["metadata"]["snapshots"]
     assert [s["snapshot-id"] for s in snapshots] == [1000 + i for i in range(5)]
     # The same through a multi-table commit, whose parts reach the owner as a transaction's.
@@ -276,17 +281,8 @@ def _one_key_through_two_members(http: httpx.Client, b: str, c: str, table: str)
                                                      "current-schema-id": meta["current-schema-id"]}],
                                    "updates": [{"action": "add-schema", "schema": schema, "last-column-id": 2 + round_},
                                                {"action": "set-current-schema", "schema-id": -1}]}]}
-        key, answers = uuid7(), {}
-
-        def transact(base: str, body: dict, key: str, answers: dict) -> None:
-            answers[base] = httpx.post(f"{base}/v1/transactions/commit", json=body, timeout=30,
-                                       headers={"Idempotency-Key": key})
-        threads = [threading.Thread(target=transact, args=(base, body, key, answers)) for base in (b, c)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert [r.status_code for r in answers.values()] == [204, 204], [r.text for r in answers.values()]
+        answers = _at_once([f"{base}/v1/transactions/commit" for base in (b, c)], body, uuid7())
+        assert [r.status_code for r in answers] == [204, 204], [r.text for r in answers]
 
 
 def _delta_tables_through_every_member(bases: list[str]) -> None:
