@@ -48,6 +48,11 @@ class WriteResult:
     reason: str | None = None  # when not applied: "stale" | "fenced" | "exists" | "missing-namespace" | "location"
 
 
+def _why(exc: BaseException) -> str:
+    """An error's text for a message: a timeout's is empty, so its type stands in."""
+    return str(exc) or type(exc).__name__
+
+
 def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
@@ -194,7 +199,7 @@ class GroupCommitWriter:
             con = await asyncio.wait_for(self.pool.acquire(), self.resolve_timeout_s)
         except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
             # Nothing was sent: every group is known NOT applied.
-            err = Unavailable(f"database unavailable: {exc or type(exc).__name__}")
+            err = Unavailable(f"database unavailable: {_why(exc)}")
             for _, fut in items:
                 fut.set_exception(err)
             return
@@ -213,20 +218,16 @@ class GroupCommitWriter:
                 await self._flush([item])
             return
         except CONNECTION_ERRORS as exc:
-            log.warning("connection lost during group write (%s); resolving outcome", exc or type(exc).__name__)
+            log.warning("connection lost during group write (%s); resolving outcome", _why(exc))
             backend = con.get_server_pid()
             await self._discard(con)
             con = None
-            deadline = time.monotonic() + self.resolve_timeout_s
             try:
-                await self._until_gone(backend, deadline)
-                for group, fut in items:
-                    fut.set_result(await self._resolve(group, deadline))
+                results = await self._resolve([g for g, _ in items], backend)
             except OutcomeUnknown as unknown:
                 for _, fut in items:
-                    if not fut.done():
-                        fut.set_exception(unknown)
-            return
+                    fut.set_exception(unknown)
+                return
         finally:
             if con is not None:
                 await self.pool.release(con)
@@ -312,11 +313,10 @@ class GroupCommitWriter:
 
     @staticmethod
     async def _location_taken(con: asyncpg.Connection, key: str, exclude: UUID | None = None) -> bool:
-        """Whether a table or view (other than `exclude`) lives at, above or below the location `key`
-        (files.location_key). Writes that place a table take one lock, held until their flush commits, so two
-        cannot both pass."""
+        """`_location_in_use`, for a write that places a table: such writes take one lock, held until their flush
+        commits, so two cannot both pass."""
         await con.execute("SELECT pg_advisory_xact_lock($1)", _LOCATIONS_LOCK)
-        return await con.fetchval(_LOCATION_TAKEN_SQL, _key_and_ancestors(key), key + "/", key + "0", exclude)
+        return await _location_in_use(con, key, exclude)
 
     async def _check_leases(self, con: asyncpg.Connection, writes: list[TableWrite]) -> None:
         """Every written table's shard lease must still carry its writer's epoch, held FOR SHARE until commit
@@ -390,39 +390,30 @@ class GroupCommitWriter:
                                   [(w.table_id, e.version, e.payload, w.epoch if self.fenced and w.epoch >= 0 else None)
                                    for e in w.log])
 
-    async def _until_gone(self, backend: int, deadline: float) -> None:
-        """End the server process that ran the interrupted write, and wait until it has. Dropping our end of the
-        connection does not stop it: a statement stalled (on a lock, a frozen server) goes on, and commits, after
-        we gave up on it. Only once it is gone is the row's version final. OutcomeUnknown if that cannot be
-        made sure of by `deadline`."""
+    async def _resolve(self, groups: list[WriteGroup], backend: int) -> list[WriteResult]:
+        """After an interrupted write: each group's outcome, from its row's version. Dropping our end of the
+        connection does not stop the server process that ran the write: a statement stalled (on a lock, a frozen
+        server) goes on, and commits, after we gave up on it. So that process is ended first, and the rows are read
+        once it is gone; then, the writing actors being their rows' only writers and still waiting, the versions
+        are final. OutcomeUnknown if that cannot be made sure of within resolve_timeout_s."""
+        deadline = time.monotonic() + self.resolve_timeout_s
         problem = f"its server process {backend} has not exited"
         while True:
             try:
                 async with self.pool.acquire(timeout=max(deadline - time.monotonic(), 0.1)) as con:
-                    if not await con.fetchval(_BACKEND_ALIVE_SQL, backend):
-                        return
-                    await con.fetchval("SELECT pg_terminate_backend($1)", backend)
+                    if await con.fetchval(_BACKEND_ALIVE_SQL, backend):
+                        await con.fetchval("SELECT pg_terminate_backend($1)", backend)
+                    else:
+                        rows = await con.fetch("SELECT table_id, row_version FROM tables WHERE table_id = ANY($1)",
+                                               [g.writes[0].table_id for g in groups])
+                        versions = {r["table_id"]: r["row_version"] for r in rows}
+                        applied = [g.writes[0].applied_at(versions.get(g.writes[0].table_id)) for g in groups]
+                        return [WriteResult(a, None if a else "stale") for a in applied]
             except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
-                problem = str(exc) or type(exc).__name__
+                problem = _why(exc)
             if time.monotonic() > deadline:
                 raise OutcomeUnknown(f"the outcome of an interrupted write is unknown: {problem}")
             await asyncio.sleep(0.1)
-
-    async def _resolve(self, group: WriteGroup, deadline: float) -> WriteResult:
-        """After an interrupted write whose server process is gone (`_until_gone`): the writing actor is the only
-        writer of its rows and is still waiting, so the row's version tells whether the group applied."""
-        while True:
-            try:
-                async with self.pool.acquire(timeout=max(deadline - time.monotonic(), 0.1)) as con:
-                    w = group.writes[0]
-                    version = await con.fetchval("SELECT row_version FROM tables WHERE table_id=$1", w.table_id)
-                    applied = w.applied_at(version)
-                    return WriteResult(applied, None if applied else "stale")
-            except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
-                if time.monotonic() > deadline:
-                    raise OutcomeUnknown(f"database unreachable after an interrupted write: "
-                                         f"{exc or type(exc).__name__}") from exc
-                await asyncio.sleep(0.2)
 
 
 class PostgresStore:
@@ -481,7 +472,7 @@ class PostgresStore:
                 async with self.pool.acquire(timeout=self.timeout_s) as con:
                     return await fn(con)
             except CONNECTION_ERRORS as exc:
-                raise Unavailable(f"database unavailable: {exc or type(exc).__name__}") from exc
+                raise Unavailable(f"database unavailable: {_why(exc)}") from exc
 
         return await self.thread.call(run)
 
@@ -606,9 +597,7 @@ class PostgresStore:
     async def location_taken(self, location: str, exclude: UUID | None = None) -> bool:
         """Whether a table or view (other than `exclude`) lives at, above or below `location`: a check before
         writing a table's files there; the write checks again under a lock."""
-        key = location_key(location)
-        return await self._call(lambda con: con.fetchval(_LOCATION_TAKEN_SQL, _key_and_ancestors(key), key + "/",
-                                                         key + "0", exclude))
+        return await self._call(lambda con: _location_in_use(con, location_key(location), exclude))
 
     async def settled_row_version(self, table_id: UUID) -> int | None:
         """The row's version once no transaction is writing it: FOR UPDATE waits for a writer whose connection
@@ -710,12 +699,13 @@ _LOCATION_TAKEN_SQL = """SELECT EXISTS (SELECT 1 FROM tables WHERE (location_key
     OR (location_key COLLATE "C" >= $2 AND location_key COLLATE "C" < $3)) AND table_id IS DISTINCT FROM $4)"""
 
 
-def _key_and_ancestors(key: str) -> list[str]:
-    keys = [key]
-    while "/" in key.split(":", 1)[1].strip("/"):
-        key = key.rsplit("/", 1)[0]
-        keys.append(key)
-    return keys
+async def _location_in_use(con: asyncpg.Connection, key: str, exclude: UUID | None) -> bool:
+    """Whether a table or view (other than `exclude`) lives at, above or below the location `key`
+    (files.location_key)."""
+    ancestors = [key]
+    while "/" in ancestors[-1].split(":", 1)[1].strip("/"):
+        ancestors.append(ancestors[-1].rsplit("/", 1)[0])
+    return await con.fetchval(_LOCATION_TAKEN_SQL, ancestors, key + "/", key + "0", exclude)
 
 
 def _show(path: str) -> str:
