@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from typing import Any, Callable
 
 from .errors import BadRequest
 
@@ -25,3 +26,16 @@ def decode_page_token(token: str | None, param: str = "page_token") -> str | Non
     if "\x00" in value:
         raise BadRequest(f"invalid {param}: {token!r}: pass back the token a listing returned")
     return value
+
+
+def one_more(limit: int | None) -> int | None:
+    """What to ask the store for: one row past the page, which tells whether a next page exists."""
+    return None if limit is None else limit + 1
+
+
+def page(rows: list, limit: int | None, cursor: Callable[[Any], str] = str) -> tuple[list, str | None]:
+    """At most `limit` of `rows` (fetched with `one_more`), and the next page's token only if one follows: a
+    last page never sends the client to an empty one. `cursor(row)` is the position the next page starts after."""
+    if limit is None or len(rows) <= limit:
+        return rows, None
+    return rows[:limit], encode_page_token(cursor(rows[limit - 1]))

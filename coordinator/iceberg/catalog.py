@@ -25,7 +25,7 @@ from ..actor import Decision
 from ..registry import Compaction
 from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotFound, Unavailable, location_taken
 from ..idempotency import IdempotencyKey
-from ..paging import decode_page_token, encode_page_token
+from ..paging import decode_page_token, one_more, page
 from ..transaction import Create
 from . import apply_commit, new_table_metadata
 from .models import AssertCreate, SetLocationUpdate
@@ -470,9 +470,8 @@ class IcebergCatalog:
             await self.load_namespace(catalog, parent)
         paths = await self.store.list_namespaces(REALM, catalog, join_namespace(parent),
                                                  after=decode_page_token(page_token, "pageToken"),
-                                                 limit=_one_more(page_size))
-        paths, last = _page(paths, page_size)
-        nxt = encode_page_token(last) if last is not None else None
+                                                 limit=one_more(page_size))
+        paths, nxt = page(paths, page_size)
         return [tuple(p.split(NAMESPACE_SEP)) for p in paths], nxt
 
     async def drop_namespace(self, catalog: str, namespace: tuple[str, ...],
@@ -505,10 +504,9 @@ class IcebergCatalog:
         await self.load_namespace(catalog, namespace)
         rows = await self.store.list_tables(REALM, catalog, join_namespace(namespace), kind=kind,
                                             after=decode_page_token(page_token, "pageToken"),
-                                            limit=_one_more(page_size))
-        rows, last = _page(rows, page_size)
+                                            limit=one_more(page_size))
+        rows, nxt = page(rows, page_size, lambda row: row.cursor)
         idents = [TableIdent(catalog, namespace, r.name) for r in rows]
-        nxt = encode_page_token(last.cursor) if last is not None else None
         return idents, nxt
 
     async def _resolve(self, ident: TableIdent, kind: str = "table") -> uuid.UUID:
@@ -764,19 +762,6 @@ class IcebergCatalog:
     async def rename_view(self, source: TableIdent, dest: TableIdent,
                           idempotency_key: IdempotencyKey | None = None) -> None:
         await self._rename(source, dest, idempotency_key, "view", "View or table already exists")
-
-
-def _one_more(page_size: int | None) -> int | None:
-    """Ask the store for one row past the page: it tells whether a next page exists."""
-    return None if page_size is None else page_size + 1
-
-
-def _page(rows: list, page_size: int | None) -> tuple[list, Any]:
-    """The page's rows and, if more follow, its last row (the next page starts after it); else None, so the last
-    page never sends the client to an empty one."""
-    if page_size is None or len(rows) <= page_size:
-        return rows, None
-    return rows[:page_size], rows[page_size - 1]
 
 
 def _format_version(properties: dict[str, str]) -> int | None:

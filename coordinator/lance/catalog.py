@@ -25,7 +25,7 @@ from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Proposal
 from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotEmpty, NotFound, Unavailable
-from ..paging import decode_page_token, encode_page_token
+from ..paging import decode_page_token, one_more, page
 from ..registry import delete_own_location
 from ..transaction import Create
 from . import storage as lance_storage
@@ -173,8 +173,8 @@ class LanceCatalog:
     async def list_namespaces(self, ns: Ident, page_token: str | None, limit: int | None) -> Page:
         await self.describe_namespace(ns)
         paths = await self.store.list_namespaces(REALM, CATALOG, join_namespace(ns), after=decode_page_token(page_token),
-                                                 limit=limit and limit + 1)
-        paths, nxt = _page(paths, limit, encode_page_token)
+                                                 limit=one_more(limit))
+        paths, nxt = page(paths, limit)
         return Page([split_namespace(p)[-1] for p in paths], nxt)
 
     async def drop_namespace(self, ns: Ident, mode: str | None, behavior: str | None) -> dict[str, str]:
@@ -354,8 +354,8 @@ class LanceCatalog:
         if ns is not None:
             await self.describe_namespace(ns)
         rows = await self.store.list_tables(REALM, CATALOG, None if ns is None else join_namespace(ns),
-                                            after=decode_page_token(page_token), limit=limit and limit + 1)
-        rows, nxt = _page(rows, limit, lambda row: encode_page_token(row.cursor))
+                                            after=decode_page_token(page_token), limit=one_more(limit))
+        rows, nxt = page(rows, limit, lambda row: row.cursor)
         if not include_declared:
             rows = [r for r in rows if int(r.state.get("high_water", 0)) > 0]
         items = [r.name if ns is not None else (*split_namespace(r.namespace), r.name) for r in rows]
@@ -616,14 +616,6 @@ def _no_branch(branch: str | None) -> None:
 def _parent(ns: Ident) -> tuple[str, str, str] | None:
     """The namespace a nested namespace is created in, which must exist (the store locks it against a drop)."""
     return (REALM, CATALOG, join_namespace(ns[:-1])) if len(ns) > 1 else None
-
-
-def _page(items: list, limit: int | None, token: Callable[[Any], str]) -> tuple[list, str | None]:
-    """At most `limit` of `items` (fetched with one more), and the token for the next page only if there is one:
-    the spec's page_token means "there are more results available"."""
-    if limit is None or len(items) <= limit:
-        return items, None
-    return items[:limit], token(items[limit - 1])
 
 
 def _same(a: str, b: str) -> bool:
