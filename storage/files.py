@@ -100,6 +100,13 @@ def is_within(root: str, uri: str) -> bool:
     return u == r or u.startswith(r.rstrip("/") + "/")
 
 
+def is_below(root: str, uri: str) -> bool:
+    """`is_within`, but not `root` itself."""
+    if unsafe_location(uri) is not None:
+        return False
+    return location_key(uri).startswith(location_key(root).rstrip("/") + "/")
+
+
 def _in_worker_thread(run_batch: Callable[[list[Any]], list[Any]]) -> GroupedCall:
     return GroupedCall(functools.partial(trio.to_thread.run_sync, run_batch),
                        interrupted=lambda: OSError("the file operation was interrupted"))

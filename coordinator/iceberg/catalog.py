@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable
 
 import orjson
 
-from storage.files import is_within, join, location_key, path_segment, unsafe_location
+from storage.files import is_below, is_within, join, path_segment, unsafe_location
 from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace
 
 from ..actor import Decision
@@ -284,7 +284,7 @@ async def _purge(files, store, warehouse: str, table: IcebergTable) -> None:
     Files outside the location (a table moved by `set-location` leaves its older ones behind) stay."""
     meta = table.metadata
     location = meta.get("location")
-    if not (location and is_within(warehouse, location) and location_key(location) != location_key(warehouse)):
+    if not (location and is_below(warehouse, location)):
         log.warning("purge of %s: location %s is not below the warehouse; no files deleted", table.ident, location)
         return
     if await store.location_taken(location):
@@ -570,11 +570,11 @@ class IcebergCatalog:
         where its namespace grants reach: one with `create` in one namespace cannot claim, or read through a
         register, another namespace's place."""
         location = location.rstrip("/")
-        if not is_within(self.warehouse, location) or location_key(location) == location_key(self.warehouse):
+        if not is_below(self.warehouse, location):
             raise _refusal(location, self.warehouse)
         if ident is not None and self.c.auth is not None:
             own = self.namespace_dir(ident)
-            if not is_within(own, location) or location_key(own) == location_key(location):
+            if not is_below(own, location):
                 raise BadRequest(f"location {location!r} must lie inside {own}, the directory of the namespace "
                                  f"{'.'.join(ident.namespace)}: with authentication on, a table's files stay "
                                  f"where its namespace's grants reach")

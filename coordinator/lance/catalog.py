@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from storage.files import is_within, join, path_segment, unsafe_location
+from storage.files import is_below, is_within, join, path_segment, unsafe_location
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Proposal
@@ -256,10 +256,10 @@ class LanceCatalog:
         unsafe = unsafe_location(location)
         if unsafe is not None:
             raise BadRequest(f"location {location!r} is refused: {unsafe}")
-        if not location or not is_within(self.warehouse, location) or _same(location, self.warehouse):
+        if not location or not is_below(self.warehouse, location):
             raise BadRequest(f"location {location!r} must be below the warehouse {self.warehouse!r}")
         own = self.namespace_dir(ident[:-1])
-        if self.c.auth is not None and (not is_within(own, location) or _same(location, own)):
+        if self.c.auth is not None and not is_below(own, location):
             raise BadRequest(f"location {location!r} must lie inside {own}, the directory of the namespace "
                              f"{show(ident[:-1]) or '(root)'}: with authentication on, a table's files stay where "
                              f"its namespace's grants reach")
@@ -616,8 +616,3 @@ def _no_branch(branch: str | None) -> None:
 def _parent(ns: Ident) -> tuple[str, str, str] | None:
     """The namespace a nested namespace is created in, which must exist (the store locks it against a drop)."""
     return (REALM, CATALOG, join_namespace(ns[:-1])) if len(ns) > 1 else None
-
-
-def _same(a: str, b: str) -> bool:
-    return is_within(a, b) and is_within(b, a)
-
