@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Callable
 import orjson
 
 from storage.files import is_below, is_within, join, path_segment, unsafe_location
-from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace
+from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Decision
 from ..registry import Compaction
@@ -178,10 +178,13 @@ def _received_table(ident: TableIdent, metadata_location: str, metadata_json: by
     return table
 
 
+def _ident_of(row: TableRow) -> TableIdent:
+    return TableIdent(row.catalog, split_namespace(row.namespace), row.name)
+
+
 def _expand(row: TableRow, data: bytes) -> IcebergTable:
     """A table's state from its row and the bytes of its current metadata file (read, or kept while idle)."""
-    ident = TableIdent(row.catalog, tuple(row.namespace.split(NAMESPACE_SEP)) if row.namespace else (), row.name)
-    return IcebergTable(ident, orjson.loads(data), row.state["metadata-location"], data)
+    return IcebergTable(_ident_of(row), orjson.loads(data), row.state["metadata-location"], data)
 
 
 @dataclass(frozen=True)
@@ -444,9 +447,8 @@ class IcebergCatalog:
             return _expand(row, await self.files.read(location))
         except (NotFound, orjson.JSONDecodeError) as exc:   # other errors (storage unreachable) may pass: raised
             log.error("table %s.%s: metadata file %s cannot be read: %s", row.namespace, row.name, location, exc)
-            ident = TableIdent(row.catalog, tuple(row.namespace.split(NAMESPACE_SEP)) if row.namespace else (),
-                               row.name)
-            return UnreadableTable(ident, location, "missing" if isinstance(exc, NotFound) else "not valid JSON")
+            return UnreadableTable(_ident_of(row), location,
+                                   "missing" if isinstance(exc, NotFound) else "not valid JSON")
 
     # -- namespaces --------------------------------------------------------------------------------------------
 

@@ -144,6 +144,8 @@ class Schema(StructType):
 # but pyiceberg cannot load a table whose partition spec holds one, so it is refused here instead.
 _TRANSFORM = re.compile(r"identity|year|month|day|hour|void|(?:bucket|truncate)\[([0-9]{1,10})\]")
 MAX_INT = 2**31 - 1
+Int = Annotated[int, Field(ge=-(2**31), le=MAX_INT)]     # the spec's `integer` (Java's int)
+Long = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]  # `format: int64` (Java's long)
 
 
 def _check_transform(value: str) -> str:
@@ -235,9 +237,6 @@ class EncryptedKey(_Stored):
 # --------------------------------------------------------------------------------------------------
 # Views (spec: ViewVersion, SQLViewRepresentation)
 # --------------------------------------------------------------------------------------------------
-
-Int = Annotated[int, Field(ge=-(2**31), le=MAX_INT)]     # the spec's `integer` (Java's int)
-Long = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]  # `format: int64` (Java's long)
 
 
 class ViewRepresentation(_Stored):
