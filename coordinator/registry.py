@@ -58,6 +58,7 @@ async def delete_own_location(store, files, location: str) -> bool:
     await files.delete_tree(location)
     return True
 
+
 class Registry:
     def __init__(self, config: Config, store, files, metrics: Metrics):
         self.config = config

@@ -215,11 +215,10 @@ class FileIO:
         await trio.to_thread.run_sync(self.discard_sync, uris, location)
 
     def discard_sync(self, uris: list[str], location: str | None) -> None:
-        top = local_path(location) if location else None
         for uri in uris:
             self.delete_sync(uri)
             path = local_path(uri)
-            if top is None or path is None or not is_within(location, uri):
+            if location is None or path is None or not is_within(location, uri):
                 continue
             parent = os.path.dirname(path)
             while is_within(location, parent):

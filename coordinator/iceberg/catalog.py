@@ -683,8 +683,6 @@ class IcebergCatalog:
             if _creates_table(requirements):
                 metadata = await self._create_transaction_metadata(ident, requirements, updates)
                 creates.append(_creation(ident, metadata, metadata["table-uuid"]))
-                if await self.store.location_taken(metadata["location"]):  # before its files are written there
-                    raise location_taken(metadata["location"])
             else:
                 await self._check_relocation(ident, updates)
                 parts.append((await self._resolve(ident), CommitTable(ident, requirements, updates,
