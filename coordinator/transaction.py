@@ -26,7 +26,7 @@ import trio
 from storage.records import UNFENCED, IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
 
 from .actor import Decision, Participant, Proposal, _not_applied_error
-from .errors import BadRequest, CoordinatorError, Unavailable, Unpublished, location_taken
+from .errors import BadRequest, CoordinatorError, Unavailable, Unpublished
 
 if TYPE_CHECKING:
     from .registry import Registry
@@ -65,9 +65,6 @@ async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, 
             offered.append(participant)
             decision, write = await registry.prepare(table_id, participant)
             prepared[i] = (participant, decision, write)
-        for c in creates:   # before its files are written there (the insert checks again, as a create's does)
-            if c.row.location and await registry.store.location_taken(c.row.location):
-                raise location_taken(c.row.location)
         # Files only once every part is accepted: a transaction rejected by its last table leaves none behind.
         files = [f for i in order for f in prepared[i][1].files] + [f for c in creates for f in c.files]
         try:

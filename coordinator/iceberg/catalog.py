@@ -683,6 +683,10 @@ class IcebergCatalog:
             if _creates_table(requirements):
                 metadata = await self._create_transaction_metadata(ident, requirements, updates)
                 creates.append(_creation(ident, metadata, metadata["table-uuid"]))
+                # Checked here, not in coordinator.transaction: a Lance batch may free a location (deregister) and
+                # take it again (register) in one transaction, which only the insert's own check sees rightly.
+                if await self.store.location_taken(metadata["location"]):  # before its files are written there
+                    raise location_taken(metadata["location"])
             else:
                 await self._check_relocation(ident, updates)
                 parts.append((await self._resolve(ident), CommitTable(ident, requirements, updates,
