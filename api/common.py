@@ -28,9 +28,26 @@ def protocol_of(path: str) -> str:
     return "service"
 
 
+# A JSON answer given in parts (Iceberg's metadata between its envelope) is sent part by part from this size on,
+# instead of being joined: joining copies megabytes, while each extra part costs a send (~20 us) however small.
+STREAM_PARTS_FROM = 256 * 1024
+
+
 def json_response(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """`value` as JSON: bytes as they are, a list of bytes as their concatenation, anything else serialized."""
+    if isinstance(value, list) and value and all(isinstance(part, bytes) for part in value):
+        size = sum(map(len, value))
+        if size >= STREAM_PARTS_FROM:
+            return Response(_parts(value), status=status, content_type=JSON,
+                            headers={**(headers or {}), "Content-Length": str(size)})
+        value = b"".join(value)
     body = value if isinstance(value, bytes) else orjson.dumps(value)
     return Response(body, status=status, content_type=JSON, headers=headers)
+
+
+async def _parts(parts: list[bytes]):
+    for part in parts:
+        yield part
 
 
 def empty_response(status: int = 204, headers: dict[str, str] | None = None) -> Response:
