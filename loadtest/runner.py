@@ -47,7 +47,8 @@ async def scrape(base: str | list[str] | None) -> dict[str, float]:
     if status != 200:
         return out
     for line in body.decode().splitlines():
-        if line.startswith(("coordinator_db_flushes_total ", "coordinator_db_groups_total ")):
+        if line.startswith(("coordinator_db_flushes_total ", "coordinator_db_groups_total ",
+                            "coordinator_file_write_cpu_seconds_total ")):
             name, value = line.split()
             out[name] = float(value)
     return out
@@ -76,6 +77,7 @@ class RunResult:
     server_cpu_pct: float | None
     pg_cpu_ms_per_commit: float | None
     loadgen_cpu_pct: float
+    file_write_cpu_ms_per_commit: float | None = None   # of the server CPU: making table files durable
     db_transactions: float | None = None
     writes_per_db_txn: float | None = None
     actor_batches_per_db_txn: float | None = None
@@ -162,10 +164,12 @@ async def run(flow: Flow, base: str | list[str], tables: list[Any], writers_per_
             for w in writers:
                 await w.close()
     elapsed = cpu.wall_s
-    flushes = groups = None
+    flushes = groups = file_write_s = None
     if before and after:
         flushes = after["coordinator_db_flushes_total"] - before["coordinator_db_flushes_total"]
         groups = after["coordinator_db_groups_total"] - before["coordinator_db_groups_total"]
+        name = "coordinator_file_write_cpu_seconds_total"
+        file_write_s = after[name] - before[name] if name in after and name in before else None
     server = meter.server_pid is not None
     return RunResult(
         protocol=flow.name, scenario=scenario, tables=len(tables), writers_per_table=writers_per_table,
@@ -180,6 +184,8 @@ async def run(flow: Flow, base: str | list[str], tables: list[Any], writers_per_
         server_cpu_pct=round(100 * cpu.server_s / elapsed, 1) if server else None,
         pg_cpu_ms_per_commit=round(1000 * cpu.pg_s / max(stats.commits, 1), 3) if meter.pg_pid else None,
         loadgen_cpu_pct=round(100 * cpu.loadgen_s / elapsed, 1),
+        file_write_cpu_ms_per_commit=(round(1000 * file_write_s / max(stats.commits, 1), 3)
+                                      if file_write_s is not None else None),
         db_transactions=flushes,
         writes_per_db_txn=round(stats.writes / flushes, 2) if flushes else None,
         actor_batches_per_db_txn=round(groups / flushes, 2) if flushes else None,
