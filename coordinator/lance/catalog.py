@@ -414,9 +414,7 @@ class LanceCatalog:
                 after = int(page_token)
             except ValueError:
                 raise BadRequest(f"invalid page_token: {page_token!r}") from None
-        versions = list(reversed(state.versions)) if descending else list(state.versions)
-        if after is not None:
-            versions = [v for v in versions if (v.version < after if descending else v.version > after)]
+        versions = state.page(after, one_more(limit), descending)
         nxt = None
         if limit is not None and len(versions) > limit:
             versions = versions[:limit]

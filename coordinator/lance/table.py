@@ -12,7 +12,9 @@ us at a file outside the table.
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -167,14 +169,67 @@ class TableVersion:
         return out
 
 
+def _number(v: TableVersion) -> int:
+    return v.version
+
+
+class VersionLog(Sequence):
+    """A table's versions, ascending, as an immutable sequence that successive states share. Appending to the
+    newest state extends the one underlying list in place, where a tuple would copy every version on every
+    commit (O(history): a table streamed into for a week has 100,000s). Each state sees only its own prefix, so
+    older states stay as they were; appending to an older one (the actor goes back to it when a write is
+    refused) copies its prefix first."""
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items=()) -> None:
+        self._items: list[TableVersion] = list(items)
+        self._n = len(self._items)
+
+    def appended(self, version: TableVersion) -> VersionLog:
+        items = self._items if len(self._items) == self._n else self._items[:self._n]
+        items.append(version)
+        new = VersionLog.__new__(VersionLog)
+        new._items, new._n = items, self._n + 1
+        return new
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self._items[:self._n][i] if len(self._items) != self._n else self._items[i]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("version index out of range")
+        return self._items[i]
+
+    def __iter__(self):
+        return itertools.islice(self._items, self._n)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, VersionLog) and list(self) == list(other)
+
+    def __reduce__(self):
+        return VersionLog, (list(self),)   # its own prefix only (between cluster members)
+
+    def __repr__(self) -> str:
+        return f"VersionLog({self._n} versions)"
+
+
 @dataclass(frozen=True)
 class LanceTable:
     namespace: tuple[str, ...]
     name: str
     location: str
     properties: dict[str, str] = field(default_factory=dict)
-    versions: tuple[TableVersion, ...] = ()   # ascending by version
+    versions: VersionLog = field(default_factory=VersionLog)   # ascending by version
     high_water: int = 0                         # highest version ever recorded: numbers are never reused
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.versions, VersionLog):
+            object.__setattr__(self, "versions", VersionLog(self.versions))
 
     @property
     def ident(self) -> list[str]:
@@ -190,7 +245,7 @@ class LanceTable:
         return self.high_water == 0
 
     def find(self, version: int) -> TableVersion | None:
-        i = bisect.bisect_left(self.versions, version, key=lambda v: v.version)
+        i = bisect.bisect_left(self.versions, version, key=_number)
         if i < len(self.versions) and self.versions[i].version == version:
             return self.versions[i]
         return None
@@ -198,11 +253,22 @@ class LanceTable:
     def with_version(self, v: TableVersion) -> "LanceTable":
         if self.versions and v.version <= self.versions[-1].version:
             raise ValueError("versions are appended in order")
-        return replace(self, versions=self.versions + (v,), high_water=max(self.high_water, v.version))
+        return replace(self, versions=self.versions.appended(v), high_water=max(self.high_water, v.version))
 
     def without_ranges(self, ranges: list[tuple[int, int]]) -> tuple["LanceTable", int]:
-        kept = tuple(v for v in self.versions if not in_ranges(v.version, ranges))
+        kept = VersionLog(v for v in self.versions if not in_ranges(v.version, ranges))
         return replace(self, versions=kept), len(self.versions) - len(kept)
+
+    def page(self, after: int | None, limit: int | None, descending: bool) -> list[TableVersion]:
+        """Up to `limit` versions after version `after` (below it when descending), found by bisection: a client
+        asking for the latest version (`limit=1, descending`) costs the same at any length of history."""
+        versions = self.versions
+        if descending:
+            end = len(versions) if after is None else bisect.bisect_left(versions, after, key=_number)
+            start = 0 if limit is None else max(0, end - limit)
+            return versions[start:end][::-1]
+        start = 0 if after is None else bisect.bisect_right(versions, after, key=_number)
+        return versions[start:] if limit is None else versions[start:start + limit]
 
     def row_state(self) -> dict[str, Any]:
         """The small JSON kept in the table row; the versions themselves are the commit log."""

@@ -1,0 +1,62 @@
+"""A Lance table's version list (`VersionLog`): successive states share one list, each sees its own prefix, and a
+page of it is found by bisection. Pure values; the HTTP paging rules are in test_lance_rest.py."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from coordinator.lance.table import LanceTable, TableVersion
+
+
+def version(n: int) -> TableVersion:
+    return TableVersion(n, f"file:///t/_versions/{n}.manifest", 100, 0)
+
+
+@pytest.fixture
+def states() -> list[LanceTable]:
+    out = [LanceTable(("ns",), "t", "file:///t")]
+    for n in range(1, 41):
+        out.append(out[-1].with_version(version(n)))
+    return out
+
+
+def numbers(versions) -> list[int]:
+    return [v.version for v in versions]
+
+
+def test_each_state_keeps_its_own_versions(states):
+    assert [len(s.versions) for s in states] == list(range(41))
+    assert numbers(states[10].versions) == list(range(1, 11))
+    assert states[10].latest.version == 10 and states[10].find(11) is None
+    assert states[40].find(11).version == 11 and states[0].latest is None
+
+
+def test_appending_to_an_older_state_leaves_the_newer_one_alone(states):
+    # The actor goes back to the state before a refused write and commits another version on top of it.
+    branch = states[20].with_version(version(21))
+    assert numbers(branch.versions) == list(range(1, 22))
+    assert numbers(states[40].versions) == list(range(1, 41))
+    assert numbers(states[40].with_version(version(41)).versions) == list(range(1, 42))
+    assert numbers(states[20].versions) == list(range(1, 21))
+    with pytest.raises(ValueError):
+        states[20].with_version(version(20))
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("limit", [None, 0, 1, 3, 100])
+@pytest.mark.parametrize("after", [None, 0, 1, 7, 40, 41, 60])
+def test_a_page_is_what_filtering_the_whole_list_gives(states, after, limit, descending):
+    table = states[40].without_ranges([(5, 9)])[0]   # a gap: versions deleted
+    expected = numbers(table.versions)[::-1] if descending else numbers(table.versions)
+    if after is not None:
+        expected = [n for n in expected if (n < after if descending else n > after)]
+    if limit is not None:
+        expected = expected[:limit]
+    assert numbers(table.page(after, limit, descending)) == expected
+
+
+def test_a_state_sent_to_another_member_carries_only_its_versions(states):
+    received = pickle.loads(pickle.dumps(states[10]))
+    assert numbers(received.versions) == list(range(1, 11)) and received == states[10]
