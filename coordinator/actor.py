@@ -58,6 +58,7 @@ class Decision:
     delete: bool = False
     rename: tuple[str, str, str] | None = None
     relocate: str | None = None   # the table moves (Iceberg set-location): its row's location follows
+    purge: str | None = None      # with `delete`: `after_durable` deletes this location; claimed until it has
     files: list[tuple[str, bytes]] = field(default_factory=list)       # made durable before the row
     published: list[tuple[str, bytes]] = field(default_factory=list)   # made durable after it, before replies
     idempotency: IdempotencyRecord | None = None
@@ -381,6 +382,7 @@ class TableActor:
             w.delete = w.delete or d.delete
             w.rename = d.rename or w.rename
             w.relocate = d.relocate or w.relocate
+            w.purge = d.purge or w.purge
         return w
 
     async def _flush(self, seg: _Segment) -> None:

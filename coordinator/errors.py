@@ -118,5 +118,6 @@ def location_taken(location: str | None) -> BadRequest:
     """A new table whose location equals, contains or lies inside another table's or view's: refused, as dropping
     either would delete the other's files (and two commit authorities would write one directory)."""
     what = f"location {location}" if location else "the new location"
-    return BadRequest(f"{what} overlaps another table's location: a table's location must be its own, neither "
-                      f"inside nor containing another's; choose another location")
+    return BadRequest(f"{what} overlaps another table's location (or a dropped table's, whose files are still "
+                      f"being deleted): a table's location must be its own, neither inside nor containing "
+                      f"another's; choose another location, or retry once the deletion has ended")

@@ -45,17 +45,23 @@ class Compaction:
     expand: Callable[[TableRow, Any], Any]
 
 
+PURGE_RETRY_S = 600  # a failed deletion of a dropped table's files is retried this often
 KEEP_STATE = Compaction(compact=lambda state: state, expand=lambda row, state: state)
 
 
 async def delete_own_location(store, files, location: str) -> bool:
     """Delete a dropped table's location, unless another table lives at, above or below it (rows from before
     locations were exclusive, or an Iceberg table moved there by `set-location`): then nothing, and a warning.
-    True if deleted. A module function, so that a clean-up partial can travel to a table's owner."""
-    if await store.location_taken(location):
+    True if deleted. A module function, so that a clean-up partial can travel to a table's owner.
+
+    The drop claimed the location (Decision.purge), so no table can be created there meanwhile; the claim ends
+    here, or stays if the deletion failed, to be retried (Registry.resume_purges)."""
+    if await store.location_taken(location, purges=False):
         log.warning("not deleting %s: another table lives at, above or below it", location)
+        await store.end_purge(location)
         return False
     await files.delete_tree(location)
+    await store.end_purge(location)
     return True
 
 
@@ -89,7 +95,28 @@ class Registry:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started(self)
+            if hasattr(self.store, "pending_purges"):
+                nursery.start_soon(self.resume_purges)
             await trio.sleep_forever()
+
+    async def resume_purges(self) -> None:
+        """Deletions of dropped tables' locations that did not end (a crash, or a failed deletion: the claim
+        stays), resumed at start-up and then every PURGE_RETRY_S for those older than that. A member of a cluster
+        may resume one another member is still running: deleting twice is harmless."""
+        older_than = 0.0
+        while True:
+            try:
+                for location in await self.store.pending_purges(older_than):
+                    log.info("resuming the deletion of dropped table files at %s", location)
+                    try:
+                        await delete_own_location(self.store, self.files, location)
+                    except Exception as exc:
+                        log.warning("deleting dropped table files at %s failed (retried in %d s): %s", location,
+                                    PURGE_RETRY_S, exc)
+            except Exception as exc:
+                log.warning("cannot read the pending deletions (retried in %d s): %s", PURGE_RETRY_S, exc)
+            older_than = PURGE_RETRY_S
+            await trio.sleep(PURGE_RETRY_S)
 
     # -- addressing ----------------------------------------------------------------------------------------
 

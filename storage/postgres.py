@@ -356,6 +356,9 @@ class GroupCommitWriter:
             if row is None:
                 raise NotApplied("stale")
             await con.execute("DELETE FROM commits WHERE table_id=$1", w.table_id)
+            if w.purge is not None:
+                await con.execute("INSERT INTO purges (location_key, location) VALUES ($1, $2)"
+                                  " ON CONFLICT (location_key) DO NOTHING", location_key(w.purge), w.purge)
             return
         else:
             if w.rename is not None:
@@ -594,10 +597,24 @@ class PostgresStore:
                                                       table_id))
         return _row(r) if r else None
 
-    async def location_taken(self, location: str, exclude: UUID | None = None) -> bool:
-        """Whether a table or view (other than `exclude`) lives at, above or below `location`: a check before
-        writing a table's files there; the write checks again under a lock."""
-        return await self._call(lambda con: _location_in_use(con, location_key(location), exclude))
+    async def location_taken(self, location: str, exclude: UUID | None = None, *, purges: bool = True) -> bool:
+        """Whether a table or view (other than `exclude`) lives at, above or below `location`, or (`purges`) a
+        dropped one's files there are still being deleted: a check before writing a table's files there; the
+        write checks again under a lock."""
+        return await self._call(lambda con: _location_in_use(con, location_key(location), exclude, purges))
+
+    async def pending_purges(self, older_than_s: float = 0) -> list[str]:
+        """Locations whose deletion was claimed by a drop (TableWrite.purge) at least `older_than_s` ago and has
+        not ended."""
+        rows = await self._call(lambda con: con.fetch(
+            "SELECT location FROM purges WHERE created_at <= now() - make_interval(secs => $1) ORDER BY created_at",
+            float(older_than_s)))
+        return [r["location"] for r in rows]
+
+    async def end_purge(self, location: str) -> None:
+        """The dropped table's files at `location` are deleted: the location is free for a new table."""
+        await self._call(lambda con: con.execute("DELETE FROM purges WHERE location_key = $1",
+                                                 location_key(location)))
 
     async def settled_row_version(self, table_id: UUID) -> int | None:
         """The row's version once no transaction is writing it: FOR UPDATE waits for a writer whose connection
@@ -696,16 +713,18 @@ _BACKEND_ALIVE_SQL = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = 
 _LOCATIONS_LOCK = 7263542  # pg_advisory_xact_lock key serializing creations of located tables (7263541: migrations)
 # Equal to the key or one of its ancestors, or below it: byte order puts exactly key/... in [key/, key0).
 _LOCATION_TAKEN_SQL = """SELECT EXISTS (SELECT 1 FROM tables WHERE (location_key COLLATE "C" = ANY($1::text[])
-    OR (location_key COLLATE "C" >= $2 AND location_key COLLATE "C" < $3)) AND table_id IS DISTINCT FROM $4)"""
+    OR (location_key COLLATE "C" >= $2 AND location_key COLLATE "C" < $3)) AND table_id IS DISTINCT FROM $4)
+    OR ($5 AND EXISTS (SELECT 1 FROM purges WHERE location_key COLLATE "C" = ANY($1::text[])
+    OR (location_key COLLATE "C" >= $2 AND location_key COLLATE "C" < $3)))"""
 
 
-async def _location_in_use(con: asyncpg.Connection, key: str, exclude: UUID | None) -> bool:
+async def _location_in_use(con: asyncpg.Connection, key: str, exclude: UUID | None, purges: bool = True) -> bool:
     """Whether a table or view (other than `exclude`) lives at, above or below the location `key`
-    (files.location_key)."""
+    (files.location_key), or (`purges`) a dropped one whose files there are still being deleted."""
     ancestors = [key]
     while "/" in ancestors[-1].split(":", 1)[1].strip("/"):
         ancestors.append(ancestors[-1].rsplit("/", 1)[0])
-    return await con.fetchval(_LOCATION_TAKEN_SQL, ancestors, key + "/", key + "0", exclude)
+    return await con.fetchval(_LOCATION_TAKEN_SQL, ancestors, key + "/", key + "0", exclude, purges)
 
 
 def _show(path: str) -> str:

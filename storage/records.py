@@ -85,6 +85,7 @@ class TableWrite:
     delete: bool = False
     rename: tuple[str, str, str] | None = None                         # (catalog, namespace, name)
     relocate: str | None = None   # the table's new location (Iceberg set-location): still exclusive, re-keyed
+    purge: str | None = None      # with `delete`: the location whose files will be deleted, claimed until then
 
     @property
     def new_version(self) -> int:

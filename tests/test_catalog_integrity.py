@@ -349,3 +349,94 @@ def test_tables_from_before_location_keys_are_keyed_as_every_reader_spells_them(
         for name, directory in plain.items():
             r = http.post(f"{LANCE_TABLE}/new${name}/declare", json={"location": f"{warehouse}/old/{directory}"})
             overlap_refused(r)
+
+
+# -- a dropped table's location stays its own until its files are deleted ------------------------------------------
+
+
+@pytest.fixture
+def slow_deletions(monkeypatch):
+    """Every deletion of a whole location waits until the test lets it go; `started` is set when one begins."""
+    import threading
+
+    from storage.files import FileIO
+
+    started, go = threading.Event(), threading.Event()
+    delete_tree_sync = FileIO.delete_tree_sync
+
+    def waiting(self, location: str) -> None:
+        started.set()
+        go.wait(30)
+        delete_tree_sync(self, location)
+    monkeypatch.setattr(FileIO, "delete_tree_sync", waiting)
+    yield started, go
+    go.set()
+
+
+def _eventually(check, what: str, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_purged_tables_location_is_not_reused_until_its_files_are_gone(config, http, slow_deletions):
+    """Spark's DROP TABLE ... PURGE, then CREATE TABLE ... LOCATION the same path: the purge runs after the drop
+    is answered, and must not delete the new table's files. The create is refused while the purge runs (with a
+    reason to retry), and succeeds once it has ended; the new table's files stay."""
+    started, go = slow_deletions
+    location = f"{config.warehouse_uri}/ice/explicit"
+    ok(http.post("/v1/namespaces", json={"namespace": ["ice"]}))
+    ok(http.post("/v1/namespaces/ice/tables", json={"name": "old", "location": location, "schema": ICEBERG_SCHEMA}))
+    assert http.delete("/v1/namespaces/ice/tables/old", params={"purgeRequested": "true"}).status_code == 204
+    assert started.wait(10), "the purge did not start"
+
+    create = {"name": "new", "location": location, "schema": ICEBERG_SCHEMA}
+    r = http.post("/v1/namespaces/ice/tables", json=create)
+    overlap_refused(r)
+    assert "still being deleted" in r.text and "retry" in r.text
+    # Lance and Delta check the same claim: no other protocol's table may take the location meanwhile.
+    ok(http.post(f"{LANCE_NS}/lw/create", json={}))
+    overlap_refused(http.post(f"{LANCE_TABLE}/lw$squat/declare", json={"location": location + "/inside"}))
+
+    go.set()
+    _eventually(lambda: not to_local_path(location).exists(), "the purge did not finish")
+    _eventually(lambda: http.post("/v1/namespaces/ice/tables", json=create).status_code == 200,
+                "the location was not released after the purge")
+    metadata = http.get("/v1/namespaces/ice/tables/new").json()["metadata-location"]
+    time.sleep(0.3)  # anything still running from the purge would have deleted it by now
+    assert to_local_path(metadata).exists()
+    assert sql(config.database_url, "SELECT count(*) FROM purges")[0][0] == 0
+
+
+def test_a_lance_drop_claims_its_location_until_its_files_are_gone(config, http, slow_deletions):
+    started, go = slow_deletions
+    ok(http.post(f"{LANCE_NS}/lw/create", json={}))
+    location = ok(http.post(f"{LANCE_TABLE}/lw$old/declare", json={}))["location"]
+    ok(http.post(f"{LANCE_TABLE}/lw$old/version/create", json={"version": 1, "manifest_path": stage(location, 1)}))
+    ok(http.post(f"{LANCE_TABLE}/lw$old/drop", json={}))
+    assert started.wait(10), "the drop's deletion did not start"
+    # Registering the files about to be deleted would lose the new table's versions to the deletion.
+    overlap_refused(http.post(f"{LANCE_TABLE}/lw$new/register", json={"location": location}))
+    assert http.post(f"{LANCE_TABLE}/lw$new/declare", json={"location": location}).status_code == 400
+    go.set()
+    _eventually(lambda: http.post(f"{LANCE_TABLE}/lw$new/declare", json={"location": location}).status_code == 200,
+                "the location was not released after the drop's deletion")
+
+
+def test_a_deletion_a_crash_interrupted_is_resumed_at_start_up(config):
+    """The claim outlives the process that was deleting: the next start deletes the files and frees the place."""
+    leftover = to_local_path(f"{config.warehouse_uri}/ice/crashed")
+    (leftover / "data").mkdir(parents=True)
+    (leftover / "data" / "f.parquet").write_bytes(b"x")
+    location = f"{config.warehouse_uri}/ice/crashed"
+    sql(config.database_url, "INSERT INTO purges (location_key, location) VALUES ($1, $2)", location_key(location),
+        location)
+    with EmbeddedService(config) as base:
+        _eventually(lambda: not leftover.exists(), "the interrupted deletion was not resumed")
+        _eventually(lambda: sql(config.database_url, "SELECT count(*) FROM purges")[0][0] == 0,
+                    "the claim was not released")
+        with httpx.Client(base_url=base, timeout=30) as client:
+            ok(client.post("/v1/namespaces", json={"namespace": ["ice"]}))
+            ok(client.post("/v1/namespaces/ice/tables", json={"name": "t", "location": location,
+                                                              "schema": ICEBERG_SCHEMA}))

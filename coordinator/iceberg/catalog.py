@@ -22,7 +22,7 @@ from storage.files import is_below, is_within, join, path_segment, unsafe_locati
 from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Decision
-from ..registry import Compaction
+from ..registry import Compaction, delete_own_location
 from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotFound, Unavailable, location_taken
 from ..idempotency import IdempotencyKey
 from ..paging import decode_page_token, one_more, page
@@ -269,10 +269,12 @@ class DropTable:
 
     def decide(self, state: IcebergTable | UnreadableTable) -> Decision:
         _check_ident(state, self.ident, unreadable_ok=True)
-        after = None
+        after = claim = None
         if self.purge and self.warehouse is not None and isinstance(state, IcebergTable):
             after = functools.partial(_purge, self.files, self.store, self.warehouse, state)
-        return Decision(None, reply=None, delete=True, after_durable=after,
+            location = state.metadata.get("location")
+            claim = location if location and is_below(self.warehouse, location) else None
+        return Decision(None, reply=None, delete=True, after_durable=after, purge=claim,
                         idempotency=_idempotency(self.idempotency_key, 204, None))
 
 
@@ -292,19 +294,21 @@ async def _purge(files, store, warehouse: str, table: IcebergTable) -> None:
     if not (location and is_below(warehouse, location)):
         log.warning("purge of %s: location %s is not below the warehouse; no files deleted", table.ident, location)
         return
-    if await store.location_taken(location):
+    if str(meta.get("properties", {}).get("gc.enabled", "true")).lower() != "false":
+        await delete_own_location(store, files, location)
+        return
+    if await store.location_taken(location, purges=False):
         log.warning("purge of %s: another table lives at, above or below %s; no files deleted", table.ident,
                     location)
-        return
-    if str(meta.get("properties", {}).get("gc.enabled", "true")).lower() != "false":
-        await files.delete_tree(location)
-        return
-    named = [table.metadata_location, *(e.get("metadata-file") for e in meta.get("metadata-log", [])),
-             *(s.get("manifest-list") for s in meta.get("snapshots", [])),
-             *(f.get("statistics-path") for f in (*meta.get("statistics", []), *meta.get("partition-statistics", [])))]
-    for uri in named:
-        if isinstance(uri, str) and is_within(location, uri):
-            await files.delete(uri)
+    else:
+        named = [table.metadata_location, *(e.get("metadata-file") for e in meta.get("metadata-log", [])),
+                 *(s.get("manifest-list") for s in meta.get("snapshots", [])),
+                 *(f.get("statistics-path") for f in (*meta.get("statistics", []),
+                                                      *meta.get("partition-statistics", [])))]
+        for uri in named:
+            if isinstance(uri, str) and is_within(location, uri):
+                await files.delete(uri)
+    await store.end_purge(location)  # the drop's claim on the location (Decision.purge)
 
 @dataclass
 class RenameTable:

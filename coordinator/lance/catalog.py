@@ -342,8 +342,10 @@ class LanceCatalog:
         async def make(ref: TableRef) -> Proposal:
             # Only what lies in our warehouse is ours to delete. A partial, not a closure: in a cluster the proposal
             # may travel to the table's owner (coordinator/cluster/channel.py).
-            purge = functools.partial(delete_own_location, self.store, self.files, ref.location)
-            return RemoveTable(purge if is_within(self.warehouse, ref.location) else None)
+            if not is_within(self.warehouse, ref.location):
+                return RemoveTable()
+            return RemoveTable(functools.partial(delete_own_location, self.store, self.files, ref.location),
+                               ref.location)
         state = await self._submit(ident, make)
         self._refs.pop(ident, None)
         return state

@@ -113,9 +113,10 @@ class RemoveTable:
     The reply is the table as it was."""
 
     purge: Callable[[], Awaitable[None]] | None = None
+    location: str | None = None   # what `purge` deletes: claimed until it has (Decision.purge)
 
     def decide(self, state: LanceTable) -> Decision:
-        return Decision(None, reply=state, delete=True, after_durable=self.purge)
+        return Decision(None, reply=state, delete=True, after_durable=self.purge, purge=self.location)
 
 
 @dataclass
@@ -135,6 +136,7 @@ class Steps:
         deleted_ranges: list[tuple[int, int]] = []
         afters: list[AfterDurable] = []
         removed_by: int | None = None
+        purge: str | None = None
         for index, label, proposal in self.steps:
             if removed_by is not None:
                 raise NotFound(f"operation {index} ({label}): the table was deregistered by operation {removed_by} "
@@ -150,6 +152,7 @@ class Steps:
                 afters.append(d.after_durable)
             if d.delete:
                 removed_by = index
+                purge = d.purge
                 current = d.state
                 continue
             if d.log_delete:
@@ -162,7 +165,7 @@ class Steps:
             current = d.state
         after = _chain(afters)
         if removed_by is not None:
-            return Decision(None, reply=replies, delete=True, after_durable=after)
+            return Decision(None, reply=replies, delete=True, after_durable=after, purge=purge)
         return Decision(current, reply=replies, row_state=current.row_state(), log=[e for e, _ in created],
                         log_delete=deleted_ranges, published=[f for _, fs in created for f in fs],
                         after_durable=after)
