@@ -27,7 +27,7 @@ from storage.records import LogEntry, TableRow
 
 from ..actor import Decision
 from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotEmpty, NotFound, Unavailable
-from ..paging import decode_page_token, encode_page_token
+from ..paging import decode_page_token, one_more, page
 from ..registry import delete_own_location
 from . import rules
 from .models import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
@@ -97,7 +97,7 @@ class DropTable:
         # A partial of a module function, not a closure: in a cluster the proposal may travel to the table's owner
         # (coordinator/cluster/channel.py).
         cleanup = functools.partial(_forget_dropped, self.store, self.files, table.table_id, managed)
-        return Decision(None, delete=True, after_durable=cleanup)
+        return Decision(None, delete=True, after_durable=cleanup, purge=managed)
 
 
 def _unused_staging(state: Any, full: FullName, location: str) -> StagingTable:
@@ -272,14 +272,14 @@ class DeltaCatalog:
     async def _list_entries(self, realm: str, catalog: str, page_token: str | None, limit: int,
                             info: Callable[[str, dict[str, Any]], dict[str, Any]]) -> tuple[list[dict], str | None]:
         """A page of catalogs or schemas (`namespaces` rows), each shaped by `info(name, entry)`."""
-        names = await self.store.list_namespaces(realm, catalog, None, after=decode_page_token(page_token),
-                                                 limit=limit)
+        names, nxt = page(await self.store.list_namespaces(realm, catalog, None, after=decode_page_token(page_token),
+                                                           limit=one_more(limit)), limit)
         out = []
         for name in names:
             entry = await self.store.get_namespace(realm, catalog, name)
             if entry is not None:  # dropped since the listing
                 out.append(info(name, entry))
-        return out, encode_page_token(names[-1]) if len(names) == limit else None
+        return out, nxt
 
     async def delete_catalog(self, name: str, force: bool) -> None:
         await self.get_catalog(name)
@@ -457,9 +457,9 @@ class DeltaCatalog:
     async def list_tables(self, catalog: str, schema: str, page_token: str | None,
                           limit: int) -> tuple[list[dict], str | None]:
         await self.get_schema(catalog, schema)
-        rows = await self.store.list_tables(REALM, catalog, schema, kind="table",
-                                            after=decode_page_token(page_token), limit=limit)
-        nxt = encode_page_token(rows[-1].cursor) if len(rows) == limit else None
+        rows, nxt = page(await self.store.list_tables(REALM, catalog, schema, kind="table",
+                                                      after=decode_page_token(page_token), limit=one_more(limit)),
+                         limit, cursor=lambda r: r.cursor)
         return [dict(r.state["info"]) for r in rows if "info" in r.state], nxt
 
     async def delete_table(self, full: FullName) -> None:
