@@ -643,6 +643,14 @@ class PostgresStore:
             table_id, start, end, limit))
         return [LogEntry(r["version"], r["payload"]) for r in rows]
 
+    async def count_log(self, table_id: UUID, ranges: list[tuple[int, int]], *, below: int) -> int:
+        """How many commit-log entries below version `below` lie in one of the [start, end) ranges (end < 0:
+        through the latest)."""
+        return await self._call(lambda con: con.fetchval(
+            "SELECT count(*) FROM commits c WHERE table_id=$1 AND version < $2 AND EXISTS (SELECT 1 FROM"
+            " unnest($3::bigint[], $4::bigint[]) AS r(s, e) WHERE c.version >= r.s AND (r.e < 0 OR c.version < r.e))",
+            table_id, below, [s for s, _ in ranges], [e for _, e in ranges]))
+
     async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict) -> None:
         await self._call(lambda con: con.execute(
             "INSERT INTO iceberg_metric_reports (table_id, report_type, report) VALUES ($1,$2,$3)",

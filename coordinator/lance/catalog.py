@@ -24,15 +24,16 @@ from storage.files import is_below, is_within, join, path_segment, unsafe_locati
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Proposal
-from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotEmpty, NotFound, Unavailable
+from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotEmpty, NotFound,
+                      Unavailable)
 from ..paging import decode_page_token, one_more, page
-from ..registry import delete_own_location
+from ..registry import Compaction, delete_own_location
 from ..transaction import Create
 from . import storage as lance_storage
 from .models import CreateTableVersionEntry, CreateTableVersionRequest, parse_mode
 from .rules import CreateVersion, DeleteVersions, ReadTable, RemoveTable, Steps, show
-from .table import (MANIFEST_MAGIC, NAMING_SCHEMES, LanceTable, TableVersion, check_staging_path, infer_scheme,
-                    is_staged, manifest_uri, resolve_path)
+from .table import (MANIFEST_MAGIC, NAMING_SCHEMES, VERSIONS_KEPT, LanceTable, TableVersion, check_staging_path,
+                    infer_scheme, is_staged, manifest_uri, resolve_path)
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,8 @@ class LanceCatalog:
         self.store = coordinator.store
         self.registry = coordinator.registry
         self.files = coordinator.files
-        self.registry.register_format(FORMAT, self._load_state)
+        self.registry.register_format(FORMAT, self._load_state,
+                                      Compaction(compact=LanceTable.dormant, expand=lambda row, state: state))
         self._refs: dict[Ident, TableRef] = {}
 
     @property
@@ -71,11 +73,13 @@ class LanceCatalog:
         return self.c.config.warehouse_uri
 
     async def _load_state(self, row: TableRow) -> LanceTable:
-        entries = await self.store.read_log(row.table_id)
-        versions = tuple(TableVersion.from_payload(e.version, e.payload) for e in entries)
+        # The latest VERSIONS_KEPT versions (one more tells whether there are older ones).
+        entries = await self.store.read_log(row.table_id, limit=VERSIONS_KEPT + 1, descending=True)
+        versions = [TableVersion.from_payload(e.version, e.payload) for e in reversed(entries[:VERSIONS_KEPT])]
         high = max(int(row.state.get("high_water", 0)), versions[-1].version if versions else 0)
         state = LanceTable(split_namespace(row.namespace), row.name, row.location or "",
-                           dict(row.state.get("properties") or {}), versions, high)
+                           dict(row.state.get("properties") or {}), versions, high,
+                           complete=len(entries) <= VERSIONS_KEPT)
         await self._restore_final_manifests(state)
         await self._remove_unrecorded_manifests(row, state)
         return state
@@ -236,9 +240,26 @@ class LanceCatalog:
                     raise NotFound(f"Table does not exist: {show(ident)}", kind="table") from None
 
     async def _read(self, ident: Ident) -> LanceTable:
-        async def make(_ref: TableRef) -> Proposal:
+        return (await self._read_ref(ident))[1]
+
+    async def _read_ref(self, ident: Ident) -> tuple[TableRef, LanceTable]:
+        refs = []
+
+        async def make(ref: TableRef) -> Proposal:
+            refs.append(ref)
             return ReadTable()
-        return await self._submit(ident, make)
+        state = await self._submit(ident, make)
+        return refs[-1], state
+
+    async def _logged_versions(self, table_id: uuid.UUID, after: int | None, limit: int | None,
+                               descending: bool) -> list[TableVersion]:
+        """`LanceTable.page` from the commit log, for versions older than those in memory."""
+        if descending:
+            entries = await self.store.read_log(table_id, end=None if after is None else after - 1, limit=limit,
+                                                descending=True)
+        else:
+            entries = await self.store.read_log(table_id, start=0 if after is None else after + 1, limit=limit)
+        return [TableVersion.from_payload(e.version, e.payload) for e in entries]
 
     # -- tables ------------------------------------------------------------------------------------------------
 
@@ -399,8 +420,11 @@ class LanceCatalog:
     async def describe_table_version(self, ident: Ident, version: int | None, branch: str | None = None
                                      ) -> TableVersion:
         _no_branch(branch)
-        state = await self._read(ident)
+        ref, state = await self._read_ref(ident)
         entry = state.latest if version is None else state.find(version)
+        if entry is None and version is not None and not state.covers(version):
+            found = await self._logged_versions(ref.table_id, version - 1, 1, descending=False)
+            entry = found[0] if found and found[0].version == version else None
         if entry is None:
             what = "has no versions" if version is None else f"has no version {version}"
             raise NotFound(f"table {show(ident)} {what}", kind="version")
@@ -409,7 +433,7 @@ class LanceCatalog:
     async def list_table_versions(self, ident: Ident, limit: int | None, page_token: str | None,
                                   descending: bool, branch: str | None = None) -> Page:
         _no_branch(branch)
-        state = await self._read(ident)
+        ref, state = await self._read_ref(ident)
         after = None
         if page_token:
             try:
@@ -417,6 +441,8 @@ class LanceCatalog:
             except ValueError:
                 raise BadRequest(f"invalid page_token: {page_token!r}") from None
         versions = state.page(after, one_more(limit), descending)
+        if versions is None:   # reaches back beyond the versions in memory
+            versions = await self._logged_versions(ref.table_id, after, one_more(limit), descending)
         nxt = None
         if limit is not None and len(versions) > limit:
             versions = versions[:limit]
@@ -427,9 +453,24 @@ class LanceCatalog:
                                     branch: str | None = None) -> int:
         _no_branch(branch)
 
-        async def make(_ref: TableRef) -> Proposal:
+        async def make(ref: TableRef) -> Proposal:
+            return await self._version_deletion(ref, ranges)
+        for _ in range(3):
+            try:
+                return await self._submit(ident, make)
+            except CommitConflict as exc:
+                if exc.kind != "recount":
+                    raise
+        raise Unavailable("the table's versions kept changing while its records were counted; nothing was "
+                          "applied, retry", retry_after_s=1)
+
+    async def _version_deletion(self, ref: TableRef, ranges: list[tuple[int, int]]) -> DeleteVersions:
+        """DeleteVersions, with the records it deletes below the versions in memory counted from the log."""
+        state = await self.registry.submit(ref.table_id, ReadTable())
+        if state.complete:
             return DeleteVersions(ranges)
-        return await self._submit(ident, make)
+        older = state.first_in_memory
+        return DeleteVersions(ranges, older, await self.store.count_log(ref.table_id, ranges, below=older))
 
     # -- batches -----------------------------------------------------------------------------------------------
 
@@ -447,11 +488,15 @@ class LanceCatalog:
             # A cached name whose table has gone (dropped, maybe declared again): forget and plan once more.
             for op in ops:
                 self._refs.pop(op.ident, None)
-        try:
-            return await _Batch(self, ops).run()
-        except _StaleName:
-            raise NotFound("a table of this batch was dropped while the batch was being applied; nothing was "
-                           "applied", kind="table") from None
+        for attempt in range(3):
+            try:
+                return await _Batch(self, ops).run()
+            except _StaleName:
+                raise NotFound("a table of this batch was dropped while the batch was being applied; nothing was "
+                               "applied", kind="table") from None
+            except CommitConflict as exc:
+                if exc.kind != "recount" or attempt == 2:
+                    raise
 
 
 class _StaleName(Exception):
@@ -549,7 +594,10 @@ class _Batch:
                 proposal = await cat._prepare_version(location, op.request)
             elif op.kind == "delete_table_versions":
                 _no_branch(op.request.branch)
-                proposal = DeleteVersions([(r.start_version, r.end_version) for r in op.request.ranges])
+                ranges = [(r.start_version, r.end_version) for r in op.request.ranges]
+                # A table this batch declares has every version in memory.
+                proposal = DeleteVersions(ranges) if target.ref is None else await cat._version_deletion(
+                    target.ref, ranges)
             else:  # deregister_table
                 if target.new is not None:
                     raise BadRequest(f"operation {index} ({op.label}): the table is declared by operation "

@@ -68,6 +68,9 @@ class CreateVersion:
                                  f"version is {state.latest.version}: rebase and retry", kind="version-exists")
         if self.version == 0:
             raise BadRequest("version must be >= 1: Lance versions start at 1")
+        if self.version <= state.high_water and not state.covers(self.version):
+            raise CommitConflict(f"version {self.version} of table {show(state.ident)} already exists; the latest "
+                                 f"version is {state.high_water}: rebase and retry", kind="version-exists")
         if self.version <= state.high_water:
             raise CommitConflict(f"version {self.version} of table {show(state.ident)} was recorded before and its "
                                  f"record deleted; version numbers are never reused: the next version is "
@@ -99,9 +102,17 @@ class DeleteVersions:
     manifests and data stay on storage (spec: "deletes version tracking records, NOT the actual table data")."""
 
     ranges: list[tuple[int, int]]
+    # Versions older than those in memory: `older_than` was the first version in memory when the catalog counted
+    # `older_count` records in the ranges below it, in the commit log.
+    older_than: int | None = None
+    older_count: int = 0
 
     def decide(self, state: LanceTable) -> Decision:
+        if not state.complete and state.first_in_memory != self.older_than:
+            # Versions left memory since the catalog counted the older ones: nothing applied, it counts again.
+            raise CommitConflict("the versions in memory changed while the older ones were counted", kind="recount")
         new, count = state.without_ranges(self.ranges)
+        count += 0 if state.complete else self.older_count
         if count == 0:
             return Decision(state, reply=0)
         return Decision(new, reply=count, row_state=new.row_state(), log_delete=list(self.ranges))

@@ -218,18 +218,44 @@ class VersionLog(Sequence):
         return f"VersionLog({self._n} versions)"
 
 
+# A table's most recent versions kept in memory. Older ones stay in the commit log and are read from it when asked
+# for (an old version's describe, a listing that reaches back): a table streamed into every few seconds has
+# 100,000s of versions after weeks, ~650 bytes each in memory.
+VERSIONS_KEPT = 1000
+VERSIONS_KEPT_IDLE = 4   # while idle (registry.Compaction): the latest, and a few a late retry may resubmit
+
+
 @dataclass(frozen=True)
 class LanceTable:
     namespace: tuple[str, ...]
     name: str
     location: str
     properties: dict[str, str] = field(default_factory=dict)
-    versions: VersionLog = field(default_factory=VersionLog)   # ascending by version
+    versions: VersionLog = field(default_factory=VersionLog)   # ascending by version: the latest ones
     high_water: int = 0                         # highest version ever recorded: numbers are never reused
+    complete: bool = True                       # whether `versions` holds every recorded version
 
     def __post_init__(self) -> None:
         if not isinstance(self.versions, VersionLog):
             object.__setattr__(self, "versions", VersionLog(self.versions))
+        if len(self.versions) > 2 * VERSIONS_KEPT:  # trimmed every VERSIONS_KEPT appends: O(1) per version
+            object.__setattr__(self, "versions", VersionLog(self.versions[-VERSIONS_KEPT:]))
+            object.__setattr__(self, "complete", False)
+
+    @property
+    def first_in_memory(self) -> int:
+        """The first version `versions` would hold: every recorded version from it on is in memory."""
+        return self.versions[0].version if self.versions else self.high_water + 1
+
+    def dormant(self) -> LanceTable:
+        """What an idle table keeps in memory: its latest few versions; the rest is read back when asked for."""
+        if len(self.versions) <= VERSIONS_KEPT_IDLE:
+            return self
+        return replace(self, versions=VersionLog(self.versions[-VERSIONS_KEPT_IDLE:]), complete=False)
+
+    def covers(self, version: int) -> bool:
+        """Whether `versions` tells if `version` is recorded: it holds every version from its first on."""
+        return self.complete or version >= self.first_in_memory
 
     @property
     def ident(self) -> list[str]:
@@ -256,17 +282,23 @@ class LanceTable:
         return replace(self, versions=self.versions.appended(v), high_water=max(self.high_water, v.version))
 
     def without_ranges(self, ranges: list[tuple[int, int]]) -> tuple["LanceTable", int]:
+        """The table without the versions in `ranges`, and how many of the versions in memory that removed."""
         kept = VersionLog(v for v in self.versions if not in_ranges(v.version, ranges))
         return replace(self, versions=kept), len(self.versions) - len(kept)
 
-    def page(self, after: int | None, limit: int | None, descending: bool) -> list[TableVersion]:
+    def page(self, after: int | None, limit: int | None, descending: bool) -> list[TableVersion] | None:
         """Up to `limit` versions after version `after` (below it when descending), found by bisection: a client
-        asking for the latest version (`limit=1, descending`) costs the same at any length of history."""
+        asking for the latest version (`limit=1, descending`) costs the same at any length of history. None if
+        the answer may hold versions older than those in memory (then the commit log answers)."""
         versions = self.versions
         if descending:
             end = len(versions) if after is None else bisect.bisect_left(versions, after, key=_number)
             start = 0 if limit is None else max(0, end - limit)
+            if start == 0 and not self.complete and (limit is None or end - start < limit):
+                return None
             return versions[start:end][::-1]
+        if not (after is not None and self.covers(after + 1)) and not self.complete:
+            return None
         start = 0 if after is None else bisect.bisect_right(versions, after, key=_number)
         return versions[start:] if limit is None else versions[start:start + limit]
 

@@ -60,3 +60,28 @@ def test_a_page_is_what_filtering_the_whole_list_gives(states, after, limit, des
 def test_a_state_sent_to_another_member_carries_only_its_versions(states):
     received = pickle.loads(pickle.dumps(states[10]))
     assert numbers(received.versions) == list(range(1, 11)) and received == states[10]
+
+
+def test_only_the_latest_versions_stay_in_memory(monkeypatch):
+    from coordinator.lance import table as lance_table
+    monkeypatch.setattr(lance_table, "VERSIONS_KEPT", 3)
+    t = LanceTable(("ns",), "t", "file:///t")
+    for n in range(1, 8):
+        t = t.with_version(version(n))
+    # Trimmed to the latest 3 once over twice that: at most 2 x VERSIONS_KEPT, O(1) per append on average.
+    assert numbers(t.versions) == [5, 6, 7] and not t.complete and t.high_water == 7
+    assert t.covers(5) and t.covers(8) and not t.covers(4) and t.find(4) is None
+    # What memory can answer, it does; what reaches back, it leaves to the commit log (None).
+    assert numbers(t.page(None, 2, True)) == [7, 6] and t.page(None, 3, True) is not None
+    assert t.page(None, 4, True) is None and t.page(6, 2, True) is None
+    assert numbers(t.page(4, 10, False)) == [5, 6, 7] and t.page(3, 10, False) is None
+    assert t.page(None, 1, False) is None
+    idle = t.dormant()
+    assert len(idle.versions) == lance_table.VERSIONS_KEPT_IDLE or numbers(idle.versions) == [5, 6, 7]
+    assert idle.latest.version == 7 and not idle.complete
+
+
+def test_an_idle_table_keeps_its_latest_versions_only(states):
+    idle = states[40].dormant()
+    assert numbers(idle.versions) == [37, 38, 39, 40] and not idle.complete and idle.high_water == 40
+    assert states[3].dormant() is states[3]   # small enough to keep whole
