@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -75,9 +76,15 @@ _UNSAFE_IN_SEGMENT = re.compile(r"[^A-Za-z0-9_.-]")
 
 def path_segment(name: str) -> str:
     """A directory name for a namespace level or table name: readable, harmless in a URI and to every client,
-    and never `.` or `..` (so a name like `..` or `%2e%2e` cannot move a default location out of its root)."""
-    cleaned = _UNSAFE_IN_SEGMENT.sub("_", name).strip(".") or "_"
-    return cleaned[:100]
+    and never `.` or `..` (so a name like `..` or `%2e%2e` cannot move a default location out of its root).
+
+    One name, one directory: a name that is not already such a segment is cleaned and marked with `~` and a hash
+    of the name (`a?b` -> `a_b~3f2c...`). `~` is outside the safe set, so no other name's segment can equal it,
+    and with authentication on a namespace's directory (where its tables may be placed) is its own."""
+    cleaned = _UNSAFE_IN_SEGMENT.sub("_", name).strip(".")[:100] or "_"
+    if cleaned == name:
+        return name
+    return f"{cleaned}~{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
 
 def location_key(uri: str) -> str:

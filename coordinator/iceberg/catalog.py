@@ -565,9 +565,10 @@ class IcebergCatalog:
 
     def namespace_dir(self, ident: TableIdent) -> str:
         # Names become directory names only through path_segment: a namespace `..` or a prefix `%2e%2e` must not
-        # lead out of the warehouse, and `?` or `#` must not cut the URI short.
-        levels = [ident.catalog] if ident.catalog else []
-        return join(self.warehouse, *(path_segment(level) for level in [*levels, *ident.namespace]))
+        # lead out of the warehouse, and `?` or `#` must not cut the URI short. A prefix's directory ends in `~`,
+        # which no namespace level's does: prefix `x` with namespace `n` and namespace `x.n` are two places.
+        prefix = [path_segment(ident.catalog) + "~"] if ident.catalog else []
+        return join(self.warehouse, *prefix, *(path_segment(level) for level in ident.namespace))
 
     def default_location(self, ident: TableIdent) -> str:
         return self.check_location(join(self.namespace_dir(ident), f"{path_segment(ident.name)}-{uuid.uuid4().hex}"))

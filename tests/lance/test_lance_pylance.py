@@ -75,6 +75,18 @@ def test_write_append_overwrite_and_read_back(ns):
     assert not [n for n in names if ".manifest-" in n], names
 
 
+def test_names_that_are_not_directory_names_work_end_to_end(ns):
+    """A namespace or table name with characters a directory name does not take gets its own marked directory
+    (storage.files.path_segment: `sp ace` -> `sp_ace~<hash>`): pylance writes and reads there as anywhere."""
+    ns.create_namespace(CreateNamespaceRequest(id=["sp ace"]))
+    t = ["sp ace", "ev?ents"]
+    ds = lance.write_dataset(pa.table({"a": [1, 2]}), namespace_client=ns, table_id=t, mode="create")
+    ds = lance.write_dataset(pa.table({"a": [3]}), namespace_client=ns, table_id=t, mode="append")
+    location = ns.describe_table(DescribeTableRequest(id=t)).location
+    assert "sp_ace~" in location and "ev_ents~" in location, location
+    assert rows(lance.dataset(namespace_client=ns, table_id=t)) == [1, 2, 3] and versions(ns, t) == [1, 2]
+
+
 def test_four_processes_append_to_one_table(ns, service):
     t = ["db", "hot"]
     lance.write_dataset(pa.table({"a": [-1]}), namespace_client=ns, table_id=t, mode="create")
