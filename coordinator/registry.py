@@ -101,9 +101,10 @@ class Registry:
 
     async def resume_purges(self) -> None:
         """Deletions of dropped tables' locations that did not end (a crash, or a failed deletion: the claim
-        stays), resumed at start-up and then every PURGE_RETRY_S for those older than that. A member of a cluster
-        may resume one another member is still running: deleting twice is harmless."""
-        older_than = 0.0
+        stays), resumed at start-up and then every PURGE_RETRY_S for those older than that. In a cluster another
+        member may be running a young one (its claim must last until it has ended), so only those older than
+        PURGE_RETRY_S are resumed there, at start-up too."""
+        older_than = PURGE_RETRY_S if self.config.cluster else 0.0
         while True:
             try:
                 for location in await self.store.pending_purges(older_than):
