@@ -60,9 +60,23 @@ async def delete_own_location(store, files, location: str) -> bool:
         log.warning("not deleting %s: another table lives at, above or below it", location)
         await store.end_purge(location)
         return False
-    await files.delete_tree(location)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_renew_claim, store, location)
+        await files.delete_tree(location)
+        nursery.cancel_scope.cancel()
     await store.end_purge(location)
     return True
+
+
+async def _renew_claim(store, location: str) -> None:
+    """While a deletion runs (a large table on an object store may take long), its claim is renewed, so that
+    `Registry.resume_purges` here or on another member never starts a second one that would outlive the claim."""
+    while True:
+        await trio.sleep(PURGE_RETRY_S / 10)
+        try:
+            await store.renew_purge(location)
+        except Exception as exc:
+            log.warning("cannot renew the claim on %s while deleting it: %s", location, exc)
 
 
 class Registry:
@@ -101,9 +115,9 @@ class Registry:
 
     async def resume_purges(self) -> None:
         """Deletions of dropped tables' locations that did not end (a crash, or a failed deletion: the claim
-        stays), resumed at start-up and then every PURGE_RETRY_S for those older than that. In a cluster another
-        member may be running a young one (its claim must last until it has ended), so only those older than
-        PURGE_RETRY_S are resumed there, at start-up too."""
+        stays), resumed at start-up and then every PURGE_RETRY_S for claims nobody renewed for that long (a
+        running deletion renews its claim, `_renew_claim`). In a cluster another member may be running one at our
+        start-up, so only unrenewed claims are resumed there then, too."""
         older_than = PURGE_RETRY_S if self.config.cluster else 0.0
         while True:
             try:

@@ -604,12 +604,17 @@ class PostgresStore:
         return await self._call(lambda con: _location_in_use(con, location_key(location), exclude, purges))
 
     async def pending_purges(self, older_than_s: float = 0) -> list[str]:
-        """Locations whose deletion was claimed by a drop (TableWrite.purge) at least `older_than_s` ago and has
-        not ended."""
+        """Locations whose deletion was claimed by a drop (TableWrite.purge) and has not ended, and whose claim
+        nobody renewed for `older_than_s`."""
         rows = await self._call(lambda con: con.fetch(
-            "SELECT location FROM purges WHERE created_at <= now() - make_interval(secs => $1) ORDER BY created_at",
+            "SELECT location FROM purges WHERE renewed_at <= now() - make_interval(secs => $1) ORDER BY renewed_at",
             float(older_than_s)))
         return [r["location"] for r in rows]
+
+    async def renew_purge(self, location: str) -> None:
+        """The deletion of `location` is still running here: nobody else is to resume it."""
+        await self._call(lambda con: con.execute("UPDATE purges SET renewed_at = now() WHERE location_key = $1",
+                                                 location_key(location)))
 
     async def end_purge(self, location: str) -> None:
         """The dropped table's files at `location` are deleted: the location is free for a new table."""
@@ -643,13 +648,18 @@ class PostgresStore:
             table_id, start, end, limit))
         return [LogEntry(r["version"], r["payload"]) for r in rows]
 
-    async def count_log(self, table_id: UUID, ranges: list[tuple[int, int]], *, below: int) -> int:
+    async def count_log(self, table_id: UUID, ranges: list[tuple[int, int]], *, below: int,
+                        excluding: list[tuple[int, int]] = ()) -> int:
         """How many commit-log entries below version `below` lie in one of the [start, end) ranges (end < 0:
-        through the latest)."""
+        through the latest) and in none of the `excluding` ranges."""
         return await self._call(lambda con: con.fetchval(
-            "SELECT count(*) FROM commits c WHERE table_id=$1 AND version < $2 AND EXISTS (SELECT 1 FROM"
-            " unnest($3::bigint[], $4::bigint[]) AS r(s, e) WHERE c.version >= r.s AND (r.e < 0 OR c.version < r.e))",
-            table_id, below, [s for s, _ in ranges], [e for _, e in ranges]))
+            "SELECT count(*) FROM commits c WHERE table_id=$1 AND version < $2"
+            " AND EXISTS (SELECT 1 FROM unnest($3::bigint[], $4::bigint[]) AS r(s, e)"
+            "             WHERE c.version >= r.s AND (r.e < 0 OR c.version < r.e))"
+            " AND NOT EXISTS (SELECT 1 FROM unnest($5::bigint[], $6::bigint[]) AS x(s, e)"
+            "                 WHERE c.version >= x.s AND (x.e < 0 OR c.version < x.e))",
+            table_id, below, [s for s, _ in ranges], [e for _, e in ranges], [s for s, _ in excluding],
+            [e for _, e in excluding]))
 
     async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict) -> None:
         await self._call(lambda con: con.execute(

@@ -440,3 +440,59 @@ def test_a_deletion_a_crash_interrupted_is_resumed_at_start_up(config):
             ok(client.post("/v1/namespaces", json={"namespace": ["ice"]}))
             ok(client.post("/v1/namespaces/ice/tables", json={"name": "t", "location": location,
                                                               "schema": ICEBERG_SCHEMA}))
+
+
+def test_a_purge_without_gc_claims_nothing_and_a_failed_one_never_deletes_kept_files(config, monkeypatch):
+    """`gc.enabled=false`: the purge deletes only files the metadata names (names no new table writes), so the
+    location is not claimed, and nothing retried later may delete the data files it keeps."""
+    from storage.files import FileIO
+
+    location = f"{config.warehouse_uri}/ice/nogc"
+    shared = to_local_path(location) / "data" / "shared-with-another-table.parquet"
+    failures = {"left": 1}
+    delete_sync = FileIO.delete_sync
+
+    def flaky(self, uri):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OSError("transient object-store error")
+        return delete_sync(self, uri)
+    monkeypatch.setattr(FileIO, "delete_sync", flaky)
+    create = {"name": "t", "location": location, "schema": ICEBERG_SCHEMA, "properties": {"gc.enabled": "false"}}
+    with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:
+        ok(http.post("/v1/namespaces", json={"namespace": ["ice"]}))
+        ok(http.post("/v1/namespaces/ice/tables", json=create))
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        shared.write_bytes(b"x")
+        assert http.delete("/v1/namespaces/ice/tables/t", params={"purgeRequested": "true"}).status_code == 204
+        assert sql(config.database_url, "SELECT count(*) FROM purges")[0][0] == 0
+        ok(http.post("/v1/namespaces/ice/tables", json={**create, "name": "again"}))
+    with EmbeddedService(config):   # a restart resumes claims: there is none to resume
+        time.sleep(1)
+    assert shared.exists()
+
+
+def test_a_running_deletion_keeps_its_claim_and_is_not_started_twice(config, monkeypatch, slow_deletions):
+    """A deletion that outlasts the retry interval renews its claim: `resume_purges` leaves it alone (a second
+    deletion would outlive the claim and delete the files of a table created once the first had ended)."""
+    from coordinator import registry
+
+    monkeypatch.setattr(registry, "PURGE_RETRY_S", 1)   # renewed every 0.1 s, resumed after 1 s unrenewed
+    started, go = slow_deletions
+    location = f"{config.warehouse_uri}/ice/slow"
+    create = {"name": "new", "location": location, "schema": ICEBERG_SCHEMA}
+    with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:
+        ok(http.post("/v1/namespaces", json={"namespace": ["ice"]}))
+        ok(http.post("/v1/namespaces/ice/tables", json={**create, "name": "old"}))
+        assert http.delete("/v1/namespaces/ice/tables/old", params={"purgeRequested": "true"}).status_code == 204
+        assert started.wait(10)
+        started.clear()
+        time.sleep(2.5)   # two retry intervals
+        assert not started.is_set(), "a second deletion of the same location started"
+        overlap_refused(http.post("/v1/namespaces/ice/tables", json=create))
+        go.set()
+        _eventually(lambda: http.post("/v1/namespaces/ice/tables", json=create).status_code == 200,
+                    "the location was not released after the deletion")
+        metadata = http.get("/v1/namespaces/ice/tables/new").json()["metadata-location"]
+        time.sleep(1.5)
+        assert to_local_path(metadata).exists()

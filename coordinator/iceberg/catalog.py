@@ -273,7 +273,10 @@ class DropTable:
         if self.purge and self.warehouse is not None and isinstance(state, IcebergTable):
             after = functools.partial(_purge, self.files, self.store, self.warehouse, state)
             location = state.metadata.get("location")
-            claim = location if location and is_below(self.warehouse, location) else None
+            # Claimed only if the whole location goes: without gc, only files the metadata names (unique names no
+            # new table writes), and a resumed claim must never delete the data files gc.enabled=false keeps.
+            if location and is_below(self.warehouse, location) and _gc_enabled(state.metadata):
+                claim = location
         return Decision(None, reply=None, delete=True, after_durable=after, purge=claim,
                         idempotency=_idempotency(self.idempotency_key, 204, None))
 
@@ -294,21 +297,24 @@ async def _purge(files, store, warehouse: str, table: IcebergTable) -> None:
     if not (location and is_below(warehouse, location)):
         log.warning("purge of %s: location %s is not below the warehouse; no files deleted", table.ident, location)
         return
-    if str(meta.get("properties", {}).get("gc.enabled", "true")).lower() != "false":
-        await delete_own_location(store, files, location)
+    if _gc_enabled(meta):
+        await delete_own_location(store, files, location)   # ends the drop's claim (DropTable)
         return
-    if await store.location_taken(location, purges=False):
+    if await store.location_taken(location):
         log.warning("purge of %s: another table lives at, above or below %s; no files deleted", table.ident,
                     location)
-    else:
-        named = [table.metadata_location, *(e.get("metadata-file") for e in meta.get("metadata-log", [])),
-                 *(s.get("manifest-list") for s in meta.get("snapshots", [])),
-                 *(f.get("statistics-path") for f in (*meta.get("statistics", []),
-                                                      *meta.get("partition-statistics", [])))]
-        for uri in named:
-            if isinstance(uri, str) and is_within(location, uri):
-                await files.delete(uri)
-    await store.end_purge(location)  # the drop's claim on the location (Decision.purge)
+        return
+    named = [table.metadata_location, *(e.get("metadata-file") for e in meta.get("metadata-log", [])),
+             *(s.get("manifest-list") for s in meta.get("snapshots", [])),
+             *(f.get("statistics-path") for f in (*meta.get("statistics", []), *meta.get("partition-statistics", [])))]
+    for uri in named:
+        if isinstance(uri, str) and is_within(location, uri):
+            await files.delete(uri)
+
+
+def _gc_enabled(metadata: dict[str, Any]) -> bool:
+    """Java's `gc.enabled` guard: false when data files may be shared with another table."""
+    return str(metadata.get("properties", {}).get("gc.enabled", "true")).lower() != "false"
 
 @dataclass
 class RenameTable:
