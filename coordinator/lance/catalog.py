@@ -32,7 +32,7 @@ from ..transaction import Create
 from . import storage as lance_storage
 from .models import CreateTableVersionEntry, CreateTableVersionRequest, parse_mode
 from .rules import CreateVersion, DeleteVersions, ReadTable, RemoveTable, Steps, show
-from .table import (MANIFEST_MAGIC, NAMING_SCHEMES, VERSIONS_KEPT, LanceTable, TableVersion, check_staging_path,
+from .table import (INT64_MAX, MANIFEST_MAGIC, NAMING_SCHEMES, VERSIONS_KEPT, LanceTable, TableVersion, check_staging_path,
                     infer_scheme, is_staged, manifest_uri, resolve_path)
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class LanceCatalog:
         high = max(int(row.state.get("high_water", 0)), versions[-1].version if versions else 0)
         state = LanceTable(split_namespace(row.namespace), row.name, row.location or "",
                            dict(row.state.get("properties") or {}), versions, high,
-                           complete=len(entries) <= VERSIONS_KEPT)
+                           log_below=versions[0].version if len(entries) > VERSIONS_KEPT else 0)
         await self._restore_final_manifests(state)
         await self._remove_unrecorded_manifests(row, state)
         return state
@@ -251,9 +251,24 @@ class LanceCatalog:
         state = await self._submit(ident, make)
         return refs[-1], state
 
+    async def _version(self, ref: TableRef, state: LanceTable, version: int | None) -> TableVersion | None:
+        """Version `version` (None: the latest) of the table, from memory or, if older, from the commit log."""
+        if version is None:
+            if state.latest is not None or state.complete:
+                return state.latest
+            found = await self._logged_versions(ref.table_id, None, 1, descending=True)
+            return found[0] if found else None
+        if state.covers(version):
+            return state.find(version)
+        if version < 1:
+            return None
+        found = await self._logged_versions(ref.table_id, version - 1, 1, descending=False)
+        return found[0] if found and found[0].version == version else None
+
     async def _logged_versions(self, table_id: uuid.UUID, after: int | None, limit: int | None,
                                descending: bool) -> list[TableVersion]:
-        """`LanceTable.page` from the commit log, for versions older than those in memory."""
+        """`LanceTable.page` from the commit log, for versions older than those in memory (`after` within
+        int64, as `_page_after` makes sure)."""
         if descending:
             entries = await self.store.read_log(table_id, end=None if after is None else after - 1, limit=limit,
                                                 descending=True)
@@ -317,8 +332,8 @@ class LanceCatalog:
     async def describe_table(self, ident: Ident, version: int | None = None, branch: str | None = None
                              ) -> LanceTable:
         _no_branch(branch)
-        state = await self._read(ident)
-        if version is not None and state.find(version) is None:
+        ref, state = await self._read_ref(ident)
+        if version is not None and await self._version(ref, state, version) is None:
             raise NotFound(f"version {version} of table {show(ident)} does not exist", kind="version")
         return state
 
@@ -421,10 +436,7 @@ class LanceCatalog:
                                      ) -> TableVersion:
         _no_branch(branch)
         ref, state = await self._read_ref(ident)
-        entry = state.latest if version is None else state.find(version)
-        if entry is None and version is not None and not state.covers(version):
-            found = await self._logged_versions(ref.table_id, version - 1, 1, descending=False)
-            entry = found[0] if found and found[0].version == version else None
+        entry = await self._version(ref, state, version)
         if entry is None:
             what = "has no versions" if version is None else f"has no version {version}"
             raise NotFound(f"table {show(ident)} {what}", kind="version")
@@ -439,6 +451,8 @@ class LanceCatalog:
             try:
                 after = int(page_token)
             except ValueError:
+                after = -1
+            if not 0 <= after <= INT64_MAX:   # every token handed out is a version number
                 raise BadRequest(f"invalid page_token: {page_token!r}") from None
         versions = state.page(after, one_more(limit), descending)
         if versions is None:   # reaches back beyond the versions in memory
@@ -455,22 +469,22 @@ class LanceCatalog:
 
         async def make(ref: TableRef) -> Proposal:
             return await self._version_deletion(ref, ranges)
-        for _ in range(3):
+        for _ in range(RECOUNTS):
             try:
                 return await self._submit(ident, make)
             except CommitConflict as exc:
                 if exc.kind != "recount":
                     raise
-        raise Unavailable("the table's versions kept changing while its records were counted; nothing was "
-                          "applied, retry", retry_after_s=1)
+        raise _recounted_too_often()
 
-    async def _version_deletion(self, ref: TableRef, ranges: list[tuple[int, int]]) -> DeleteVersions:
-        """DeleteVersions, with the records it deletes below the versions in memory counted from the log."""
+    async def _version_deletion(self, ref: TableRef, ranges: list[tuple[int, int]],
+                                earlier: list[tuple[int, int]] = ()) -> DeleteVersions:
+        """DeleteVersions, with the records it deletes below the versions in memory counted from the log (less
+        those in `earlier` ranges, which an earlier operation of the same batch deletes)."""
         state = await self.registry.submit(ref.table_id, ReadTable())
-        if state.complete:
-            return DeleteVersions(ranges)
-        older = state.first_in_memory
-        return DeleteVersions(ranges, older, await self.store.count_log(ref.table_id, ranges, below=older))
+        older = 0 if state.complete else await self.store.count_log(ref.table_id, ranges, below=state.log_below,
+                                                                     excluding=list(earlier))
+        return DeleteVersions(ranges, state.log_below, older, state.deletes)
 
     # -- batches -----------------------------------------------------------------------------------------------
 
@@ -482,21 +496,32 @@ class LanceCatalog:
         """Apply every operation (kind, table identifier, spec request), across any tables, atomically or not at
         all; (kind, reply) in request order. See `_Batch` for the semantics."""
         ops = [_Op(kind, tuple(ident), request) for kind, ident, request in operations]
-        try:
-            return await _Batch(self, ops).run()
-        except _StaleName:
-            # A cached name whose table has gone (dropped, maybe declared again): forget and plan once more.
-            for op in ops:
-                self._refs.pop(op.ident, None)
-        for attempt in range(3):
+        names_forgotten, recounts = False, 0
+        while True:
             try:
                 return await _Batch(self, ops).run()
             except _StaleName:
-                raise NotFound("a table of this batch was dropped while the batch was being applied; nothing was "
-                               "applied", kind="table") from None
+                if names_forgotten:
+                    raise NotFound("a table of this batch was dropped while the batch was being applied; nothing "
+                                   "was applied", kind="table") from None
+                # A cached name whose table has gone (dropped, maybe declared again): forget and plan once more.
+                names_forgotten = True
+                for op in ops:
+                    self._refs.pop(op.ident, None)
             except CommitConflict as exc:
-                if exc.kind != "recount" or attempt == 2:
+                recounts += 1
+                if exc.kind != "recount":
                     raise
+                if recounts == RECOUNTS:
+                    raise _recounted_too_often() from None
+
+
+RECOUNTS = 5   # attempts of a version deletion whose count of older records went stale meanwhile
+
+
+def _recounted_too_often() -> Unavailable:
+    return Unavailable("the table's versions kept changing while their records were counted; nothing was applied, "
+                       "retry", retry_after_s=1)
 
 
 class _StaleName(Exception):
@@ -545,6 +570,7 @@ class _Batch:
         self.ops = ops
         self.live: dict[Ident, _Target | None] = {}
         self.targets: list[_Target] = []
+        self.deleted: dict[Ident, list[tuple[int, int]]] = {}   # version ranges earlier operations delete
 
     async def _target(self, index: int, op: _Op) -> _Target:
         if op.ident in self.live:
@@ -595,9 +621,11 @@ class _Batch:
             elif op.kind == "delete_table_versions":
                 _no_branch(op.request.branch)
                 ranges = [(r.start_version, r.end_version) for r in op.request.ranges]
+                earlier = self.deleted.setdefault(op.ident, [])
                 # A table this batch declares has every version in memory.
                 proposal = DeleteVersions(ranges) if target.ref is None else await cat._version_deletion(
-                    target.ref, ranges)
+                    target.ref, ranges, earlier)
+                earlier.extend(ranges)
             else:  # deregister_table
                 if target.new is not None:
                     raise BadRequest(f"operation {index} ({op.label}): the table is declared by operation "

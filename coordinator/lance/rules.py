@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable
 
 from storage.records import LogEntry
@@ -102,17 +102,23 @@ class DeleteVersions:
     manifests and data stay on storage (spec: "deletes version tracking records, NOT the actual table data")."""
 
     ranges: list[tuple[int, int]]
-    # Versions older than those in memory: `older_than` was the first version in memory when the catalog counted
-    # `older_count` records in the ranges below it, in the commit log.
-    older_than: int | None = None
+    # Records only in the commit log (below the table's `log_below`) are counted by the catalog beforehand:
+    # `older_count` of them, in a state whose `log_below` and `deletes` were these.
+    older_than: int = 0
     older_count: int = 0
+    deletes_seen: int = 0
+    checked: bool = False   # Steps checked `counted_in` against the batch's first state already
+
+    def counted_in(self, state: LanceTable) -> bool:
+        """Whether the older records were counted in this state (or one that differs only in memory)."""
+        return state.log_below == self.older_than and state.deletes == self.deletes_seen
 
     def decide(self, state: LanceTable) -> Decision:
-        if not state.complete and state.first_in_memory != self.older_than:
-            # Versions left memory since the catalog counted the older ones: nothing applied, it counts again.
-            raise CommitConflict("the versions in memory changed while the older ones were counted", kind="recount")
+        if not self.checked and not self.counted_in(state):
+            # Versions left memory, or another delete applied, since the count: nothing applied, count again.
+            raise CommitConflict("the table's versions changed while their records were counted", kind="recount")
         new, count = state.without_ranges(self.ranges)
-        count += 0 if state.complete else self.older_count
+        count += self.older_count
         if count == 0:
             return Decision(state, reply=0)
         return Decision(new, reply=count, row_state=new.row_state(), log_delete=list(self.ranges))
@@ -148,7 +154,14 @@ class Steps:
         afters: list[AfterDurable] = []
         removed_by: int | None = None
         purge: str | None = None
+        # A delete's older records were counted against the state the batch starts from; later deletes in the
+        # batch were counted without the ranges of earlier ones (LanceCatalog._version_deletion).
+        deletions = [p for _, _, p in self.steps if isinstance(p, DeleteVersions)]
+        if not all(p.counted_in(state) for p in deletions):
+            raise CommitConflict("the table's versions changed while their records were counted", kind="recount")
         for index, label, proposal in self.steps:
+            if isinstance(proposal, DeleteVersions):
+                proposal = replace(proposal, checked=True)
             if removed_by is not None:
                 raise NotFound(f"operation {index} ({label}): the table was deregistered by operation {removed_by} "
                                f"of this batch", kind="table")

@@ -25,6 +25,7 @@ from storage.files import is_within, join, local_path, to_local_path
 from ..errors import BadRequest
 
 U64_MAX = 2**64 - 1
+INT64_MAX = 2**63 - 1   # a version number, as the commit log stores it
 NAMING_SCHEMES = ("V1", "V2")
 VERSIONS_DIR = "_versions"
 MANIFEST_MAGIC = b"LANC"  # the last four bytes of every Lance manifest (and data) file
@@ -233,29 +234,33 @@ class LanceTable:
     properties: dict[str, str] = field(default_factory=dict)
     versions: VersionLog = field(default_factory=VersionLog)   # ascending by version: the latest ones
     high_water: int = 0                         # highest version ever recorded: numbers are never reused
-    complete: bool = True                       # whether `versions` holds every recorded version
+    # Every recorded version from `log_below` on is in `versions`; those below it may be only in the commit log
+    # (0: all are in memory). Deleting versions does not move it; trimming, idling and loading do.
+    log_below: int = 0
+    deletes: int = 0   # version deletions applied since loaded: a count of log records made before one is stale
 
     def __post_init__(self) -> None:
         if not isinstance(self.versions, VersionLog):
             object.__setattr__(self, "versions", VersionLog(self.versions))
         if len(self.versions) > 2 * VERSIONS_KEPT:  # trimmed every VERSIONS_KEPT appends: O(1) per version
             object.__setattr__(self, "versions", VersionLog(self.versions[-VERSIONS_KEPT:]))
-            object.__setattr__(self, "complete", False)
+            object.__setattr__(self, "log_below", self.versions[0].version)
 
     @property
-    def first_in_memory(self) -> int:
-        """The first version `versions` would hold: every recorded version from it on is in memory."""
-        return self.versions[0].version if self.versions else self.high_water + 1
+    def complete(self) -> bool:
+        """Whether `versions` holds every recorded version."""
+        return self.log_below == 0
 
     def dormant(self) -> LanceTable:
         """What an idle table keeps in memory: its latest few versions; the rest is read back when asked for."""
         if len(self.versions) <= VERSIONS_KEPT_IDLE:
             return self
-        return replace(self, versions=VersionLog(self.versions[-VERSIONS_KEPT_IDLE:]), complete=False)
+        kept = VersionLog(self.versions[-VERSIONS_KEPT_IDLE:])
+        return replace(self, versions=kept, log_below=kept[0].version)
 
     def covers(self, version: int) -> bool:
-        """Whether `versions` tells if `version` is recorded: it holds every version from its first on."""
-        return self.complete or version >= self.first_in_memory
+        """Whether `versions` tells if `version` is recorded."""
+        return version >= self.log_below
 
     @property
     def ident(self) -> list[str]:
@@ -284,7 +289,7 @@ class LanceTable:
     def without_ranges(self, ranges: list[tuple[int, int]]) -> tuple["LanceTable", int]:
         """The table without the versions in `ranges`, and how many of the versions in memory that removed."""
         kept = VersionLog(v for v in self.versions if not in_ranges(v.version, ranges))
-        return replace(self, versions=kept), len(self.versions) - len(kept)
+        return replace(self, versions=kept, deletes=self.deletes + 1), len(self.versions) - len(kept)
 
     def page(self, after: int | None, limit: int | None, descending: bool) -> list[TableVersion] | None:
         """Up to `limit` versions after version `after` (below it when descending), found by bisection: a client
@@ -297,7 +302,7 @@ class LanceTable:
             if start == 0 and not self.complete and (limit is None or end - start < limit):
                 return None
             return versions[start:end][::-1]
-        if not (after is not None and self.covers(after + 1)) and not self.complete:
+        if not self.covers(0 if after is None else after + 1):
             return None
         start = 0 if after is None else bisect.bisect_right(versions, after, key=_number)
         return versions[start:] if limit is None else versions[start:start + limit]

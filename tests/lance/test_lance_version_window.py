@@ -5,6 +5,9 @@ window, a resubmitted old version refused, and the same after a restart, which l
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import httpx
 import pytest
 
@@ -94,3 +97,70 @@ def test_versions_older_than_memory_are_answered_from_the_log(config, tiny_windo
                                                                                "end_version": -1}]})) == {
             "deleted_count": 8}
         check_versions(http, [])
+
+
+# -- the same answers with the window and with every version in memory (a review's findings) -------------------
+
+
+@pytest.fixture(params=[KEPT, 1000], ids=["window", "all-in-memory"])
+def kept(request, monkeypatch):
+    monkeypatch.setattr(lance_table, "VERSIONS_KEPT", request.param)
+    monkeypatch.setattr(lance_catalog, "VERSIONS_KEPT", request.param)
+    return request.param
+
+
+@pytest.fixture
+def twelve(config, kept):
+    """A table with versions 1..12 (with the window: 9..12 in memory); yields an HTTP client."""
+    with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:
+        ok(http.post(f"{NS}/db/create", json={}))
+        location = ok(http.post(f"{TABLE}/db$t/declare", json={}))["location"]
+        for v in range(1, 13):
+            ok(http.post(f"{TABLE}/db$t/version/create", json={"version": v, "manifest_path": stage(location, v)}))
+        yield http
+
+
+def delete_op(start: int, end: int) -> dict:
+    return {"delete_table_versions": {"id": ["db", "t"], "ranges": [{"start_version": start, "end_version": end}]}}
+
+
+def test_describe_and_exists_of_an_old_version(twelve):
+    assert ok(twelve.post(f"{TABLE}/db$t/describe", json={"version": 1}))["version"] == 1
+    assert twelve.post(f"{TABLE}/db$t/exists", json={"version": 1}).status_code == 200
+    assert twelve.post(f"{TABLE}/db$t/exists", json={"version": 13}).status_code == 404
+
+
+def test_the_latest_version_after_deleting_those_in_memory(twelve):
+    r = twelve.post(f"{TABLE}/db$t/version/delete", json={"ranges": [{"start_version": 9, "end_version": -1}]})
+    assert ok(r) == {"deleted_count": 4}
+    assert ok(twelve.post(f"{TABLE}/db$t/version/describe", json={}))["version"]["version"] == 8
+    assert listed(twelve, limit=1, descending="true")[0] == [8]
+
+
+def test_a_batch_deleting_the_first_version_in_memory_and_an_older_one(twelve):
+    r = ok(twelve.post(f"{TABLE}/batch-commit", json={"operations": [delete_op(9, 10), delete_op(1, 2)]}))
+    assert [x["delete_table_versions"]["deleted_count"] for x in r["results"]] == [1, 1]
+
+
+def test_a_batch_deleting_one_old_range_twice_counts_it_once(twelve):
+    r = ok(twelve.post(f"{TABLE}/batch-commit", json={"operations": [delete_op(1, 3), delete_op(1, 3)]}))
+    assert [x["delete_table_versions"]["deleted_count"] for x in r["results"]] == [2, 0]
+
+
+@pytest.mark.parametrize("token,descending", [(str(2**70), "true"), (str(-2**70), "false"), ("-1", "true")])
+def test_a_page_token_outside_the_version_range_is_refused(twelve, token, descending):
+    r = twelve.post(f"{TABLE}/db$t/version/list", params={"page_token": token, "descending": descending})
+    assert r.status_code == 400 and r.json()["code"] == 13, r.text
+
+
+def test_an_idle_table_answers_for_versions_it_no_longer_holds(config):
+    """With the real window: an idle table keeps its latest 4 versions in memory."""
+    config = dataclasses.replace(config, actor_idle_s=0.2)
+    with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:
+        ok(http.post(f"{NS}/db/create", json={}))
+        location = ok(http.post(f"{TABLE}/db$t/declare", json={}))["location"]
+        for v in range(1, 7):
+            ok(http.post(f"{TABLE}/db$t/version/create", json={"version": v, "manifest_path": stage(location, v)}))
+        time.sleep(1)
+        assert ok(http.post(f"{TABLE}/db$t/describe", json={"version": 1}))["version"] == 1
+        check_versions(http, list(range(1, 7)))

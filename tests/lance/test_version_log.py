@@ -85,3 +85,24 @@ def test_an_idle_table_keeps_its_latest_versions_only(states):
     idle = states[40].dormant()
     assert numbers(idle.versions) == [37, 38, 39, 40] and not idle.complete and idle.high_water == 40
     assert states[3].dormant() is states[3]   # small enough to keep whole
+
+
+def test_a_delete_counted_before_another_delete_applied_is_counted_again(monkeypatch):
+    """Two deletes of one old range at once both count its records in the log: the second to reach the actor
+    must count again (it would report records the first already deleted)."""
+    from coordinator.errors import CommitConflict
+    from coordinator.lance import table as lance_table
+    from coordinator.lance.rules import DeleteVersions
+    monkeypatch.setattr(lance_table, "VERSIONS_KEPT", 3)
+    t = LanceTable(("ns",), "t", "file:///t")
+    for n in range(1, 8):
+        t = t.with_version(version(n))
+    first, second = (DeleteVersions([(1, 3)], t.log_below, 2, t.deletes) for _ in range(2))
+    decided = first.decide(t)
+    assert decided.reply == 2 and decided.log_delete == [(1, 3)]
+    with pytest.raises(CommitConflict) as raised:
+        second.decide(decided.state)
+    assert raised.value.kind == "recount"
+    # Counted again in the new state, it finds nothing left to delete.
+    assert DeleteVersions([(1, 3)], decided.state.log_below, 0, decided.state.deletes).decide(
+        decided.state).reply == 0
