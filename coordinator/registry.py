@@ -60,10 +60,16 @@ async def delete_own_location(store, files, location: str) -> bool:
         log.warning("not deleting %s: another table lives at, above or below it", location)
         await store.end_purge(location)
         return False
+    failure = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_renew_claim, store, location)
-        await files.delete_tree(location)
+        try:
+            await files.delete_tree(location)
+        except Exception as exc:   # raised as it is, not inside the nursery's ExceptionGroup
+            failure = exc
         nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
     await store.end_purge(location)
     return True
 
@@ -122,6 +128,8 @@ class Registry:
         while True:
             try:
                 for location in await self.store.pending_purges(older_than):
+                    if not await self.store.take_over_purge(location, older_than):
+                        continue   # renewed meanwhile: running elsewhere, or taken over by another member
                     log.info("resuming the deletion of dropped table files at %s", location)
                     try:
                         await delete_own_location(self.store, self.files, location)

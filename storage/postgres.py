@@ -611,6 +611,14 @@ class PostgresStore:
             float(older_than_s)))
         return [r["location"] for r in rows]
 
+    async def take_over_purge(self, location: str, older_than_s: float) -> bool:
+        """Renew the claim on `location` if nobody renewed it for `older_than_s`: True for the one caller (of any
+        member) that may resume its deletion."""
+        return await self._call(lambda con: con.fetchval(
+            "UPDATE purges SET renewed_at = now() WHERE location_key = $1"
+            " AND renewed_at <= now() - make_interval(secs => $2) RETURNING true",
+            location_key(location), float(older_than_s))) is True
+
     async def renew_purge(self, location: str) -> None:
         """The deletion of `location` is still running here: nobody else is to resume it."""
         await self._call(lambda con: con.execute("UPDATE purges SET renewed_at = now() WHERE location_key = $1",
