@@ -79,7 +79,8 @@ class LanceCatalog:
         high = max(int(row.state.get("high_water", 0)), versions[-1].version if versions else 0)
         state = LanceTable(split_namespace(row.namespace), row.name, row.location or "",
                            dict(row.state.get("properties") or {}), versions, high,
-                           log_below=versions[0].version if len(entries) > VERSIONS_KEPT else 0)
+                           log_below=versions[0].version if len(entries) > VERSIONS_KEPT else 0,
+                           deletes=row.row_version)
         await self._restore_final_manifests(state)
         await self._remove_unrecorded_manifests(row, state)
         return state
@@ -353,7 +354,7 @@ class LanceCatalog:
             raise BadRequest(f"no Lance table at {row.location}: {found[-1].uri} is not a Lance manifest")
         versions = tuple(TableVersion(m.version, m.uri, m.size, m.mtime_ms, m.scheme) for m in found)
         state = LanceTable(state.namespace, state.name, state.location, state.properties, versions,
-                           versions[-1].version)
+                           versions[-1].version).trimmed()
         entries = [LogEntry(v.version, v.payload()) for v in versions]
         if existing is not None and mode == "overwrite":
             # Replace the registration atomically: deregister the old row and insert the new in one transaction.

@@ -58,6 +58,7 @@ class CreateVersion:
     timestamp_ms: int
     metadata: dict[str, str] | None = None
     remove_staging: Callable[[str], Awaitable[None]] | None = None
+    trim: bool = True   # Steps trims once, after the batch's last operation (LanceTable.trimmed)
 
     def decide(self, state: LanceTable) -> Decision:
         existing = state.find(self.version)
@@ -88,7 +89,7 @@ class CreateVersion:
         final = manifest_uri(state.location, self.version, self.scheme)
         entry = TableVersion(self.version, final, len(self.data), self.timestamp_ms, self.scheme,
                              self.staging_uri, self.sha256, None, self.metadata or None)
-        new = state.with_version(entry)
+        new = state.with_version(entry, trim=self.trim)
         after = None
         if self.remove_staging is not None and self.staging_uri != final:
             after = functools.partial(self.remove_staging, self.staging_uri)
@@ -162,6 +163,8 @@ class Steps:
         for index, label, proposal in self.steps:
             if isinstance(proposal, DeleteVersions):
                 proposal = replace(proposal, checked=True)
+            elif isinstance(proposal, CreateVersion):
+                proposal = replace(proposal, trim=False)
             if removed_by is not None:
                 raise NotFound(f"operation {index} ({label}): the table was deregistered by operation {removed_by} "
                                f"of this batch", kind="table")
@@ -190,6 +193,7 @@ class Steps:
         after = _chain(afters)
         if removed_by is not None:
             return Decision(None, reply=replies, delete=True, after_durable=after, purge=purge)
+        current = current.trimmed()
         return Decision(current, reply=replies, row_state=current.row_state(), log=[e for e, _ in created],
                         log_delete=deleted_ranges, published=[f for _, fs in created for f in fs],
                         after_durable=after)

@@ -237,14 +237,22 @@ class LanceTable:
     # Every recorded version from `log_below` on is in `versions`; those below it may be only in the commit log
     # (0: all are in memory). Deleting versions does not move it; trimming, idling and loading do.
     log_below: int = 0
-    deletes: int = 0   # version deletions applied since loaded: a count of log records made before one is stale
+    # Goes up with every version deletion, never back (loaded as the row's version, which every delete raised): a
+    # count of log records made before it moved is stale (DeleteVersions).
+    deletes: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.versions, VersionLog):
             object.__setattr__(self, "versions", VersionLog(self.versions))
-        if len(self.versions) > 2 * VERSIONS_KEPT:  # trimmed every VERSIONS_KEPT appends: O(1) per version
-            object.__setattr__(self, "versions", VersionLog(self.versions[-VERSIONS_KEPT:]))
-            object.__setattr__(self, "log_below", self.versions[0].version)
+
+    def trimmed(self) -> LanceTable:
+        """This state with at most 2 x VERSIONS_KEPT versions in memory: over that, the latest VERSIONS_KEPT (so a
+        table is trimmed once every VERSIONS_KEPT appends: O(1) per version). Called on the state a commit leaves,
+        never between the operations of one batch, whose version deletes count against the batch's first state."""
+        if len(self.versions) <= 2 * VERSIONS_KEPT:
+            return self
+        kept = VersionLog(self.versions[-VERSIONS_KEPT:])
+        return replace(self, versions=kept, log_below=kept[0].version)
 
     @property
     def complete(self) -> bool:
@@ -281,10 +289,11 @@ class LanceTable:
             return self.versions[i]
         return None
 
-    def with_version(self, v: TableVersion) -> "LanceTable":
+    def with_version(self, v: TableVersion, trim: bool = True) -> "LanceTable":
         if self.versions and v.version <= self.versions[-1].version:
             raise ValueError("versions are appended in order")
-        return replace(self, versions=self.versions.appended(v), high_water=max(self.high_water, v.version))
+        new = replace(self, versions=self.versions.appended(v), high_water=max(self.high_water, v.version))
+        return new.trimmed() if trim else new
 
     def without_ranges(self, ranges: list[tuple[int, int]]) -> tuple["LanceTable", int]:
         """The table without the versions in `ranges`, and how many of the versions in memory that removed."""
