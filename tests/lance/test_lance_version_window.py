@@ -66,12 +66,18 @@ def check_versions(http, recorded: list[int]) -> None:
             assert r.status_code == 404 and r.json()["code"] == 11, r.text
 
 
+def table_with(http, count: int) -> str:
+    """Namespace db and table db$t with versions 1..count; the table's location."""
+    ok(http.post(f"{NS}/db/create", json={}))
+    location = ok(http.post(f"{TABLE}/db$t/declare", json={}))["location"]
+    for v in range(1, count + 1):
+        ok(http.post(f"{TABLE}/db$t/version/create", json={"version": v, "manifest_path": stage(location, v)}))
+    return location
+
+
 def test_versions_older_than_memory_are_answered_from_the_log(config, tiny_window):
     with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:
-        ok(http.post(f"{NS}/db/create", json={}))
-        location = ok(http.post(f"{TABLE}/db$t/declare", json={}))["location"]
-        for v in range(1, 13):
-            ok(http.post(f"{TABLE}/db$t/version/create", json={"version": v, "manifest_path": stage(location, v)}))
+        location = table_with(http, 12)
         recorded = list(range(1, 13))
         check_versions(http, recorded)
 
@@ -113,10 +119,7 @@ def kept(request, monkeypatch):
 def twelve(config, kept):
     """A table with versions 1..12 (with the window: 9..12 in memory); yields an HTTP client."""
     with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:
-        ok(http.post(f"{NS}/db/create", json={}))
-        location = ok(http.post(f"{TABLE}/db$t/declare", json={}))["location"]
-        for v in range(1, 13):
-            ok(http.post(f"{TABLE}/db$t/version/create", json={"version": v, "manifest_path": stage(location, v)}))
+        table_with(http, 12)
         yield http
 
 
@@ -157,10 +160,7 @@ def test_an_idle_table_answers_for_versions_it_no_longer_holds(config):
     """With the real window: an idle table keeps its latest 4 versions in memory."""
     config = dataclasses.replace(config, actor_idle_s=0.2)
     with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:
-        ok(http.post(f"{NS}/db/create", json={}))
-        location = ok(http.post(f"{TABLE}/db$t/declare", json={}))["location"]
-        for v in range(1, 7):
-            ok(http.post(f"{TABLE}/db$t/version/create", json={"version": v, "manifest_path": stage(location, v)}))
+        table_with(http, 6)
         time.sleep(1)
         assert ok(http.post(f"{TABLE}/db$t/describe", json={"version": 1}))["version"] == 1
         check_versions(http, list(range(1, 7)))
