@@ -193,7 +193,8 @@ class Steps:
         after = _chain(afters)
         if removed_by is not None:
             return Decision(None, reply=replies, delete=True, after_durable=after, purge=purge)
-        current = current.trimmed()
+        # One write, so the deletion counter rises once, as the row's version does (it is loaded as that version).
+        current = replace(current, deletes=state.deletes + (current.deletes > state.deletes)).trimmed()
         return Decision(current, reply=replies, row_state=current.row_state(), log=[e for e, _ in created],
                         log_delete=deleted_ranges, published=[f for _, fs in created for f in fs],
                         after_durable=after)

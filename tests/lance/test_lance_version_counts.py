@@ -86,3 +86,35 @@ async def test_with_the_real_window_a_batch_create_then_delete(coord):
                                           ("delete_table_versions", T, delete(1, 3))])
     versions = await recorded(catalog)
     assert results[1][1] == 2 and versions[0] == 3 and len(versions) == n - 1
+
+
+async def test_two_deletes_in_one_batch_raise_the_counter_once_as_the_row_version(coord, tiny_window, monkeypatch):
+    """The counter is loaded as the row's version, so it must rise as that does: once per write. A batch with two
+    deletes had raised it by two, a reload then lowered it, and a count made before another delete passed."""
+    monkeypatch.setattr(actor_module, "RELOAD_INTERVAL_S", 0.0)
+    catalog = coord.lance
+    location = await table_with(catalog, 12)
+
+    async def reload() -> None:
+        latest = (await catalog.describe_table_version(T, None)).version
+        with pytest.raises(CommitConflict):
+            await catalog.create_table_version(T, create(location, latest + 5))
+        await catalog.describe_table_version(T, None)
+
+    await reload()
+    await catalog.batch_commit([("delete_table_versions", T, delete(1, 2)),
+                                ("delete_table_versions", T, delete(2, 3))])
+    state, row = await catalog._read(T), await coord.store.get_table(catalog._refs[T].table_id)
+    assert state.deletes <= row.row_version
+    count_log, meanwhile = coord.store.count_log, []
+
+    async def count_then_interleave(*args, **kwargs):
+        n = await count_log(*args, **kwargs)
+        if not meanwhile:   # once: another client deletes [3, 4), then the table reloads
+            meanwhile.append(None)
+            meanwhile[0] = await catalog.delete_table_versions(T, [(3, 4)])
+            await reload()
+        return n
+    monkeypatch.setattr(coord.store, "count_log", count_then_interleave)
+    assert await catalog.delete_table_versions(T, [(3, 6)]) == 2   # 4 and 5: 3 was gone already
+    assert meanwhile == [1] and (await recorded(catalog))[0] == 6
