@@ -114,32 +114,39 @@ class Registry:
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            resumable = hasattr(self.store, "pending_purges")
+            # Taken before anything is served: a drop served from then on holds a claim of its own, running.
+            # In a cluster another member may be deleting at our start-up: only claims nobody renewed.
+            taken = await self._take_over_purges(PURGE_RETRY_S if self.config.cluster else 0.0) if resumable else []
             task_status.started(self)
-            if hasattr(self.store, "pending_purges"):
-                nursery.start_soon(self.resume_purges)
+            if resumable:
+                nursery.start_soon(self.resume_purges, taken)
             await trio.sleep_forever()
 
-    async def resume_purges(self) -> None:
+    async def _take_over_purges(self, older_than_s: float) -> list[str]:
+        """The claims on dropped tables' locations nobody renewed for `older_than_s`, now ours to delete (of all
+        members at once, one takes each)."""
+        try:
+            return [location for location in await self.store.pending_purges(older_than_s)
+                    if await self.store.take_over_purge(location, older_than_s)]
+        except Exception as exc:
+            log.warning("cannot read the pending deletions (retried in %d s): %s", PURGE_RETRY_S, exc)
+            return []
+
+    async def resume_purges(self, taken: list[str]) -> None:
         """Deletions of dropped tables' locations that did not end (a crash, or a failed deletion: the claim
-        stays), resumed at start-up and then every PURGE_RETRY_S for claims nobody renewed for that long (a
-        running deletion renews its claim, `_renew_claim`). In a cluster another member may be running one at our
-        start-up, so only unrenewed claims are resumed there then, too."""
-        older_than = PURGE_RETRY_S if self.config.cluster else 0.0
+        stays): those taken over at start-up, then every PURGE_RETRY_S the claims nobody renewed for that long (a
+        running deletion renews its claim, `_renew_claim`)."""
         while True:
-            try:
-                for location in await self.store.pending_purges(older_than):
-                    if not await self.store.take_over_purge(location, older_than):
-                        continue   # renewed meanwhile: running elsewhere, or taken over by another member
-                    log.info("resuming the deletion of dropped table files at %s", location)
-                    try:
-                        await delete_own_location(self.store, self.files, location)
-                    except Exception as exc:
-                        log.warning("deleting dropped table files at %s failed (retried in %d s): %s", location,
-                                    PURGE_RETRY_S, exc)
-            except Exception as exc:
-                log.warning("cannot read the pending deletions (retried in %d s): %s", PURGE_RETRY_S, exc)
-            older_than = PURGE_RETRY_S
+            for location in taken:
+                log.info("resuming the deletion of dropped table files at %s", location)
+                try:
+                    await delete_own_location(self.store, self.files, location)
+                except Exception as exc:
+                    log.warning("deleting dropped table files at %s failed (retried in %d s): %s", location,
+                                PURGE_RETRY_S, exc)
             await trio.sleep(PURGE_RETRY_S)
+            taken = await self._take_over_purges(PURGE_RETRY_S)
 
     # -- addressing ----------------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from storage.files import location_key
+from tests.support import sql
 from tests.lance.conftest import coord  # noqa: F401 - the fixture: the coordinator in process
 
 
@@ -16,3 +17,40 @@ async def test_only_one_member_takes_over_a_claim_nobody_renewed(coord):
     assert await coord.store.pending_purges(600) == [location]
     taken = [await coord.store.take_over_purge(location, 600) for _ in range(3)]
     assert taken == [True, False, False] and await coord.store.pending_purges(600) == []
+
+
+async def test_claims_are_taken_over_before_anything_is_served(config, nursery, monkeypatch):
+    """At start-up the claims a crash left are taken over before the first request is served; a drop served from
+    then on holds its own claim, renewed while its deletion runs, and is never deleted a second time."""
+    import trio
+
+    from coordinator.registry import delete_own_location
+    from storage.files import FileIO
+    from storage.postgres import PostgresStore
+    from tests.lance.conftest import coordinator_in_process
+
+    left = f"{config.warehouse_uri}/left-by-a-crash"
+    sql(config.database_url, "INSERT INTO purges (location_key, location) VALUES ($1, $2)", location_key(left), left)
+    deleted, release = [], trio.Event()
+
+    async def delete_tree(self, location):
+        deleted.append(location)
+        if location != left:
+            await release.wait()
+    monkeypatch.setattr(FileIO, "delete_tree", delete_tree)
+    pending_purges = PostgresStore.pending_purges
+
+    async def slow_pending_purges(self, older_than_s: float = 0):
+        await trio.sleep(0.5)   # a slow database at start-up: requests must not be served meanwhile
+        return await pending_purges(self, older_than_s)
+    monkeypatch.setattr(PostgresStore, "pending_purges", slow_pending_purges)
+    async with coordinator_in_process(config, nursery) as c:
+        dropped = f"{config.warehouse_uri}/dropped-now"   # a drop served at once: its claim, its deletion
+        await c.store.with_connection(lambda con: con.execute(
+            "INSERT INTO purges (location_key, location) VALUES ($1, $2)", location_key(dropped), dropped))
+        nursery.start_soon(delete_own_location, c.store, c.files, dropped)
+        await trio.sleep(1.5)
+        assert sorted(deleted) == sorted([left, dropped])   # each once
+        release.set()
+        await trio.sleep(0.2)
+        assert await c.store.pending_purges(0) == []
