@@ -62,7 +62,7 @@ async def delete_own_location(store, files, location: str) -> bool:
         return False
     failure = None
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_renew_claim, store, location)
+        nursery.start_soon(_renew_claims, store, {location})
         try:
             await files.delete_tree(location)
         except Exception as exc:   # raised as it is, not inside the nursery's ExceptionGroup
@@ -74,15 +74,17 @@ async def delete_own_location(store, files, location: str) -> bool:
     return True
 
 
-async def _renew_claim(store, location: str) -> None:
-    """While a deletion runs (a large table on an object store may take long), its claim is renewed, so that
-    `Registry.resume_purges` here or on another member never starts a second one that would outlive the claim."""
+async def _renew_claims(store, locations: set[str]) -> None:
+    """While a deletion runs (a large table on an object store may take long), or waits its turn to be resumed,
+    its claim is renewed, so that `Registry.resume_purges` here or on another member never starts a second one
+    that would outlive the claim. `locations` may change while this runs."""
     while True:
         await trio.sleep(PURGE_RETRY_S / 10)
-        try:
-            await store.renew_purge(location)
-        except Exception as exc:
-            log.warning("cannot renew the claim on %s while deleting it: %s", location, exc)
+        for location in list(locations):
+            try:
+                await store.renew_purge(location)
+            except Exception as exc:
+                log.warning("cannot renew the claim on %s while deleting it: %s", location, exc)
 
 
 class Registry:
@@ -136,15 +138,20 @@ class Registry:
     async def resume_purges(self, taken: list[str]) -> None:
         """Deletions of dropped tables' locations that did not end (a crash, or a failed deletion: the claim
         stays): those taken over at start-up, then every PURGE_RETRY_S the claims nobody renewed for that long (a
-        running deletion renews its claim, `_renew_claim`)."""
+        running deletion renews its claim, `_renew_claims`)."""
         while True:
-            for location in taken:
-                log.info("resuming the deletion of dropped table files at %s", location)
-                try:
-                    await delete_own_location(self.store, self.files, location)
-                except Exception as exc:
-                    log.warning("deleting dropped table files at %s failed (retried in %d s): %s", location,
-                                PURGE_RETRY_S, exc)
+            waiting = set(taken)   # renewed until their turn: taken over, they are ours alone
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_renew_claims, self.store, waiting)
+                for location in taken:
+                    waiting.discard(location)   # from now on its deletion renews it
+                    log.info("resuming the deletion of dropped table files at %s", location)
+                    try:
+                        await delete_own_location(self.store, self.files, location)
+                    except Exception as exc:
+                        log.warning("deleting dropped table files at %s failed (retried in %d s): %s", location,
+                                    PURGE_RETRY_S, exc)
+                nursery.cancel_scope.cancel()
             await trio.sleep(PURGE_RETRY_S)
             taken = await self._take_over_purges(PURGE_RETRY_S)
 

@@ -54,3 +54,42 @@ async def test_claims_are_taken_over_before_anything_is_served(config, nursery, 
         release.set()
         await trio.sleep(0.2)
         assert await c.store.pending_purges(0) == []
+
+
+async def test_claims_waiting_their_turn_stay_renewed_so_no_member_takes_them_again(config, nursery, monkeypatch):
+    """Members of a cluster: a member takes several stale claims over and deletes them one after another; those
+    waiting their turn are renewed meanwhile, so a member starting then does not delete them a second time."""
+    import dataclasses
+
+    import trio
+
+    from coordinator import registry as registry_module
+    from coordinator.metrics import Metrics
+    from coordinator.registry import Registry
+    from storage.files import FileIO
+    from tests.lance.conftest import coordinator_in_process
+
+    first, second = f"{config.warehouse_uri}/left-a", f"{config.warehouse_uri}/left-b"
+    deleted, release = [], trio.Event()
+
+    async def delete_tree(self, location):
+        deleted.append(location)
+        if location == first:
+            await release.wait()       # a large table on an object store: longer than PURGE_RETRY_S
+    monkeypatch.setattr(FileIO, "delete_tree", delete_tree)
+    async with coordinator_in_process(config, nursery) as c:   # only for its store (takes nothing: no claims yet)
+        for loc in (first, second):   # left by a crash of the whole cluster an hour ago
+            await c.store.with_connection(lambda con, loc=loc: con.execute(
+                "INSERT INTO purges (location_key, location, renewed_at) VALUES ($1, $2, now() - interval '1 hour')",
+                location_key(loc), loc))
+        monkeypatch.setattr(registry_module, "PURGE_RETRY_S", 1)
+        member = dataclasses.replace(config, cluster=True)
+        a = Registry(member, c.store, c.files, Metrics())
+        await nursery.start(a.run)     # member A takes both over; deletes `first`, `second` waits its turn
+        await trio.sleep(1.5)
+        b = Registry(member, c.store, c.files, Metrics())
+        await nursery.start(b.run)     # member B starts: `second` was not renewed for PURGE_RETRY_S
+        await trio.sleep(0.3)
+        release.set()
+        await trio.sleep(0.5)
+        assert deleted.count(second) == 1, deleted
