@@ -34,6 +34,30 @@ async def recorded(catalog) -> list[int]:
     return [v.version for v in (await catalog.list_table_versions(T, None, None, False)).items]
 
 
+async def reload(catalog, location: str) -> None:
+    """A writer ahead of the table (any client may send one) makes the actor reload before its next request."""
+    latest = (await catalog.describe_table_version(T, None)).version
+    with pytest.raises(CommitConflict):
+        await catalog.create_table_version(T, create(location, latest + 5))
+    await catalog.describe_table_version(T, None)
+
+
+def meanwhile_delete(monkeypatch, coord, location: str, ranges: list[tuple[int, int]]) -> list:
+    """Once, right after a delete counted its older records: another client deletes `ranges`, then the table
+    reloads. The list gets that delete's deleted_count."""
+    count_log, meanwhile = coord.store.count_log, []
+
+    async def count_then_interleave(*args, **kwargs):
+        n = await count_log(*args, **kwargs)
+        if not meanwhile:
+            meanwhile.append(None)
+            meanwhile[0] = await coord.lance.delete_table_versions(T, ranges)
+            await reload(coord.lance, location)
+        return n
+    monkeypatch.setattr(coord.store, "count_log", count_then_interleave)
+    return meanwhile
+
+
 async def table_with(catalog, count: int) -> str:
     location = (await catalog.declare_table(T, None, None)).location
     for v in range(1, count + 1):
@@ -54,25 +78,8 @@ async def test_a_count_made_before_another_delete_and_a_reload_is_made_again(coo
     monkeypatch.setattr(actor_module, "RELOAD_INTERVAL_S", 0.0)
     catalog = coord.lance
     location = await table_with(catalog, 12)
-
-    async def reload() -> None:
-        # A writer ahead of the table (any client may send one) makes the actor reload before its next request.
-        latest = (await catalog.describe_table_version(T, None)).version
-        with pytest.raises(CommitConflict):
-            await catalog.create_table_version(T, create(location, latest + 5))
-        await catalog.describe_table_version(T, None)
-
-    await reload()
-    count_log, meanwhile = coord.store.count_log, []
-
-    async def count_then_interleave(*args, **kwargs):
-        n = await count_log(*args, **kwargs)
-        if not meanwhile:   # once: another client deletes [1, 3), then the table reloads
-            meanwhile.append(None)
-            meanwhile[0] = await catalog.delete_table_versions(T, [(1, 3)])
-            await reload()
-        return n
-    monkeypatch.setattr(coord.store, "count_log", count_then_interleave)
+    await reload(catalog, location)
+    meanwhile = meanwhile_delete(monkeypatch, coord, location, [(1, 3)])
     assert await catalog.delete_table_versions(T, [(1, 5)]) == 2   # 3 and 4: 1 and 2 were gone already
     assert meanwhile == [2] and (await recorded(catalog))[0] == 5
 
@@ -94,27 +101,11 @@ async def test_two_deletes_in_one_batch_raise_the_counter_once_as_the_row_versio
     monkeypatch.setattr(actor_module, "RELOAD_INTERVAL_S", 0.0)
     catalog = coord.lance
     location = await table_with(catalog, 12)
-
-    async def reload() -> None:
-        latest = (await catalog.describe_table_version(T, None)).version
-        with pytest.raises(CommitConflict):
-            await catalog.create_table_version(T, create(location, latest + 5))
-        await catalog.describe_table_version(T, None)
-
-    await reload()
+    await reload(catalog, location)
     await catalog.batch_commit([("delete_table_versions", T, delete(1, 2)),
                                 ("delete_table_versions", T, delete(2, 3))])
     state, row = await catalog._read(T), await coord.store.get_table(catalog._refs[T].table_id)
     assert state.deletes <= row.row_version
-    count_log, meanwhile = coord.store.count_log, []
-
-    async def count_then_interleave(*args, **kwargs):
-        n = await count_log(*args, **kwargs)
-        if not meanwhile:   # once: another client deletes [3, 4), then the table reloads
-            meanwhile.append(None)
-            meanwhile[0] = await catalog.delete_table_versions(T, [(3, 4)])
-            await reload()
-        return n
-    monkeypatch.setattr(coord.store, "count_log", count_then_interleave)
+    meanwhile = meanwhile_delete(monkeypatch, coord, location, [(3, 4)])
     assert await catalog.delete_table_versions(T, [(3, 6)]) == 2   # 4 and 5: 3 was gone already
     assert meanwhile == [1] and (await recorded(catalog))[0] == 6
