@@ -8,6 +8,7 @@ cluster's router, which calls back `owner` here on whichever member holds the ta
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable
@@ -15,6 +16,7 @@ from uuid import UUID
 
 import trio
 
+from storage.files import DeletionStopped
 from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
 
 from .actor import Participant, Proposal, TableActor
@@ -60,31 +62,49 @@ async def delete_own_location(store, files, location: str) -> bool:
         log.warning("not deleting %s: another table lives at, above or below it", location)
         await store.end_purge(location)
         return False
+    renewal = _Renewal(store, {location})
     failure = None
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_renew_claims, store, {location})
+        nursery.start_soon(renewal.run)
         try:
-            await files.delete_tree(location)
+            await files.delete_tree(location, renewal.stop)
         except Exception as exc:   # raised as it is, not inside the nursery's ExceptionGroup
             failure = exc
+        if failure is None and renewal.stop.is_set():
+            failure = DeletionStopped(f"the deletion of {location} stopped: its claim could not be renewed")
         nursery.cancel_scope.cancel()
     if failure is not None:
-        raise failure
+        raise failure   # the claim stays: a later pass deletes what is left
     await store.end_purge(location)
     return True
 
 
-async def _renew_claims(store, locations: set[str]) -> None:
-    """While a deletion runs (a large table on an object store may take long), or waits its turn to be resumed,
-    its claim is renewed, so that `Registry.resume_purges` here or on another member never starts a second one
-    that would outlive the claim. `locations` may change while this runs."""
-    while True:
-        await trio.sleep(PURGE_RETRY_S / 10)
-        for location in list(locations):
-            try:
-                await store.renew_purge(location)
-            except Exception as exc:
-                log.warning("cannot renew the claim on %s while deleting it: %s", location, exc)
+class _Renewal:
+    """Keeps claims renewed while their deletions run or wait their turn (a large table on an object store may take
+    long), so that `Registry.resume_purges` here or on another member never starts a second deletion that would
+    outlive the claim. `stop` is set once the claims may no longer be ours: renewing failed for half the time after
+    which another member takes them over, or this task ended (a shutdown cancelled it) while a deletion thread,
+    which cannot be cancelled, may still run. The deletion then stops at its next file, its claim left for later."""
+
+    def __init__(self, store, locations: set[str]):
+        self.store, self.locations = store, locations   # `locations` may change while this runs
+        self.stop = threading.Event()
+
+    async def run(self) -> None:
+        renewed = trio.current_time()
+        try:
+            while not self.stop.is_set():
+                await trio.sleep(PURGE_RETRY_S / 10)
+                try:
+                    for location in list(self.locations):
+                        await self.store.renew_purge(location)
+                    renewed = trio.current_time()
+                except Exception as exc:
+                    log.warning("cannot renew the claims on %s: %s", sorted(self.locations), exc)
+                    if trio.current_time() - renewed > PURGE_RETRY_S / 2:
+                        self.stop.set()
+        finally:
+            self.stop.set()
 
 
 class Registry:
@@ -138,12 +158,15 @@ class Registry:
     async def resume_purges(self, taken: list[str]) -> None:
         """Deletions of dropped tables' locations that did not end (a crash, or a failed deletion: the claim
         stays): those taken over at start-up, then every PURGE_RETRY_S the claims nobody renewed for that long (a
-        running deletion renews its claim, `_renew_claims`)."""
+        running deletion renews its claim, `_Renewal`)."""
         while True:
             waiting = set(taken)   # renewed until their turn: taken over, they are ours alone
+            renewal = _Renewal(self.store, waiting)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_renew_claims, self.store, waiting)
+                nursery.start_soon(renewal.run)
                 for location in taken:
+                    if renewal.stop.is_set():
+                        break   # no longer surely ours: left for a later pass, here or on another member
                     waiting.discard(location)   # from now on its deletion renews it
                     log.info("resuming the deletion of dropped table files at %s", location)
                     try:

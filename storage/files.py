@@ -15,7 +15,7 @@ import functools
 import hashlib
 import os
 import re
-import shutil
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -245,10 +245,11 @@ class FileIO:
                     break   # not empty (or gone): nor are those above it
                 parent = os.path.dirname(parent)
 
-    async def delete_tree(self, location: str) -> None:
+    async def delete_tree(self, location: str, stop: threading.Event | None = None) -> None:
         """Delete everything under a table location (a purge). Locations are exclusive to one table (see
-        `location_key`), so this never reaches another table's files."""
-        await trio.to_thread.run_sync(self.delete_tree_sync, location)
+        `location_key`), so this never reaches another table's files. Once `stop` is set the deletion ends at its
+        next file (or object-store page) with `DeletionStopped`: a thread cannot be cancelled."""
+        await trio.to_thread.run_sync(self.delete_tree_sync, location, stop)
 
     # -- sync implementations --------------------------------------------------------------------------------
 
@@ -281,14 +282,29 @@ class FileIO:
             return
         path.unlink(missing_ok=True)
 
-    def delete_tree_sync(self, location: str) -> None:
+    def delete_tree_sync(self, location: str, stop: threading.Event | None = None) -> None:
+        def check() -> None:
+            if stop is not None and stop.is_set():
+                raise DeletionStopped(f"the deletion of {location} was stopped before it ended")
         local = local_path(location)
         if local is not None:
-            shutil.rmtree(local, ignore_errors=True)
+            # Bottom-up, file by file, so that it can stop; best effort, as rmtree(ignore_errors=True) was.
+            for root, dirs, names in os.walk(local, topdown=False):
+                for name in names:
+                    check()
+                    _unlink_quietly(os.path.join(root, name))
+                for name in dirs:
+                    path = os.path.join(root, name)
+                    if os.path.islink(path):   # a link is removed, never followed
+                        _unlink_quietly(path)
+                    else:
+                        _rmdir_quietly(path)
+            _rmdir_quietly(local)
             return
         import obstore
         store, key = self.object_store(location)
         for chunk in obstore.list(store, prefix=key.rstrip("/") + "/"):
+            check()
             paths = [meta["path"] for meta in chunk]
             if paths:
                 obstore.delete(store, paths)
@@ -350,6 +366,17 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def _rmdir_quietly(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+class DeletionStopped(OSError):
+    """A tree deletion ended early, on request (`FileIO.delete_tree`'s `stop`): what is left stays."""
 
 
 def _fsync_dir(path: Path | str) -> None:

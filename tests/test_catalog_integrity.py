@@ -364,10 +364,10 @@ def slow_deletions(monkeypatch):
     started, go = threading.Event(), threading.Event()
     delete_tree_sync = FileIO.delete_tree_sync
 
-    def waiting(self, location: str) -> None:
+    def waiting(self, location: str, stop=None) -> None:
         started.set()
         go.wait(30)
-        delete_tree_sync(self, location)
+        delete_tree_sync(self, location, stop)
     monkeypatch.setattr(FileIO, "delete_tree_sync", waiting)
     yield started, go
     go.set()

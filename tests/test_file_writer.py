@@ -150,3 +150,35 @@ async def test_reads_and_deletes_are_grouped_too_and_keep_their_own_errors(tmp_p
         for i in range(0, 25, 2):
             nursery.start_soon(fileio.delete, str(tmp_path / f"{i}.manifest"))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{i}.manifest" for i in range(1, 20, 2))
+
+
+def test_a_tree_deletion_removes_everything_or_stops_when_asked(tmp_path):
+    import threading
+
+    import pytest
+
+    from storage.files import DeletionStopped
+
+    def tree(root):
+        (root / "data" / "part").mkdir(parents=True)
+        (root / "data" / "part" / "a.parquet").write_bytes(b"a")
+        (root / "metadata").mkdir()
+        (root / "metadata" / "v1.json").write_bytes(b"{}")
+        outside = tmp_path / "outside"
+        outside.mkdir(exist_ok=True)
+        (outside / "keep").write_bytes(b"k")
+        (root / "link").symlink_to(outside, target_is_directory=True)   # a link is removed, never followed
+        return outside
+
+    files = FileIO()
+    stopped = tmp_path / "stopped"
+    tree(stopped)
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(DeletionStopped):
+        files.delete_tree_sync(stopped.as_uri(), stop)
+    assert (stopped / "metadata" / "v1.json").exists()
+    whole = tmp_path / "whole"
+    outside = tree(whole)
+    files.delete_tree_sync(whole.as_uri(), threading.Event())
+    assert not whole.exists() and (outside / "keep").exists()

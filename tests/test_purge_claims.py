@@ -33,7 +33,7 @@ async def test_claims_are_taken_over_before_anything_is_served(config, nursery, 
     sql(config.database_url, "INSERT INTO purges (location_key, location) VALUES ($1, $2)", location_key(left), left)
     deleted, release = [], trio.Event()
 
-    async def delete_tree(self, location):
+    async def delete_tree(self, location, stop=None):
         deleted.append(location)
         if location != left:
             await release.wait()
@@ -72,7 +72,7 @@ async def test_claims_waiting_their_turn_stay_renewed_so_no_member_takes_them_ag
     first, second = f"{config.warehouse_uri}/left-a", f"{config.warehouse_uri}/left-b"
     deleted, release = [], trio.Event()
 
-    async def delete_tree(self, location):
+    async def delete_tree(self, location, stop=None):
         deleted.append(location)
         if location == first:
             await release.wait()       # a large table on an object store: longer than PURGE_RETRY_S
@@ -93,3 +93,86 @@ async def test_claims_waiting_their_turn_stay_renewed_so_no_member_takes_them_ag
         release.set()
         await trio.sleep(0.5)
         assert deleted.count(second) == 1, deleted
+
+
+async def _deleting_member(config, nursery, monkeypatch, *, renew_fails: bool = False, shut_down_at: float | None = None):
+    """Member A takes over a stale claim and deletes it slowly (a thread, chunk by chunk, as the real one: it cannot
+    be cancelled); member B starts 1.5 s later. PURGE_RETRY_S is 1 s. Returns (deletions started, most at once,
+    deletion threads running when the claim was ended)."""
+    import dataclasses
+    import threading
+    import time
+
+    import trio
+
+    from coordinator import registry as registry_module
+    from coordinator.metrics import Metrics
+    from coordinator.registry import Registry
+    from storage.files import FileIO
+    from storage.postgres import PostgresStore
+    from tests.lance.conftest import coordinator_in_process
+
+    location = f"{config.warehouse_uri}/big-table"
+    lock, running, most, started, at_end = threading.Lock(), [0], [0], [], []
+
+    def delete_tree_sync(self, where, stop=None):
+        with lock:
+            started.append(where)
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            slow = len(started) == 1
+        try:
+            for _ in range(60 if slow else 1):
+                if stop is not None and stop.is_set():
+                    raise OSError("stopped")
+                time.sleep(0.05)
+        finally:
+            with lock:
+                running[0] -= 1
+    monkeypatch.setattr(FileIO, "delete_tree_sync", delete_tree_sync)
+    end_purge = PostgresStore.end_purge
+
+    async def recording_end_purge(self, where):
+        at_end.append(running[0])
+        await end_purge(self, where)
+    monkeypatch.setattr(PostgresStore, "end_purge", recording_end_purge)
+    async with coordinator_in_process(config, nursery) as c:
+        await c.store.with_connection(lambda con: con.execute(
+            "INSERT INTO purges (location_key, location, renewed_at) VALUES ($1, $2, now() - interval '1 hour')",
+            location_key(location), location))
+        monkeypatch.setattr(registry_module, "PURGE_RETRY_S", 1)
+        if renew_fails:   # member A (alone renewing here) cannot reach the database to renew
+            async def no_renewal(self, where):
+                raise OSError("database unreachable")
+            monkeypatch.setattr(PostgresStore, "renew_purge", no_renewal)
+        member = dataclasses.replace(config, cluster=True)
+        a = trio.CancelScope()
+
+        async def member_a():
+            with a:
+                async with trio.open_nursery() as n:
+                    await n.start(Registry(member, c.store, c.files, Metrics()).run)
+        nursery.start_soon(member_a)
+        if shut_down_at is not None:
+            await trio.sleep(shut_down_at)
+            a.cancel()
+        await trio.sleep(1.5 - (shut_down_at or 0))
+        if renew_fails:
+            monkeypatch.undo()   # B reaches the database
+            monkeypatch.setattr(FileIO, "delete_tree_sync", delete_tree_sync)
+            monkeypatch.setattr(PostgresStore, "end_purge", recording_end_purge)
+            monkeypatch.setattr(registry_module, "PURGE_RETRY_S", 1)
+        await nursery.start(Registry(member, c.store, c.files, Metrics()).run)
+        await trio.sleep(4)
+        return started, most[0], at_end
+
+
+async def test_a_member_shut_down_mid_deletion_stops_deleting_and_leaves_its_claim(config, nursery, monkeypatch):
+    started, most, at_end = await _deleting_member(config, nursery, monkeypatch, shut_down_at=0.3)
+    assert len(started) == 2 and most == 1 and at_end == [0], (started, most, at_end)
+
+
+async def test_a_deletion_that_cannot_renew_its_claim_stops_before_another_member_takes_it(
+        config, nursery, monkeypatch):
+    started, most, at_end = await _deleting_member(config, nursery, monkeypatch, renew_fails=True)
+    assert len(started) == 2 and most == 1 and at_end == [0], (started, most, at_end)
