@@ -204,7 +204,7 @@ class FileIO:
                     continue
             except Exception as exc:
                 errors[i] = exc
-            _unlink_quietly(tmp)
+            _quietly(os.unlink, tmp)
         for d, owners in dirs.items():
             try:
                 _fsync_dir(d)
@@ -292,14 +292,11 @@ class FileIO:
             for root, dirs, names in os.walk(local, topdown=False):
                 for name in names:
                     check()
-                    _unlink_quietly(os.path.join(root, name))
+                    _quietly(os.unlink, os.path.join(root, name))
                 for name in dirs:
                     path = os.path.join(root, name)
-                    if os.path.islink(path):   # a link is removed, never followed
-                        _unlink_quietly(path)
-                    else:
-                        _rmdir_quietly(path)
-            _rmdir_quietly(local)
+                    _quietly(os.unlink if os.path.islink(path) else os.rmdir, path)   # a link is never followed
+            _quietly(os.rmdir, local)
             return
         import obstore
         store, key = self.object_store(location)
@@ -361,16 +358,10 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _unlink_quietly(path: str) -> None:
+def _quietly(remove: Callable[[str], None], path: str) -> None:
+    """`remove(path)` (os.unlink, os.rmdir), an OSError ignored: what is left is litter, not a failure."""
     try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def _rmdir_quietly(path: str) -> None:
-    try:
-        os.rmdir(path)
+        remove(path)
     except OSError:
         pass
 
