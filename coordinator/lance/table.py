@@ -249,10 +249,7 @@ class LanceTable:
         """This state with at most 2 x VERSIONS_KEPT versions in memory: over that, the latest VERSIONS_KEPT (so a
         table is trimmed once every VERSIONS_KEPT appends: O(1) per version). Called on the state a commit leaves,
         never between the operations of one batch, whose version deletes count against the batch's first state."""
-        if len(self.versions) <= 2 * VERSIONS_KEPT:
-            return self
-        kept = VersionLog(self.versions[-VERSIONS_KEPT:])
-        return replace(self, versions=kept, log_below=kept[0].version)
+        return self._latest(VERSIONS_KEPT) if len(self.versions) > 2 * VERSIONS_KEPT else self
 
     @property
     def complete(self) -> bool:
@@ -261,9 +258,11 @@ class LanceTable:
 
     def dormant(self) -> LanceTable:
         """What an idle table keeps in memory: its latest few versions; the rest is read back when asked for."""
-        if len(self.versions) <= VERSIONS_KEPT_IDLE:
-            return self
-        kept = VersionLog(self.versions[-VERSIONS_KEPT_IDLE:])
+        return self._latest(VERSIONS_KEPT_IDLE) if len(self.versions) > VERSIONS_KEPT_IDLE else self
+
+    def _latest(self, n: int) -> LanceTable:
+        """Only the latest `n` versions (n >= 1) in memory; the older ones are then in the commit log only."""
+        kept = VersionLog(self.versions[-n:])
         return replace(self, versions=kept, log_below=kept[0].version)
 
     def covers(self, version: int) -> bool:
