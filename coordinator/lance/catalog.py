@@ -32,8 +32,8 @@ from ..transaction import Create
 from . import storage as lance_storage
 from .models import CreateTableVersionEntry, CreateTableVersionRequest, parse_mode
 from .rules import CreateVersion, DeleteVersions, ReadTable, RemoveTable, Steps, show
-from .table import (INT64_MAX, MANIFEST_MAGIC, NAMING_SCHEMES, VERSIONS_KEPT, LanceTable, TableVersion, check_staging_path,
-                    infer_scheme, is_staged, manifest_uri, resolve_path)
+from .table import (INT64_MAX, MANIFEST_MAGIC, NAMING_SCHEMES, VERSIONS_KEPT, LanceTable, TableVersion,
+                    check_staging_path, infer_scheme, is_staged, manifest_uri, resolve_path)
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +177,8 @@ class LanceCatalog:
 
     async def list_namespaces(self, ns: Ident, page_token: str | None, limit: int | None) -> Page:
         await self.describe_namespace(ns)
-        paths = await self.store.list_namespaces(REALM, CATALOG, join_namespace(ns), after=decode_page_token(page_token),
-                                                 limit=one_more(limit))
+        paths = await self.store.list_namespaces(REALM, CATALOG, join_namespace(ns),
+                                                 after=decode_page_token(page_token), limit=one_more(limit))
         paths, nxt = page(paths, limit)
         return Page([split_namespace(p)[-1] for p in paths], nxt)
 
@@ -268,8 +268,8 @@ class LanceCatalog:
 
     async def _logged_versions(self, table_id: uuid.UUID, after: int | None, limit: int | None,
                                descending: bool) -> list[TableVersion]:
-        """`LanceTable.page` from the commit log, for versions older than those in memory (`after` within
-        int64, as `_page_after` makes sure)."""
+        """`LanceTable.page` from the commit log, for versions older than those in memory (`after` within int64,
+        as `list_table_versions` makes sure)."""
         if descending:
             entries = await self.store.read_log(table_id, end=None if after is None else after - 1, limit=limit,
                                                 descending=True)
@@ -470,13 +470,7 @@ class LanceCatalog:
 
         async def make(ref: TableRef) -> Proposal:
             return await self._version_deletion(ref, ranges)
-        for _ in range(RECOUNTS):
-            try:
-                return await self._submit(ident, make)
-            except CommitConflict as exc:
-                if exc.kind != "recount":
-                    raise
-        raise _recounted_too_often()
+        return await _recounting(lambda: self._submit(ident, make))
 
     async def _version_deletion(self, ref: TableRef, ranges: list[tuple[int, int]],
                                 earlier: list[tuple[int, int]] = ()) -> DeleteVersions:
@@ -497,32 +491,36 @@ class LanceCatalog:
         """Apply every operation (kind, table identifier, spec request), across any tables, atomically or not at
         all; (kind, reply) in request order. See `_Batch` for the semantics."""
         ops = [_Op(kind, tuple(ident), request) for kind, ident, request in operations]
-        names_forgotten, recounts = False, 0
-        while True:
-            try:
-                return await _Batch(self, ops).run()
-            except _StaleName:
-                if names_forgotten:
-                    raise NotFound("a table of this batch was dropped while the batch was being applied; nothing "
-                                   "was applied", kind="table") from None
-                # A cached name whose table has gone (dropped, maybe declared again): forget and plan once more.
-                names_forgotten = True
-                for op in ops:
-                    self._refs.pop(op.ident, None)
-            except CommitConflict as exc:
-                recounts += 1
-                if exc.kind != "recount":
-                    raise
-                if recounts == RECOUNTS:
-                    raise _recounted_too_often() from None
+        return await _recounting(lambda: self._batch(ops))
+
+    async def _batch(self, ops: list[_Op]) -> list[tuple[str, Any]]:
+        try:
+            return await _Batch(self, ops).run()
+        except _StaleName:
+            # A cached name whose table has gone (dropped, maybe declared again): forget and plan once more.
+            for op in ops:
+                self._refs.pop(op.ident, None)
+        try:
+            return await _Batch(self, ops).run()
+        except _StaleName:
+            raise NotFound("a table of this batch was dropped while the batch was being applied; nothing was "
+                           "applied", kind="table") from None
 
 
 RECOUNTS = 5   # attempts of a version deletion whose count of older records went stale meanwhile
 
 
-def _recounted_too_often() -> Unavailable:
-    return Unavailable("the table's versions kept changing while their records were counted; nothing was applied, "
-                       "retry", retry_after_s=1)
+async def _recounting(attempt: Callable[[], Awaitable[Any]]) -> Any:
+    """`attempt()`, again while a version deletion in it finds its count of older records stale (it applied
+    nothing then), at most RECOUNTS times."""
+    for _ in range(RECOUNTS):
+        try:
+            return await attempt()
+        except CommitConflict as exc:
+            if exc.kind != "recount":
+                raise
+    raise Unavailable("the table's versions kept changing while their records were counted; nothing was applied, "
+                      "retry", retry_after_s=1)
 
 
 class _StaleName(Exception):
