@@ -160,23 +160,28 @@ class Registry:
         stays): those taken over at start-up, then every PURGE_RETRY_S the claims nobody renewed for that long (a
         running deletion renews its claim, `_Renewal`)."""
         while True:
-            waiting = set(taken)   # renewed until their turn: taken over, they are ours alone
-            renewal = _Renewal(self.store, waiting)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(renewal.run)
-                for location in taken:
-                    if renewal.stop.is_set():
-                        break   # no longer surely ours: left for a later pass, here or on another member
-                    waiting.discard(location)   # from now on its deletion renews it
-                    log.info("resuming the deletion of dropped table files at %s", location)
-                    try:
-                        await delete_own_location(self.store, self.files, location)
-                    except Exception as exc:
-                        log.warning("deleting dropped table files at %s failed (retried in %d s): %s", location,
-                                    PURGE_RETRY_S, exc)
-                nursery.cancel_scope.cancel()
+            if taken:
+                await self._resume(taken)
             await trio.sleep(PURGE_RETRY_S)
             taken = await self._take_over_purges(PURGE_RETRY_S)
+
+    async def _resume(self, taken: list[str]) -> None:
+        """Delete the locations of claims taken over, one after another."""
+        waiting = set(taken)   # renewed until their turn: taken over, they are ours alone
+        renewal = _Renewal(self.store, waiting)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(renewal.run)
+            for location in taken:
+                if renewal.stop.is_set():
+                    break   # no longer surely ours: left for a later pass, here or on another member
+                waiting.discard(location)   # from now on its deletion renews it
+                log.info("resuming the deletion of dropped table files at %s", location)
+                try:
+                    await delete_own_location(self.store, self.files, location)
+                except Exception as exc:
+                    log.warning("deleting dropped table files at %s failed (retried in %d s): %s", location,
+                                PURGE_RETRY_S, exc)
+            nursery.cancel_scope.cancel()
 
     # -- addressing ----------------------------------------------------------------------------------------
 
