@@ -95,7 +95,8 @@ async def test_claims_waiting_their_turn_stay_renewed_so_no_member_takes_them_ag
         assert deleted.count(second) == 1, deleted
 
 
-async def _deleting_member(config, nursery, monkeypatch, *, renew_fails: bool = False, shut_down_at: float | None = None):
+async def _deleting_member(config, nursery, monkeypatch, *, renew_fails: bool = False,
+                           shut_down_at: float | None = None):
     """Member A takes over a stale claim and deletes it slowly (a thread, chunk by chunk, as the real one: it cannot
     be cancelled); member B starts 1.5 s later. PURGE_RETRY_S is 1 s. Returns (deletions started, most at once,
     deletion threads running when the claim was ended)."""
