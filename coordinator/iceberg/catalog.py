@@ -268,42 +268,42 @@ class DropTable:
     store: Any = None             # purge asks it whether the location is still the table's own
 
     def decide(self, state: IcebergTable | UnreadableTable) -> Decision:
+        """purgeRequested: "purge the underlying table's data and metadata", once the drop is durable. Java
+        (`CatalogUtil.dropTableData`) deletes every file the metadata reaches. Here only what lies in the table's
+        own location is deleted: every path in the metadata (manifest lists, statistics, the metadata log of a
+        registered table) is the client's word, and a purge must never reach another table's files. Then:
+        - with `gc.enabled` (Java's guard: false when data files may be shared with another table), all of it:
+          data, manifests, metadata (`delete_own_location`: only while no other table is at, above or below it;
+          `set-location` may have moved one there). The location is claimed until then (Decision.purge);
+        - without, the files the metadata names there (metadata files, manifest lists, statistics), not data
+          files: unique names no new table writes, so nothing is claimed.
+        Files outside the location (a table moved by `set-location` leaves its older ones behind) stay."""
         _check_ident(state, self.ident, unreadable_ok=True)
         after = claim = None
         if self.purge and self.warehouse is not None and isinstance(state, IcebergTable):
-            after = functools.partial(_purge, self.files, self.store, self.warehouse, state)
             location = state.metadata.get("location")
-            # Claimed only if the whole location goes: without gc, only files the metadata names (unique names no
-            # new table writes), and a resumed claim must never delete the data files gc.enabled=false keeps.
-            if location and is_below(self.warehouse, location) and _gc_enabled(state.metadata):
+            if not (location and is_below(self.warehouse, location)):
+                after = functools.partial(_not_purged, state.ident, location)
+            elif _gc_enabled(state.metadata):
+                after = functools.partial(delete_own_location, self.store, self.files, location)
                 claim = location
+            else:
+                after = functools.partial(_purge_named_files, self.files, self.store, location, state)
         return Decision(None, reply=None, delete=True, after_durable=after, purge=claim,
                         idempotency=_idempotency(self.idempotency_key, 204, None))
 
 
-async def _purge(files, store, warehouse: str, table: IcebergTable) -> None:
-    """purgeRequested: "purge the underlying table's data and metadata", once the drop is durable. Java
-    (`CatalogUtil.dropTableData`) deletes every file the metadata reaches. Here only what lies in the table's own
-    location is deleted: every path in the metadata (manifest lists, statistics, the metadata log of a registered
-    table) is the client's word, and a purge must never reach another table's files. The location is the table's
-    own if it lies in the warehouse and no other table is at, above or below it (checked now: `set-location` may
-    have moved it). Then:
-    - with `gc.enabled` (Java's guard: false when data files may be shared with another table), all of it: data,
-      manifests, metadata;
-    - without, the files the metadata names there (metadata files, manifest lists, statistics), not data files.
-    Files outside the location (a table moved by `set-location` leaves its older ones behind) stay."""
-    meta = table.metadata
-    location = meta.get("location")
-    if not (location and is_below(warehouse, location)):
-        log.warning("purge of %s: location %s is not below the warehouse; no files deleted", table.ident, location)
-        return
-    if _gc_enabled(meta):
-        await delete_own_location(store, files, location)   # ends the drop's claim (DropTable)
-        return
+async def _not_purged(ident: TableIdent, location: str | None) -> None:
+    log.warning("purge of %s: location %s is not below the warehouse; no files deleted", ident, location)
+
+
+async def _purge_named_files(files, store, location: str, table: IcebergTable) -> None:
+    """A purge with `gc.enabled=false` (DropTable): the files the metadata names in the table's location."""
     if await store.location_taken(location):
         log.warning("purge of %s: another table lives at, above or below %s; no files deleted", table.ident,
                     location)
         return
+    meta = table.metadata
     named = [table.metadata_location, *(e.get("metadata-file") for e in meta.get("metadata-log", [])),
              *(s.get("manifest-list") for s in meta.get("snapshots", [])),
              *(f.get("statistics-path") for f in (*meta.get("statistics", []), *meta.get("partition-statistics", [])))]
