@@ -353,8 +353,8 @@ class TableActor:
             return proposal.decide(state)
         except CoordinatorError as exc:
             reply.fail(exc)
-            # At most one such reload per RELOAD_INTERVAL_S: a reload reads the whole commit log, and any writer
-            # could otherwise make the table reload on every request.
+            # At most one such reload per RELOAD_INTERVAL_S: a reload reads the store and probes the table's files,
+            # and any writer could otherwise make the table reload on every request.
             if exc.reload and time.monotonic() - self.loaded_at > RELOAD_INTERVAL_S:
                 self.loaded = False
         except Exception as exc:
