@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable
@@ -51,60 +52,69 @@ PURGE_RETRY_S = 600  # a failed deletion of a dropped table's files is retried t
 KEEP_STATE = Compaction(compact=lambda state: state, expand=lambda row, state: state)
 
 
-async def delete_own_location(store, files, location: str) -> bool:
+async def delete_own_location(store, files, location: str, owner: UUID | None = None) -> bool:
     """Delete a dropped table's location, unless another table lives at, above or below it (rows from before
     locations were exclusive, or an Iceberg table moved there by `set-location`): then nothing, and a warning.
     True if deleted. A module function, so that a clean-up partial can travel to a table's owner.
 
     The drop claimed the location (Decision.purge), so no table can be created there meanwhile; the claim ends
-    here, or stays if the deletion failed, to be retried (Registry.resume_purges)."""
+    here, or stays if the deletion failed, to be retried (Registry.resume_purges). `owner` is the claim's token:
+    None for the member that served the drop, a fresh one for a member that took the claim over."""
     if await store.location_taken(location, purges=False):
         log.warning("not deleting %s: another table lives at, above or below it", location)
-        await store.end_purge(location)
+        await store.end_purge(location, owner)
         return False
-    renewal = _Renewal(store, {location})
+    renewal = _Renewal(store, {location: owner})
     failure = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(renewal.run)
         try:
-            await files.delete_tree(location, renewal.stop)
+            await files.delete_tree(location, renewal.lapsed)
         except Exception as exc:   # raised as it is, not inside the nursery's ExceptionGroup
             failure = exc
-        if failure is None and renewal.stop.is_set():
+        if failure is None and renewal.lapsed():
             failure = DeletionStopped(f"the deletion of {location} stopped: its claim could not be renewed")
         nursery.cancel_scope.cancel()
     if failure is not None:
         raise failure   # the claim stays: a later pass deletes what is left
-    await store.end_purge(location)
+    await store.end_purge(location, owner)
     return True
 
 
 class _Renewal:
     """Keeps claims renewed while their deletions run or wait their turn (a large table on an object store may take
     long), so that `Registry.resume_purges` here or on another member never starts a second deletion that would
-    outlive the claim. `stop` is set once the claims may no longer be ours: renewing failed for half the time after
-    which another member takes them over, or this task ended (a shutdown cancelled it) while a deletion thread,
-    which cannot be cancelled, may still run. The deletion then stops at its next file, its claim left for later."""
+    outlive the claim.
 
-    def __init__(self, store, locations: set[str]):
-        self.store, self.locations = store, locations   # `locations` may change while this runs
-        self.stop = threading.Event()
+    `lapsed()` turns true once the claims may no longer be ours, and the deletion (a thread, which cannot be
+    cancelled) stops at its next file, its claim left for later: when another member took a claim over, when
+    this task ended (a shutdown cancelled it), or when no renewal succeeded for half the time after which
+    another member takes claims over. That last is checked against the clock, not by this task, so that a
+    process that froze (a paused VM) stops at once when it wakes, before this task has run again."""
+
+    def __init__(self, store, claims: dict[str, UUID | None]):
+        self.store, self.claims = store, claims   # location -> owner token; `claims` may change while this runs
+        self._stop = threading.Event()
+        self._valid_until = time.monotonic() + PURGE_RETRY_S / 2
+
+    def lapsed(self) -> bool:
+        return self._stop.is_set() or time.monotonic() > self._valid_until
 
     async def run(self) -> None:
-        renewed = trio.current_time()
         try:
-            while not self.stop.is_set():
+            while not self.lapsed():
                 await trio.sleep(PURGE_RETRY_S / 10)
+                sent = time.monotonic()   # the database stamps the renewal no earlier than this
                 try:
-                    for location in list(self.locations):
-                        await self.store.renew_purge(location)
-                    renewed = trio.current_time()
+                    for location, owner in list(self.claims.items()):
+                        if not await self.store.renew_purge(location, owner):
+                            log.warning("the claim on %s was taken over by another member: stopping", location)
+                            return
+                    self._valid_until = sent + PURGE_RETRY_S / 2
                 except Exception as exc:
-                    log.warning("cannot renew the claims on %s: %s", sorted(self.locations), exc)
-                    if trio.current_time() - renewed > PURGE_RETRY_S / 2:
-                        self.stop.set()
+                    log.warning("cannot renew the claims on %s: %s", sorted(self.claims), exc)
         finally:
-            self.stop.set()
+            self._stop.set()
 
 
 class Registry:
@@ -139,23 +149,27 @@ class Registry:
             resumable = hasattr(self.store, "pending_purges")
             # Taken before anything is served: a drop served from then on holds a claim of its own, running.
             # In a cluster another member may be deleting at our start-up: only claims nobody renewed.
-            taken = await self._take_over_purges(PURGE_RETRY_S if self.config.cluster else 0.0) if resumable else []
+            taken = await self._take_over_purges(PURGE_RETRY_S if self.config.cluster else 0.0) if resumable else {}
             task_status.started(self)
             if resumable:
                 nursery.start_soon(self.resume_purges, taken)
             await trio.sleep_forever()
 
-    async def _take_over_purges(self, older_than_s: float) -> list[str]:
+    async def _take_over_purges(self, older_than_s: float) -> dict[str, UUID]:
         """The claims on dropped tables' locations nobody renewed for `older_than_s`, now ours to delete (of all
-        members at once, one takes each)."""
+        members at once, one takes each): location -> our owner token."""
         try:
-            return [location for location in await self.store.pending_purges(older_than_s)
-                    if await self.store.take_over_purge(location, older_than_s)]
+            taken = {}
+            for location in await self.store.pending_purges(older_than_s):
+                owner = await self.store.take_over_purge(location, older_than_s)
+                if owner is not None:
+                    taken[location] = owner
+            return taken
         except Exception as exc:
             log.warning("cannot read the pending deletions (retried in %d s): %s", PURGE_RETRY_S, exc)
-            return []
+            return {}
 
-    async def resume_purges(self, taken: list[str]) -> None:
+    async def resume_purges(self, taken: dict[str, UUID]) -> None:
         """Deletions of dropped tables' locations that did not end (a crash, or a failed deletion: the claim
         stays): those taken over at start-up, then every PURGE_RETRY_S the claims nobody renewed for that long (a
         running deletion renews its claim, `_Renewal`)."""
@@ -165,19 +179,19 @@ class Registry:
             await trio.sleep(PURGE_RETRY_S)
             taken = await self._take_over_purges(PURGE_RETRY_S)
 
-    async def _resume(self, taken: list[str]) -> None:
+    async def _resume(self, taken: dict[str, UUID]) -> None:
         """Delete the locations of claims taken over, one after another."""
-        waiting = set(taken)   # renewed until their turn: taken over, they are ours alone
+        waiting = dict(taken)   # renewed until their turn: taken over, they are ours alone
         renewal = _Renewal(self.store, waiting)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(renewal.run)
-            for location in taken:
-                if renewal.stop.is_set():
+            for location, owner in taken.items():
+                if renewal.lapsed():
                     break   # no longer surely ours: left for a later pass, here or on another member
-                waiting.discard(location)   # from now on its deletion renews it
+                del waiting[location]   # from now on its deletion renews it
                 log.info("resuming the deletion of dropped table files at %s", location)
                 try:
-                    await delete_own_location(self.store, self.files, location)
+                    await delete_own_location(self.store, self.files, location, owner)
                 except Exception as exc:
                     log.warning("deleting dropped table files at %s failed (retried in %d s): %s", location,
                                 PURGE_RETRY_S, exc)

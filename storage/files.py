@@ -15,7 +15,6 @@ import functools
 import hashlib
 import os
 import re
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -245,10 +244,10 @@ class FileIO:
                     break   # not empty (or gone): nor are those above it
                 parent = os.path.dirname(parent)
 
-    async def delete_tree(self, location: str, stop: threading.Event | None = None) -> None:
+    async def delete_tree(self, location: str, stop: Callable[[], bool] | None = None) -> None:
         """Delete everything under a table location (a purge). Locations are exclusive to one table (see
-        `location_key`), so this never reaches another table's files. Once `stop` is set the deletion ends at its
-        next file (or object-store page) with `DeletionStopped`: a thread cannot be cancelled."""
+        `location_key`), so this never reaches another table's files. Once `stop()` is true the deletion ends at
+        its next file (or object-store page) with `DeletionStopped`: a thread cannot be cancelled."""
         await trio.to_thread.run_sync(self.delete_tree_sync, location, stop)
 
     # -- sync implementations --------------------------------------------------------------------------------
@@ -282,9 +281,9 @@ class FileIO:
             return
         path.unlink(missing_ok=True)
 
-    def delete_tree_sync(self, location: str, stop: threading.Event | None = None) -> None:
+    def delete_tree_sync(self, location: str, stop: Callable[[], bool] | None = None) -> None:
         def check() -> None:
-            if stop is not None and stop.is_set():
+            if stop is not None and stop():
                 raise DeletionStopped(f"the deletion of {location} was stopped before it ended")
         local = local_path(location)
         if local is not None:

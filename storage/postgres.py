@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Awaitable, Callable, TypeVar
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import asyncpg
 import orjson
@@ -611,23 +611,27 @@ class PostgresStore:
             float(older_than_s)))
         return [r["location"] for r in rows]
 
-    async def take_over_purge(self, location: str, older_than_s: float) -> bool:
-        """Renew the claim on `location` if nobody renewed it for `older_than_s`: True for the one caller (of any
-        member) that may resume its deletion."""
+    async def take_over_purge(self, location: str, older_than_s: float) -> UUID | None:
+        """Take over the claim on `location` if nobody renewed it for `older_than_s`: the new owner's token for
+        the one caller (of any member) that may resume its deletion, None for the others."""
         return await self._call(lambda con: con.fetchval(
-            "UPDATE purges SET renewed_at = now() WHERE location_key = $1"
-            " AND renewed_at <= now() - make_interval(secs => $2) RETURNING true",
-            location_key(location), float(older_than_s))) is True
+            "UPDATE purges SET renewed_at = now(), owner = $3 WHERE location_key = $1"
+            " AND renewed_at <= now() - make_interval(secs => $2) RETURNING owner",
+            location_key(location), float(older_than_s), uuid4()))
 
-    async def renew_purge(self, location: str) -> None:
-        """The deletion of `location` is still running here: nobody else is to resume it."""
-        await self._call(lambda con: con.execute("UPDATE purges SET renewed_at = now() WHERE location_key = $1",
-                                                 location_key(location)))
+    async def renew_purge(self, location: str, owner: UUID | None) -> bool:
+        """The deletion of `location` is still running here: nobody else is to resume it. False if the claim is
+        no longer `owner`'s (another member took it over)."""
+        return await self._call(lambda con: con.fetchval(
+            "UPDATE purges SET renewed_at = now() WHERE location_key = $1 AND owner IS NOT DISTINCT FROM $2"
+            " RETURNING true", location_key(location), owner)) is True
 
-    async def end_purge(self, location: str) -> None:
-        """The dropped table's files at `location` are deleted: the location is free for a new table."""
-        await self._call(lambda con: con.execute("DELETE FROM purges WHERE location_key = $1",
-                                                 location_key(location)))
+    async def end_purge(self, location: str, owner: UUID | None) -> None:
+        """The dropped table's files at `location` are deleted: the location is free for a new table. Only the
+        claim's owner ends it: a claim taken over meanwhile belongs to a deletion that may still be running."""
+        await self._call(lambda con: con.execute(
+            "DELETE FROM purges WHERE location_key = $1 AND owner IS NOT DISTINCT FROM $2",
+            location_key(location), owner))
 
     async def settled_row_version(self, table_id: UUID) -> int | None:
         """The row's version once no transaction is writing it: FOR UPDATE waits for a writer whose connection

@@ -153,8 +153,6 @@ async def test_reads_and_deletes_are_grouped_too_and_keep_their_own_errors(tmp_p
 
 
 def test_a_tree_deletion_removes_everything_or_stops_when_asked(tmp_path):
-    import threading
-
     import pytest
 
     from storage.files import DeletionStopped
@@ -173,12 +171,10 @@ def test_a_tree_deletion_removes_everything_or_stops_when_asked(tmp_path):
     files = FileIO()
     stopped = tmp_path / "stopped"
     tree(stopped)
-    stop = threading.Event()
-    stop.set()
     with pytest.raises(DeletionStopped):
-        files.delete_tree_sync(stopped.as_uri(), stop)
+        files.delete_tree_sync(stopped.as_uri(), lambda: True)
     assert (stopped / "metadata" / "v1.json").exists()
     whole = tmp_path / "whole"
     outside = tree(whole)
-    files.delete_tree_sync(whole.as_uri(), threading.Event())
+    files.delete_tree_sync(whole.as_uri(), lambda: False)
     assert not whole.exists() and (outside / "keep").exists()

@@ -16,7 +16,7 @@ async def test_only_one_member_takes_over_a_claim_nobody_renewed(coord):
         location_key(location), location))
     assert await coord.store.pending_purges(600) == [location]
     taken = [await coord.store.take_over_purge(location, 600) for _ in range(3)]
-    assert taken == [True, False, False] and await coord.store.pending_purges(600) == []
+    assert taken[0] is not None and taken[1:] == [None, None] and await coord.store.pending_purges(600) == []
 
 
 async def test_claims_are_taken_over_before_anything_is_served(config, nursery, monkeypatch):
@@ -124,7 +124,7 @@ async def _deleting_member(config, nursery, monkeypatch, *, renew_fails: bool = 
             slow = len(started) == 1
         try:
             for _ in range(60 if slow else 1):
-                if stop is not None and stop.is_set():
+                if stop is not None and stop():
                     raise OSError("stopped")
                 time.sleep(0.05)
         finally:
@@ -133,9 +133,9 @@ async def _deleting_member(config, nursery, monkeypatch, *, renew_fails: bool = 
     monkeypatch.setattr(FileIO, "delete_tree_sync", delete_tree_sync)
     end_purge = PostgresStore.end_purge
 
-    async def recording_end_purge(self, where):
+    async def recording_end_purge(self, where, owner):
         at_end.append(running[0])
-        await end_purge(self, where)
+        await end_purge(self, where, owner)
     monkeypatch.setattr(PostgresStore, "end_purge", recording_end_purge)
     async with coordinator_in_process(config, nursery) as c:
         await c.store.with_connection(lambda con: con.execute(
@@ -143,7 +143,7 @@ async def _deleting_member(config, nursery, monkeypatch, *, renew_fails: bool = 
             location_key(location), location))
         monkeypatch.setattr(registry_module, "PURGE_RETRY_S", 1)
         if renew_fails:   # member A (alone renewing here) cannot reach the database to renew
-            async def no_renewal(self, where):
+            async def no_renewal(self, where, owner):
                 raise OSError("database unreachable")
             monkeypatch.setattr(PostgresStore, "renew_purge", no_renewal)
         member = dataclasses.replace(config, cluster=True)
@@ -177,3 +177,99 @@ async def test_a_deletion_that_cannot_renew_its_claim_stops_before_another_membe
         config, nursery, monkeypatch):
     started, most, at_end = await _deleting_member(config, nursery, monkeypatch, renew_fails=True)
     assert len(started) == 2 and most == 1 and at_end == [0], (started, most, at_end)
+
+
+async def test_a_claim_taken_over_is_renewed_and_ended_only_by_its_new_owner(coord):
+    """The member that served a drop froze mid-deletion (a paused VM) and another took its claim over. Waking, the
+    first may neither renew nor end the claim: the other's deletion may still be running, and a table created at
+    the location meanwhile would lose its files to it."""
+    location = f"{coord.config.warehouse_uri}/frozen"
+    await coord.store.with_connection(lambda con: con.execute(
+        "INSERT INTO purges (location_key, location, renewed_at) VALUES ($1, $2, now() - interval '20 minutes')",
+        location_key(location), location))
+    assert await coord.store.renew_purge(location, None)   # the drop's own claim, before anyone took it
+    await coord.store.with_connection(lambda con: con.execute(
+        "UPDATE purges SET renewed_at = now() - interval '20 minutes'"))
+    owner = await coord.store.take_over_purge(location, 600)
+    assert owner is not None
+    assert not await coord.store.renew_purge(location, None)
+    await coord.store.end_purge(location, None)
+    assert await coord.store.pending_purges(0) == [location]
+    assert await coord.store.location_taken(location)       # creates there still refused
+    assert await coord.store.renew_purge(location, owner)
+    await coord.store.end_purge(location, owner)
+    assert await coord.store.pending_purges(0) == []
+
+
+async def _slow_deletion(coord, monkeypatch, meanwhile):
+    """Delete a claimed location with delete_own_location (the drop's member: owner None), its files removed one
+    by one every 50 ms, PURGE_RETRY_S 1 s; `meanwhile()` runs 0.3 s in. Returns (the error, files deleted)."""
+    import time
+
+    import trio
+
+    from coordinator import registry as registry_module
+    from coordinator.registry import delete_own_location
+    from storage.files import FileIO, to_local_path
+
+    location = f"{coord.config.warehouse_uri}/slow-drop"
+    root = to_local_path(location)
+    root.mkdir(parents=True)
+    for i in range(40):
+        (root / f"{i:02}.parquet").write_bytes(b"x")
+    deleted = []
+    unlink = FileIO.delete_tree_sync
+
+    def slow_delete_tree_sync(self, where, stop=None):
+        def slow_stop():
+            time.sleep(0.05)
+            deleted.append(1)
+            return stop()
+        unlink(self, where, slow_stop)
+    monkeypatch.setattr(FileIO, "delete_tree_sync", slow_delete_tree_sync)
+    monkeypatch.setattr(registry_module, "PURGE_RETRY_S", 1)
+    await coord.store.with_connection(lambda con: con.execute(
+        "INSERT INTO purges (location_key, location) VALUES ($1, $2)", location_key(location), location))
+    error = []
+
+    async def drop_member():
+        try:
+            await delete_own_location(coord.store, coord.files, location)
+        except Exception as exc:
+            error.append(exc)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(drop_member)
+        await trio.sleep(0.3)
+        await meanwhile(location)
+    return (error[0] if error else None), len(deleted), location
+
+
+async def test_a_deletion_stops_and_keeps_off_a_claim_another_member_took_over(coord, monkeypatch):
+    from storage.files import DeletionStopped
+
+    owners = []
+
+    async def another_member_takes_it_over(location):
+        await coord.store.with_connection(lambda con: con.execute(
+            "UPDATE purges SET renewed_at = now() - interval '20 minutes'"))
+        owners.append(await coord.store.take_over_purge(location, 600))
+    error, deleted, location = await _slow_deletion(coord, monkeypatch, another_member_takes_it_over)
+    assert isinstance(error, DeletionStopped) and deleted < 40, (error, deleted)
+    assert owners[0] is not None and await coord.store.pending_purges(0) == [location]   # the new owner's
+
+
+async def test_a_deletion_whose_renewal_hangs_stops_by_the_clock(coord, monkeypatch):
+    """A renewal stuck in the database (or a process that froze) must not leave the deletion running past the time
+    after which another member may take its claim over: the deletion thread checks the clock itself."""
+    import trio
+
+    from storage.files import DeletionStopped
+    from storage.postgres import PostgresStore
+
+    async def hangs(location):
+        async def stuck(self, where, owner):
+            await trio.sleep_forever()
+        monkeypatch.setattr(PostgresStore, "renew_purge", stuck)
+    error, deleted, location = await _slow_deletion(coord, monkeypatch, hangs)
+    assert isinstance(error, DeletionStopped) and 8 <= deleted < 40, (error, deleted)
+    assert await coord.store.pending_purges(0) == [location]
