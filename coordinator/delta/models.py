@@ -8,6 +8,7 @@ in `rules.py`, so every rejection there can name the field and the spec's constr
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -19,6 +20,8 @@ ColumnTypeName = Literal[
     "TABLE_TYPE"]
 TableType = Literal["MANAGED", "EXTERNAL", "STREAMING_TABLE", "MATERIALIZED_VIEW", "METRIC_VIEW", "VIEW"]
 DataSourceFormat = Literal["DELTA", "CSV", "JSON", "AVRO", "PARQUET", "ORC", "TEXT"]
+
+_DIGITS = re.compile(r"^-?[0-9]{1,19}$")   # a Java long, spelled by Long.toString
 
 
 class _Body(BaseModel):
@@ -125,6 +128,9 @@ class Metadata(_Body):
         if not isinstance(value, dict):
             return value
         value = dict(value)
+        created = value.get("created_time")
+        if isinstance(created, str) and _DIGITS.match(created):
+            value["created_time"] = int(created)   # Delta 4.0's UC client sends it as a string (Long.toString)
         schema = value.get("schema")
         if isinstance(schema, dict) and set(schema) <= {"columns"}:
             value["schema"] = schema.get("columns") or []
