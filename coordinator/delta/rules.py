@@ -36,8 +36,9 @@ ICT_PROPERTY = "delta.enableInCommitTimestamps"
 REQUIRED_FEATURE_PROPERTIES = tuple(f"delta.feature.{f}" for f in ("catalogManaged", "inCommitTimestamp",
                                                                    "vacuumProtocolCheck"))
 MIN_VERSION_PROPERTIES = (("delta.minReaderVersion", 3), ("delta.minWriterVersion", 7))
-# Stamped anew by each metadata change, so only their type is part of the contract, and not their presence:
-# writers derive them from the log and not every client sends them.
+# The catalog's bookkeeping of the last metadata change (UC managed tables spec: "the version of the last commit
+# that changed table metadata", and its timestamp; "they have no Delta log representation"): stamped by the
+# catalog on each metadata change, so a client need not send them, and only their type is checked if it does.
 STAMP_PROPERTIES = ("delta.lastUpdateVersion", "delta.lastCommitTimestamp")
 _UNSIGNED = re.compile(r"^[0-9]{1,19}$")  # not int(): it takes " 3", "+3" and "3_0"
 
@@ -283,7 +284,7 @@ def decide_commit(table: DeltaTable, req: CommitRequest, *, max_unpublished: int
         return new   # most commits: the catalog entry stays as it is, so it is neither copied nor compared
     info = dict(new.info)
     if req.metadata is not None:
-        _apply_metadata(info, table, req.metadata, now_ms)
+        _apply_metadata(info, table, req.metadata, ci, now_ms)
     if req.uniform is not None:
         info["uniform"] = {"iceberg": _check_uniform(table, req.uniform, ci).to_json()}
         info["updated_at"] = now_ms
@@ -304,14 +305,16 @@ def _keep_protocol_properties(sent: Mapping[str, str], current: Mapping[str, str
     return props
 
 
-def _apply_metadata(info: dict[str, Any], table: DeltaTable, metadata: Metadata, now_ms: int) -> None:
+def _apply_metadata(info: dict[str, Any], table: DeltaTable, metadata: Metadata, ci: CommitInfo,
+                    now_ms: int) -> None:
     """Seed: `metadata` is the desired final state of description, schema and properties; the properties
     must still hold every required property of a catalog-managed table. Metadata without `properties` leaves
-    them as they are."""
+    them as they are, but for the stamp of this change (`STAMP_PROPERTIES`: its version and timestamp)."""
+    props = info.get("properties") or {}
     if metadata.properties is not None:
-        props = _keep_protocol_properties(metadata.properties, info.get("properties") or {})
+        props = _keep_protocol_properties(metadata.properties, props)
         check_required_properties(table.table_id, props, "metadata.properties")
-        info["properties"] = props
+    info["properties"] = {**props, STAMP_PROPERTIES[0]: str(ci.version), STAMP_PROPERTIES[1]: str(ci.timestamp)}
     if metadata.schema_ is not None:
         info["columns"] = [c.to_json() for c in metadata.schema_]
     if metadata.description is not None:
