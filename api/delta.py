@@ -345,4 +345,23 @@ async def write_metrics() -> Response:
 @bp.route("/<path:rest>", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
 @guard(authenticated)
 async def unknown_endpoint(rest: str) -> Response:
+    allowed = _methods_served_at(request.path)
+    if allowed:
+        return uc_error(405, "METHOD_NOT_ALLOWED", f"{request.method} is not allowed on /{rest}; allowed: "
+                        f"{', '.join(allowed)}", {"Allow": ", ".join(allowed)})
     return uc_error(404, "ENDPOINT_NOT_FOUND", f"no such Unity Catalog endpoint: {request.method} /{rest}")
+
+
+def _methods_served_at(path: str) -> list[str]:
+    """The methods a route other than the catch-all serves at `path` (it takes every method, so werkzeug's own
+    405 never happens here)."""
+    adapter = current_app.create_url_adapter(request)
+    allowed = []
+    for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"):
+        try:
+            rule, _ = adapter.match(path, method=method, return_rule=True)
+        except HTTPException:   # no route, or a redirect
+            continue
+        if rule.endpoint != request.url_rule.endpoint:
+            allowed.append(method)
+    return allowed

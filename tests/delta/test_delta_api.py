@@ -367,7 +367,8 @@ def test_commit_seed_samples(uc):
     assert r.status_code == 200, r.text
     info = uc.get("/tables/main.default.my_table").json()
     assert info["comment"] == "Updated table description"
-    assert info["columns"] == metadata["schema"] and info["properties"] == metadata["properties"]
+    assert info["columns"] == metadata["schema"]
+    assert info["properties"] == {**metadata["properties"], "delta.lastCommitTimestamp": str(c2["timestamp"])}
     assert info["updated_at"] >= table["updated_at"]
 
     # Sample 4: UniForm Iceberg info, stored with the table.
@@ -529,10 +530,18 @@ def test_published_version_is_checked_before_the_commit(uc):
     assert uc.commits(table) == {"commits": [c2], "latest_table_version": 2}
 
 
+def stamp_of(uc: UC, table: dict, version: int) -> dict[str, str]:
+    """What a metadata change ratified at `version` stamps on the table's properties. UC managed tables spec:
+    `delta.lastUpdateVersion` is "the version of the last commit that changed table metadata" and
+    `delta.lastCommitTimestamp` its timestamp, "catalog bookkeeping ... no Delta log representation"."""
+    commit = next(c for c in uc.commits(table)["commits"] if c["version"] == version)
+    return {"delta.lastUpdateVersion": str(version), "delta.lastCommitTimestamp": str(commit["timestamp"])}
+
+
 def test_metadata_keeps_required_properties(uc):
     """Seed, Write a Commit, `metadata.properties`: "When updating, always includes all the required properties".
-    A metadata update that drops or contradicts one is refused whole, in either metadata shape; per-commit
-    stamps may change."""
+    A metadata update that drops or contradicts one is refused whole, in either metadata shape; the stamps of
+    the last metadata change are the catalog's, whatever the client sends."""
     table = uc.create_managed("t")
     tid = table["table_id"]
     for route in ("/delta/commit", "/delta/preview/commits"):
@@ -547,7 +556,7 @@ def test_metadata_keeps_required_properties(uc):
              "delta.feature.deletionVectors": "supported", "delta.enableDeletionVectors": "true"}
     r = uc.commit(table, 1, route="/delta/preview/commits", metadata={"properties": {"properties": props}})
     assert r.status_code == 200, r.text
-    assert uc.get("/tables/main.default.t").json()["properties"] == props
+    assert uc.get("/tables/main.default.t").json()["properties"] == {**props, **stamp_of(uc, table, 1)}
     assert uc.commits(table)["latest_table_version"] == 1
 
 
@@ -562,7 +571,8 @@ def test_commit_metadata_from_the_delta_log_configuration(uc):
     r = uc.commit(table, 1, metadata={"properties": configuration})
     assert r.status_code == 200, r.text
     props = uc.get("/tables/main.default.t").json()["properties"]
-    assert props == {**configuration, **{k: table_properties(tid)[k] for k in DERIVED_PROPERTIES}}
+    assert props == {**configuration, **{k: table_properties(tid)[k] for k in DERIVED_PROPERTIES},
+                     **stamp_of(uc, table, 1)}
 
 
 def test_server_fault_is_internal_error(uc, monkeypatch):
@@ -660,12 +670,49 @@ def test_metadata_in_unity_catalog_oss_shape(uc):
     r = uc.commit(table, 1, route="/delta/preview/commits", metadata=metadata)
     assert r.status_code == 200, r.text
     info = uc.get("/tables/main.default.t").json()
-    assert info["comment"] == "oss shaped" and info["columns"] == COLUMNS[:1] and info["properties"] == props
-    # Fields left out keep their values.
+    assert info["comment"] == "oss shaped" and info["columns"] == COLUMNS[:1]
+    assert info["properties"] == {**props, **stamp_of(uc, table, 1)}
+    # Fields left out keep their values; the change is stamped all the same.
     assert uc.commit(table, 2, metadata={"description": "only the comment"}).status_code == 200
     info2 = uc.get("/tables/main.default.t").json()
     assert info2["comment"] == "only the comment" and info2["columns"] == COLUMNS[:1]
-    assert info2["properties"] == props
+    assert info2["properties"] == {**props, **stamp_of(uc, table, 2)}
+
+
+def test_metadata_changes_are_stamped_and_data_commits_are_not(uc):
+    """The stamps say which commit last changed the metadata: a data-only commit leaves them (UC managed tables
+    spec: "Data-only commits do not update this value"), and a commit that changes the metadata sets them to its
+    own version and timestamp, also when the client sends only the log's configuration, which never holds them."""
+    table = uc.create_managed("t")
+    tid = table["table_id"]
+    created = uc.get("/tables/main.default.t").json()["properties"]
+    assert uc.commit(table, 1).status_code == 200
+    assert uc.get("/tables/main.default.t").json()["properties"] == created
+    configuration = {"io.unitycatalog.tableId": tid, "delta.enableInCommitTimestamps": "true"}
+    r = uc.commit(table, 2, route="/delta/preview/commits", metadata={"properties": {"properties": configuration}})
+    assert r.status_code == 200, r.text
+    props = uc.get("/tables/main.default.t").json()["properties"]
+    assert {k: props[k] for k in stamp_of(uc, table, 2)} == stamp_of(uc, table, 2)
+    assert uc.commit(table, 3).status_code == 200
+    assert uc.get("/tables/main.default.t").json()["properties"] == props
+
+
+def test_delta_4_0_metadata_with_created_time_as_a_string(uc):
+    """Delta 4.0's UC client (`UCRestClientPayload.Metadata.fromAbstractMetadata`) sends `created_time` as a
+    string (`Long.toString()`), with `delta_table_id` and `format_options`; the seed types it int64. Both are
+    accepted; anything but an integer is still refused."""
+    table = uc.create_managed("t")
+    metadata = {"delta_table_id": str(uuid.uuid4()), "provider": "delta", "format_options": {"options": {}},
+                "partition_columns": [], "description": "from Delta 4.0",
+                "properties": {"properties": table_properties(table["table_id"])}, "created_time": "1704067200000"}
+    r = uc.commit(table, 1, route="/delta/preview/commits", metadata=metadata)
+    assert r.status_code == 200, r.text
+    assert uc.get("/tables/main.default.t").json()["comment"] == "from Delta 4.0"
+    for bad in ("soon", "1.5", ""):
+        before = snapshot(uc, table)
+        error(uc.commit(table, 2, route="/delta/preview/commits", metadata={**metadata, "created_time": bad}),
+              400, "INVALID_PARAMETER_VALUE")
+        assert snapshot(uc, table) == before
 
 
 def test_metrics(uc):
@@ -747,6 +794,15 @@ def test_other_formats_tables_are_not_delta_tables(uc, service):
 def test_unknown_endpoint(uc):
     error(uc.get("/functions"), 404, "ENDPOINT_NOT_FOUND")
     error(uc.post("/delta/v1/whatever", json={}), 404, "ENDPOINT_NOT_FOUND")
+
+
+def test_a_known_endpoint_with_another_method_is_405(uc):
+    for method, path, allowed in [("PUT", "/delta/preview/commits", "GET, HEAD, POST"),
+                                  ("GET", "/delta/metrics", "POST"), ("DELETE", "/delta/commit", "POST"),
+                                  ("PATCH", "/staging-tables", "POST")]:
+        r = uc.http.request(method, path, json={})
+        e = error(r, 405, "METHOD_NOT_ALLOWED")
+        assert r.headers["Allow"] == allowed and method in e["message"], (method, path, r.headers, e)
 
 
 def test_seed_samples_parse():
