@@ -553,9 +553,11 @@ class PostgresStore:
 
     async def drop_namespace(self, realm: str, catalog: str, path: str, *, cascade: bool = False,
                              idempotency: IdempotencyRecord | None = None, children_realm: str = "") -> None:
-        """Raises NotFound, or NotEmpty when it holds tables, views or namespaces (unless `cascade`). With
-        `children_realm`, namespaces of that realm whose catalog is `path` are children too (a Unity Catalog
-        catalog's schemas); cascade does not reach them."""
+        """Raises NotFound, or NotEmpty when it holds tables, views or namespaces. `cascade` drops the namespaces
+        below it too, but never a table: tables are dropped through their actors first (one dropped here would
+        go on being served from memory); any still there, created meanwhile, raise NotEmpty(kind="tables").
+        With `children_realm`, namespaces of that realm whose catalog is `path` are children too (a Unity
+        Catalog catalog's schemas); cascade does not reach them."""
         async def q(con):
             async with con.transaction():
                 found = await con.fetchval("SELECT 1 FROM namespaces WHERE realm=$1 AND catalog=$2 AND path=$3"
@@ -563,11 +565,12 @@ class PostgresStore:
                 if not found:
                     raise NotFound(f"Namespace does not exist: {_show(path)}", kind="namespace")
                 if cascade:
-                    await con.execute("DELETE FROM commits WHERE table_id IN (SELECT table_id FROM tables WHERE"
-                                      " realm=$1 AND catalog=$2 AND (namespace=$3 OR starts_with(namespace,"
-                                      " $3 || chr(31))))", realm, catalog, path)
-                    await con.execute("DELETE FROM tables WHERE realm=$1 AND catalog=$2 AND (namespace=$3 OR"
-                                      " starts_with(namespace, $3 || chr(31)))", realm, catalog, path)
+                    await _lock_descendants(con, realm, catalog, path)
+                    if await con.fetchval("SELECT EXISTS (SELECT 1 FROM tables WHERE realm=$1 AND catalog=$2 AND"
+                                          " (namespace=$3 OR starts_with(namespace, $3 || chr(31))))",
+                                          realm, catalog, path):
+                        raise NotEmpty(f"Namespace {_show(path)} holds tables created while it was dropped",
+                                       kind="tables")
                     await con.execute("DELETE FROM namespaces WHERE realm=$1 AND catalog=$2 AND"
                                       " starts_with(path, $3 || chr(31))", realm, catalog, path)
                 else:
@@ -746,6 +749,19 @@ _LOCATION_TAKEN_SQL = """SELECT EXISTS (SELECT 1 FROM tables WHERE (location_key
     OR (location_key COLLATE "C" >= $2 AND location_key COLLATE "C" < $3)) AND table_id IS DISTINCT FROM $4)
     OR ($5 AND EXISTS (SELECT 1 FROM purges WHERE location_key COLLATE "C" = ANY($1::text[])
     OR (location_key COLLATE "C" >= $2 AND location_key COLLATE "C" < $3)))"""
+
+
+async def _lock_descendants(con: asyncpg.Connection, realm: str, catalog: str, path: str) -> None:
+    """Lock every namespace below `path` against creates in it (they share-lock their parent), until a read finds
+    none left unlocked: one created while the lock was taken is locked in the next round. Then a table or
+    namespace can appear below `path` only once this transaction has ended."""
+    sql = "SELECT path FROM namespaces WHERE realm=$1 AND catalog=$2 AND starts_with(path, $3 || chr(31))"
+    locked: set[str] = set()
+    while True:
+        found = {r["path"] for r in await con.fetch(sql, realm, catalog, path)}
+        if found <= locked:
+            return
+        locked |= {r["path"] for r in await con.fetch(sql + " FOR UPDATE", realm, catalog, path)}
 
 
 async def _location_in_use(con: asyncpg.Connection, key: str, exclude: UUID | None, purges: bool = True) -> bool:

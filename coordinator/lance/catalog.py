@@ -15,6 +15,7 @@ import hashlib
 import logging
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 REALM = "lance"
 CATALOG = ""
 FORMAT = "lance"
+CASCADE_ROUNDS = 10   # a cascade drop drops the tables declared while it ran this many times before giving up
 Ident = tuple[str, ...]   # namespace levels + table name
 VersionRequest = CreateTableVersionRequest | CreateTableVersionEntry   # a batch entry is read as a request
 
@@ -67,6 +69,9 @@ class LanceCatalog:
         self.registry.register_format(FORMAT, self._load_state,
                                       Compaction(compact=LanceTable.dormant, expand=lambda row, state: state))
         self._refs: dict[Ident, TableRef] = {}
+        # Namespaces a cascade drop is emptying here: nothing new is created in or below them meanwhile, or
+        # steady declares could keep the drop from ever finding them empty (`_drop_cascading`).
+        self._dropping: Counter[Ident] = Counter()
 
     @property
     def warehouse(self) -> str:
@@ -154,6 +159,7 @@ class LanceCatalog:
                 raise AlreadyExists("the root namespace always exists", kind="namespace")
             return {}
         props = dict(properties or {})
+        self._not_being_dropped(ns[:-1])
         try:
             await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, parent=_parent(ns))
         except AlreadyExists:
@@ -192,14 +198,9 @@ class LanceCatalog:
         try:
             props = await self.describe_namespace(ns)
             if behavior == "cascade":
-                # Tables go through their actors (so none keeps serving from memory), then the namespaces.
-                for child in [path] + await self.store.list_namespaces(REALM, CATALOG, path, recursive=True):
-                    for row in await self.store.list_tables(REALM, CATALOG, child):
-                        try:
-                            await self.drop_table((*split_namespace(row.namespace), row.name))
-                        except NotFound:
-                            pass
-            await self.store.drop_namespace(REALM, CATALOG, path, cascade=behavior == "cascade")
+                await self._drop_cascading(ns)
+            else:
+                await self.store.drop_namespace(REALM, CATALOG, path)
         except NotFound as exc:
             if mode == "skip" and exc.kind == "namespace":
                 return {}
@@ -208,6 +209,36 @@ class LanceCatalog:
             raise NotEmpty(f"Namespace is not empty: {show(ns)}; drop its tables and namespaces first or use "
                            f"behavior Cascade", kind="namespace") from None
         return props
+
+    async def _drop_cascading(self, ns: Ident) -> None:
+        """Spec, Cascade: "all tables and child namespaces in the namespace are dropped before the namespace is
+        dropped". Tables go through their actors (so none keeps serving from memory and their files are purged),
+        then the namespaces, in a transaction that keeps new tables out. Tables declared meanwhile are dropped in
+        another round (in a cluster, where other members go on creating, up to CASCADE_ROUNDS)."""
+        self._dropping[ns] += 1
+        try:
+            await self._drop_rounds(ns)
+        finally:
+            self._dropping[ns] -= 1
+            if not self._dropping[ns]:
+                del self._dropping[ns]
+
+    async def _drop_rounds(self, ns: Ident) -> None:
+        path = join_namespace(ns)
+        for _ in range(CASCADE_ROUNDS):
+            for child in [path] + await self.store.list_namespaces(REALM, CATALOG, path, recursive=True):
+                for row in await self.store.list_tables(REALM, CATALOG, child):
+                    try:
+                        await self.drop_table((*split_namespace(row.namespace), row.name))
+                    except NotFound:
+                        pass
+            try:
+                return await self.store.drop_namespace(REALM, CATALOG, path, cascade=True)
+            except NotEmpty as exc:
+                if exc.kind != "tables":
+                    raise
+        raise CommitConflict(f"Namespace {show(ns)} was not dropped: tables kept being created in it; the tables "
+                             f"dropped so far stay dropped; retry", kind="namespace")
 
     # -- tables: resolution ----------------------------------------------------------------------------------
 
@@ -307,9 +338,16 @@ class LanceCatalog:
         if await trio.to_thread.run_sync(lance_storage.list_manifests, self.files, location):
             raise BadRequest(f"location {location} already holds a Lance table: register it instead of declaring")
 
+    def _not_being_dropped(self, ns: Ident) -> None:
+        for depth in range(1, len(ns) + 1):
+            if self._dropping[ns[:depth]]:
+                raise CommitConflict(f"Namespace {show(ns[:depth])} is being dropped; nothing was created; retry",
+                                     kind="namespace")
+
     def _new_table(self, ident: Ident, location: str | None, properties: dict[str, str] | None
                    ) -> tuple[TableRow, LanceTable]:
         _check_table_ident(ident)
+        self._not_being_dropped(ident[:-1])
         table_id = uuid.uuid4()
         loc = self.check_location(location, ident) if location else self.default_location(ident, table_id)
         state = LanceTable(ident[:-1], ident[-1], loc, dict(properties or {}))
