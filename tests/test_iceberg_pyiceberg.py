@@ -51,6 +51,9 @@ def test_namespaces(catalog):
     summary = catalog.update_namespace_properties("sales", removals={"owner", "nope"}, updates={"tier": "gold"})
     assert summary.removed == ["owner"] and summary.updated == ["tier"] and summary.missing == ["nope"]
     assert catalog.load_namespace_properties("sales") == {"tier": "gold"}
+    # Nothing missing: pyiceberg requires the (empty) list all the same.
+    summary = catalog.update_namespace_properties("sales", updates={"tier": "silver"})
+    assert summary.updated == ["tier"] and summary.removed == [] and summary.missing == []
     with pytest.raises(NamespaceNotEmptyError):
         catalog.drop_namespace("sales")
     catalog.drop_namespace(("sales", "eu"))

@@ -502,10 +502,9 @@ class IcebergCatalog:
         # The answer depends on the properties before the change; it is recorded with the change, so the
         # record is finished inside the store's transaction from `before`.
         before = await self.load_namespace(catalog, namespace)
-        result = {"updated": sorted(updates), "removed": sorted(k for k in removals if k in before)}
-        missing = sorted(k for k in removals if k not in before)
-        if missing:
-            result["missing"] = missing
+        # `missing` is optional in the spec, but pyiceberg requires it and Java's handlers always send it.
+        result = {"updated": sorted(updates), "removed": sorted(k for k in removals if k in before),
+                  "missing": sorted(k for k in removals if k not in before)}
         record = idempotency_key.record(200, orjson.dumps(result)) if idempotency_key else None
         await self.store.update_namespace_properties(REALM, catalog, join_namespace(namespace), removals, updates,
                                                      record)
