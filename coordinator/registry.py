@@ -293,6 +293,10 @@ class Registry:
         if epoch is None:
             epoch = 0
         if row.location and await self.store.location_taken(row.location):  # before writing files into it
+            # The name first (spec: 409 "already exists"): a create run twice would otherwise be told that its
+            # own table's location is taken.
+            if await self.store.find_table(row.realm, row.catalog, row.namespace, row.name) is not None:
+                raise AlreadyExists(f"{row.kind.capitalize()} already exists: {row.name}", kind=row.kind)
             raise location_taken(row.location)
         try:
             await self.files.write_many(list(files))

@@ -335,7 +335,9 @@ class GroupCommitWriter:
             r = w.insert
             key = location_key(r.location) if r.location else None
             if key is not None and await self._location_taken(con, key):
-                raise NotApplied("location")
+                exists = await con.fetchval("SELECT 1 FROM tables WHERE realm=$1 AND catalog=$2 AND namespace=$3"
+                                            " AND name=$4", r.realm, r.catalog, r.namespace, r.name)
+                raise NotApplied("exists" if exists else "location")   # the name first, as Registry.create_local
             # The namespace row is share-locked until the flush commits: a concurrent drop of the namespace waits,
             # then finds this table and refuses (or, if it came first, this finds no namespace).
             row = await con.fetchrow(

@@ -191,3 +191,20 @@ def test_purge_deletes_the_tables_data_and_metadata(catalog):
     # The neighbour is untouched and still reads all its rows.
     assert len(list(neighbour_dir.rglob("*.parquet"))) == 3
     assert catalog.load_table("pg.neighbour").scan().to_arrow().num_rows == 30
+
+
+def test_an_existing_name_is_409_even_when_its_location_is_given_again(catalog):
+    """Spec, createTable and registerTable: 409 "The table already exists". A create run twice with an explicit
+    location, or a register of a table's own metadata under its name, names a location that is taken too; the
+    name comes first, so pyiceberg's create_table_if_not_exists can fall back to loading the table."""
+    catalog.create_namespace("again")
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    first = catalog.create_table("again.t", schema=schema)
+    location = first.location().rsplit("/", 1)[0] + "/fixed"
+    fixed = catalog.create_table("again.fixed", schema=schema, location=location)
+    with pytest.raises(TableAlreadyExistsError):
+        catalog.create_table("again.fixed", schema=schema, location=location)
+    assert catalog.create_table_if_not_exists("again.fixed", schema=schema, location=location).metadata_location \
+        == fixed.metadata_location
+    with pytest.raises(TableAlreadyExistsError):
+        catalog.register_table("again.t", first.metadata_location)
