@@ -476,7 +476,8 @@ async def load_table(prefix: str, namespace: str, table: str) -> Response:
     etag = loaded.etag
     if snapshots == "refs":
         etag = etag[:-1] + '-refs"'
-    if etag in _etags(request.headers.get("If-None-Match")):
+    tags = _etags(request.headers.get("If-None-Match"))
+    if etag in tags or "*" in tags:   # RFC 9110: `*` matches any current representation
         return empty_response(304, {"ETag": etag})
     if snapshots == "refs":
         loaded = loaded.refs_only()

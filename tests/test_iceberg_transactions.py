@@ -118,6 +118,10 @@ def test_etag_and_if_none_match(http):
     assert commit.status_code == 200 and commit.headers["ETag"] != etag
     again = http.get("/v1/namespaces/db/tables/a", headers={"If-None-Match": etag})
     assert again.status_code == 200 and again.headers["ETag"] == commit.headers["ETag"]
+    # RFC 9110: `*` matches whatever representation exists; a missing table is still 404.
+    star = http.get("/v1/namespaces/db/tables/a", headers={"If-None-Match": "*"})
+    assert star.status_code == 304 and star.headers["ETag"] == commit.headers["ETag"]
+    assert http.get("/v1/namespaces/db/tables/nope", headers={"If-None-Match": "*"}).status_code == 404
 
 
 def test_large_metadata_goes_out_whole_with_its_length(http):
