@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import unquote
 
 from pydantic import BaseModel
 from quart import Blueprint, Response, current_app, request
@@ -477,6 +478,11 @@ SERVED = {"create", "list", "describe", "exists", "drop", "table/list", "declare
 @bp.route("/v1/namespace/<id>/<path:operation>", methods=["GET", "POST"])
 @guard(authenticated)
 async def unsupported(id: str, operation: str) -> Response:
+    raw_id = (request.scope.get("raw_path") or b"").split(b"/")[3:4]
+    if raw_id and b"%2f" in raw_id[0].lower():
+        # `a%2Fb/create`: the path is decoded before routing, so the `/` of an id level ends up here.
+        raise BadRequest(f"invalid identifier {unquote(raw_id[0].decode('latin-1'))!r}: an identifier level may "
+                         f"not contain '/'")
     if operation in SERVED:
         raise BadRequest(f"{operation} is served with another method: see the spec (lists take GET, others "
                          f"POST)")
