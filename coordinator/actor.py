@@ -59,6 +59,7 @@ class Decision:
     rename: tuple[str, str, str] | None = None
     relocate: str | None = None   # the table moves (Iceberg set-location): its row's location follows
     purge: str | None = None      # with `delete`: `after_durable` deletes this location; claimed until it has
+    purge_metadata: str | None = None   # with `purge`: only the files this Iceberg metadata reaches (None: all)
     files: list[tuple[str, bytes]] = field(default_factory=list)       # made durable before the row
     published: list[tuple[str, bytes]] = field(default_factory=list)   # made durable after it, before replies
     idempotency: IdempotencyRecord | None = None
@@ -383,6 +384,7 @@ class TableActor:
             w.rename = d.rename or w.rename
             w.relocate = d.relocate or w.relocate
             w.purge = d.purge or w.purge
+            w.purge_metadata = d.purge_metadata or w.purge_metadata
         return w
 
     async def _flush(self, seg: _Segment) -> None:

@@ -18,6 +18,7 @@ from uuid import UUID
 import trio
 
 from storage.files import DeletionStopped
+from storage.iceberg_files import delete_reachable_sync
 from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
 
 from .actor import Participant, Proposal, TableActor
@@ -59,17 +60,23 @@ async def delete_own_location(store, files, location: str, owner: UUID | None = 
 
     The drop claimed the location (Decision.purge), so no table can be created there meanwhile; the claim ends
     here, or stays if the deletion failed, to be retried (Registry.resume_purges). `owner` is the claim's token:
-    None for the member that served the drop, a fresh one for a member that took the claim over."""
+    None for the member that served the drop, a fresh one for a member that took the claim over. A claim that
+    names an Iceberg metadata file (Decision.purge_metadata) deletes only the files it reaches, the rest of the
+    location's tree."""
     if await store.location_taken(location, purges=False):
         log.warning("not deleting %s: another table lives at, above or below it", location)
         await store.end_purge(location, owner)
         return False
+    metadata = await store.purge_metadata(location)
     renewal = _Renewal(store, {location: owner})
     failure = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(renewal.run)
         try:
-            await files.delete_tree(location, renewal.lapsed)
+            if metadata is None:
+                await files.delete_tree(location, renewal.lapsed)
+            else:
+                await trio.to_thread.run_sync(delete_reachable_sync, files, location, metadata, renewal.lapsed)
         except Exception as exc:   # raised as it is, not inside the nursery's ExceptionGroup
             failure = exc
         if failure is None and renewal.lapsed():

@@ -233,16 +233,20 @@ class FileIO:
     def discard_sync(self, uris: list[str], location: str | None) -> None:
         for uri in uris:
             self.delete_sync(uri)
-            path = local_path(uri)
-            if location is None or path is None or not is_within(location, uri):
+            if location is not None:
+                _remove_emptied_dirs(uri, location)
+
+    def delete_listed_sync(self, location: str, uris: list[str], stop: Callable[[], bool] | None = None) -> None:
+        """Delete those of `uris` that lie within `location`, in order, then the directories that leaves empty, up
+        to `location` itself: a purge of the files a table's metadata reaches (the paths are the client's word,
+        and only the table's own place is touched). Stops as `delete_tree_sync` does."""
+        for uri in uris:
+            if not is_within(location, uri):
                 continue
-            parent = os.path.dirname(path)
-            while is_within(location, parent):
-                try:
-                    os.rmdir(parent)
-                except OSError:
-                    break   # not empty (or gone): nor are those above it
-                parent = os.path.dirname(parent)
+            if stop is not None and stop():
+                raise DeletionStopped(f"the deletion of {location}'s files was stopped before it ended")
+            self.delete_sync(uri)
+            _remove_emptied_dirs(uri, location)
 
     async def delete_tree(self, location: str, stop: Callable[[], bool] | None = None) -> None:
         """Delete everything under a table location (a purge). Locations are exclusive to one table (see
@@ -363,6 +367,20 @@ def _quietly(remove: Callable[[str], None], path: str) -> None:
         remove(path)
     except OSError:
         pass
+
+
+def _remove_emptied_dirs(uri: str, location: str) -> None:
+    """After `uri` was deleted: the directories above it up to `location` (included) that are now empty."""
+    path = local_path(uri)
+    if path is None or not is_within(location, uri):
+        return   # an object store has no directories
+    parent = os.path.dirname(path)
+    while is_within(location, parent):
+        try:
+            os.rmdir(parent)
+        except OSError:
+            break   # not empty (or gone): nor are those above it
+        parent = os.path.dirname(parent)
 
 
 class DeletionStopped(OSError):

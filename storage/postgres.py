@@ -359,8 +359,9 @@ class GroupCommitWriter:
                 raise NotApplied("stale")
             await con.execute("DELETE FROM commits WHERE table_id=$1", w.table_id)
             if w.purge is not None:
-                await con.execute("INSERT INTO purges (location_key, location) VALUES ($1, $2)"
-                                  " ON CONFLICT (location_key) DO NOTHING", location_key(w.purge), w.purge)
+                await con.execute("INSERT INTO purges (location_key, location, metadata_location) VALUES ($1, $2, $3)"
+                                  " ON CONFLICT (location_key) DO NOTHING", location_key(w.purge), w.purge,
+                                  w.purge_metadata)
             return
         else:
             if w.rename is not None:
@@ -623,6 +624,11 @@ class PostgresStore:
             "UPDATE purges SET renewed_at = now(), owner = $3 WHERE location_key = $1"
             " AND renewed_at <= now() - make_interval(secs => $2) RETURNING owner",
             location_key(location), float(older_than_s), uuid4()))
+
+    async def purge_metadata(self, location: str) -> str | None:
+        """The claim's metadata file: only the files it reaches are to be deleted (None: the whole location)."""
+        return await self._call(lambda con: con.fetchval(
+            "SELECT metadata_location FROM purges WHERE location_key = $1", location_key(location)))
 
     async def renew_purge(self, location: str, owner: UUID | None) -> bool:
         """The deletion of `location` is still running here: nobody else is to resume it. False if the claim is

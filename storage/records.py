@@ -86,6 +86,7 @@ class TableWrite:
     rename: tuple[str, str, str] | None = None                         # (catalog, namespace, name)
     relocate: str | None = None   # the table's new location (Iceberg set-location): still exclusive, re-keyed
     purge: str | None = None      # with `delete`: the location whose files will be deleted, claimed until then
+    purge_metadata: str | None = None   # with `purge`: only the files this Iceberg metadata reaches (None: all)
 
     @property
     def new_version(self) -> int:

@@ -356,19 +356,26 @@ def test_tables_from_before_location_keys_are_keyed_as_every_reader_spells_them(
 
 @pytest.fixture
 def slow_deletions(monkeypatch):
-    """Every deletion of a whole location waits until the test lets it go; `started` is set when one begins."""
+    """Every purge (of a whole location, or of the files a metadata reaches) waits until the test lets it go;
+    `started` is set when one begins."""
     import threading
 
     from storage.files import FileIO
 
     started, go = threading.Event(), threading.Event()
-    delete_tree_sync = FileIO.delete_tree_sync
+    delete_tree_sync, delete_listed_sync = FileIO.delete_tree_sync, FileIO.delete_listed_sync
 
     def waiting(self, location: str, stop=None) -> None:
         started.set()
         go.wait(30)
         delete_tree_sync(self, location, stop)
+
+    def waiting_listed(self, location: str, uris: list[str], stop=None) -> None:
+        started.set()
+        go.wait(30)
+        delete_listed_sync(self, location, uris, stop)
     monkeypatch.setattr(FileIO, "delete_tree_sync", waiting)
+    monkeypatch.setattr(FileIO, "delete_listed_sync", waiting_listed)
     yield started, go
     go.set()
 
@@ -496,3 +503,47 @@ def test_a_running_deletion_keeps_its_claim_and_is_not_started_twice(config, mon
         metadata = http.get("/v1/namespaces/ice/tables/new").json()["metadata-location"]
         time.sleep(1.5)
         assert to_local_path(metadata).exists()
+
+
+def test_a_purge_of_a_chosen_place_resumes_with_the_same_reach(config, monkeypatch):
+    """A purge of a location the client chose deletes what the metadata reaches (its claim names the metadata
+    file); interrupted half-way, it is resumed at the next start with the same reach: the rest of the table's files
+    go, and a file it never named stays."""
+    import pyarrow as pa
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from storage.files import FileIO
+
+    location = f"{config.warehouse_uri}/ice/chosen"
+    foreign = to_local_path(location) / "data" / "not-the-tables.parquet"
+    runs = []
+    delete_listed_sync = FileIO.delete_listed_sync
+
+    def dies_half_way_once(self, where, uris, stop=None):
+        runs.append(len(uris))
+        if len(runs) == 1:
+            delete_listed_sync(self, where, uris[:2], stop)
+            raise OSError("the object store went away")
+        delete_listed_sync(self, where, uris, stop)
+    monkeypatch.setattr(FileIO, "delete_listed_sync", dies_half_way_once)
+    with EmbeddedService(config) as base:
+        catalog = load_catalog("c", type="rest", uri=base)
+        catalog.create_namespace("ice")
+        table = catalog.create_table("ice.t", Schema(NestedField(1, "x", LongType(), required=False)),
+                                     location=location)
+        for i in range(3):
+            table.append(pa.table({"x": pa.array([i], pa.int64())}))
+        foreign.write_bytes(b"x")
+        own = {p for p in to_local_path(location).rglob("*") if p.is_file()} - {foreign}
+        assert len(own) >= 10   # 3 data files, manifests, manifest lists, metadata files
+        catalog.purge_table("ice.t")
+        _eventually(lambda: runs, "the purge did not start")
+        time.sleep(0.2)
+        assert sql(config.database_url, "SELECT metadata_location FROM purges")[0][0] == table.metadata_location
+        assert 0 < sum(p.exists() for p in own) < len(own)
+    with EmbeddedService(config):
+        _eventually(lambda: sql(config.database_url, "SELECT count(*) FROM purges")[0][0] == 0,
+                    "the interrupted purge was not resumed")
+        assert not any(p.exists() for p in own) and foreign.exists()

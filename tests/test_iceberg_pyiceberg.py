@@ -193,6 +193,46 @@ def test_purge_deletes_the_tables_data_and_metadata(catalog):
     assert catalog.load_table("pg.neighbour").scan().to_arrow().num_rows == 30
 
 
+def _files_under(directory) -> set:
+    return {p for p in directory.rglob("*") if p.is_file()}
+
+
+def test_a_purge_where_other_tables_files_lie_deletes_only_its_own(catalog, service):
+    """A location the client chose may hold files the purged table never wrote: those of a table that moved away
+    with `set-location` (still live, still reading them) and of one dropped without purge (kept, to be registered
+    again). Such a purge deletes the files its metadata reaches, as Java's CatalogUtil.dropTableData, and nothing
+    else; the directories it empties go too."""
+    import httpx
+
+    catalog.create_namespace("shared")
+    moved = catalog.create_table("shared.moved", SCHEMA)
+    moved.append(batch(0, 10))
+    first_place = moved.location()
+    moved_files = _files_under(to_local_path(first_place))
+    r = httpx.post(f"{service}/v1/namespaces/shared/tables/moved", json={   # Spark's ALTER TABLE ... SET LOCATION
+        "requirements": [{"type": "assert-table-uuid", "uuid": str(moved.metadata.table_uuid)}],
+        "updates": [{"action": "set-location", "location": first_place + "-moved"}]})
+    assert r.status_code == 200, r.text
+    kept = catalog.create_table("shared.kept", SCHEMA)
+    kept.append(batch(0, 5))
+    kept_metadata, kept_place = kept.metadata_location, kept.location()
+    kept_files = _files_under(to_local_path(kept_place))
+    catalog.drop_table("shared.kept")   # no purge: the files stay
+
+    for place, others in ((first_place, moved_files), (kept_place, kept_files)):
+        newcomer = catalog.create_table("shared.newcomer", SCHEMA, location=place)
+        newcomer.append(batch(100, 10))
+        newcomer.append(batch(200, 10))
+        own = _files_under(to_local_path(place)) - others
+        assert len([p for p in own if p.suffix == ".parquet"]) == 2
+        catalog.purge_table("shared.newcomer")
+        _eventually(lambda: not any(p.exists() for p in own), f"the purged table's files in {place} remain")
+        assert all(p.exists() for p in others), place
+        assert not any(d.is_dir() and not any(d.iterdir()) for d in to_local_path(place).rglob("*"))
+    assert catalog.load_table("shared.moved").scan().to_arrow().num_rows == 10
+    assert catalog.register_table("shared.kept", kept_metadata).scan().to_arrow().num_rows == 5
+
+
 def test_an_existing_name_is_409_even_when_its_location_is_given_again(catalog):
     """Spec, createTable and registerTable: 409 "The table already exists". A create run twice with an explicit
     location, or a register of a table's own metadata under its name, names a location that is taken too; the

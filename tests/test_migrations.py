@@ -1,7 +1,7 @@
 """Migrations bring a database from any earlier state to the current schema, and applying them twice is harmless.
 Case in point: 008 (purge claims) was briefly edited after it had been applied (`created_at` -> `renewed_at`);
 009 renames the column where needed, so databases that applied either text, and fresh ones, end up alike; 010
-then adds the claim's owner."""
+and 011 then add the claim's owner and what it deletes."""
 
 from __future__ import annotations
 
@@ -45,6 +45,6 @@ def test_every_earlier_database_migrates_to_the_same_purges_table(pg_admin_dsn, 
     name = "m_" + uuid.uuid4().hex[:12]
     _psql(pg_admin_dsn, f"CREATE DATABASE {name}")
     try:
-        assert asyncio.run(run(_with_db(pg_admin_dsn, name))) == ["location_key", "location", "renewed_at", "owner"]
+        assert asyncio.run(run(_with_db(pg_admin_dsn, name))) == ["location_key", "location", "renewed_at", "owner", "metadata_location"]
     finally:
         _psql(pg_admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

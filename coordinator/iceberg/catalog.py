@@ -272,14 +272,17 @@ class DropTable:
         (`CatalogUtil.dropTableData`) deletes every file the metadata reaches. Here only what lies in the table's
         own location is deleted: every path in the metadata (manifest lists, statistics, the metadata log of a
         registered table) is the client's word, and a purge must never reach another table's files. Then:
-        - with `gc.enabled` (Java's guard: false when data files may be shared with another table), all of it:
-          data, manifests, metadata (`delete_own_location`: only while no other table is at, above or below it;
-          `set-location` may have moved one there). The location is claimed until then (Decision.purge);
+        - with `gc.enabled` (Java's guard: false when data files may be shared with another table), data,
+          manifests and metadata (`delete_own_location`: only while no other table is at, above or below it).
+          The location is claimed until then (Decision.purge). In a location the service gave the table and that
+          it never left (`_owns_location`) that is the whole tree; in any other (chosen by the client, registered,
+          or moved to) only the files the metadata reaches (Decision.purge_metadata), as Java does: such a place
+          may also hold files of a table that moved away from it or was dropped without purge;
         - without, the files the metadata names there (metadata files, manifest lists, statistics), not data
           files: unique names no new table writes, so nothing is claimed.
         Files outside the location (a table moved by `set-location` leaves its older ones behind) stay."""
         _check_ident(state, self.ident, unreadable_ok=True)
-        after = claim = None
+        after = claim = only = None
         if self.purge and self.warehouse is not None and isinstance(state, IcebergTable):
             location = state.metadata.get("location")
             if not (location and is_below(self.warehouse, location)):
@@ -287,10 +290,18 @@ class DropTable:
             elif _gc_enabled(state.metadata):
                 after = functools.partial(delete_own_location, self.store, self.files, location)
                 claim = location
+                only = None if _owns_location(state.metadata) else state.metadata_location
             else:
                 after = functools.partial(_purge_named_files, self.files, self.store, location, state)
-        return Decision(None, reply=None, delete=True, after_durable=after, purge=claim,
+        return Decision(None, reply=None, delete=True, after_durable=after, purge=claim, purge_metadata=only,
                         idempotency=_idempotency(self.idempotency_key, 204, None))
+
+
+def _owns_location(metadata: dict[str, Any]) -> bool:
+    """Whether the table lives where the service placed it (`default_location`: a directory named after its
+    table-uuid, which no other live table can have) and so holds nothing but its own files."""
+    table_uuid = str(metadata.get("table-uuid") or "").replace("-", "")
+    return bool(table_uuid) and str(metadata.get("location") or "").rstrip("/").endswith("-" + table_uuid)
 
 
 async def _not_purged(ident: TableIdent, location: str | None) -> None:
@@ -575,8 +586,10 @@ class IcebergCatalog:
         prefix = [path_segment(ident.catalog) + "~"] if ident.catalog else []
         return join(self.warehouse, *prefix, *(path_segment(level) for level in ident.namespace))
 
-    def default_location(self, ident: TableIdent) -> str:
-        return self.check_location(join(self.namespace_dir(ident), f"{path_segment(ident.name)}-{uuid.uuid4().hex}"))
+    def default_location(self, ident: TableIdent, table_uuid: str) -> str:
+        """A directory of the table's own, named after its table-uuid (see `_owns_location`)."""
+        name = f"{path_segment(ident.name)}-{uuid.UUID(table_uuid).hex}"
+        return self.check_location(join(self.namespace_dir(ident), name))
 
     def check_location(self, location: str, ident: TableIdent | None = None) -> str:
         """A place for `ident`'s files: below the warehouse (never the warehouse itself, which would hold every
@@ -603,8 +616,8 @@ class IcebergCatalog:
                            partition_spec: dict | None, write_order: dict | None, properties: dict[str, str],
                            stage_create: bool, idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
         await self._check_creatable(ident)
-        location = self.check_location(location, ident) if location else self.default_location(ident)
         table_uuid = str(uuid.uuid4())
+        location = self.check_location(location, ident) if location else self.default_location(ident, table_uuid)
         metadata = new_table_metadata(location=location, schema=schema, partition_spec=partition_spec,
                                       sort_order=write_order, properties=properties,
                                       format_version=_format_version(properties), table_uuid=table_uuid,
@@ -682,7 +695,7 @@ class IcebergCatalog:
         metadata = apply_commit(None, requirements, updates, base_location=None, now_ms=_now_ms(),
                                 table_uuid=str(uuid.uuid4()))
         if not metadata.get("location"):
-            return {**metadata, "location": self.default_location(ident)}
+            return {**metadata, "location": self.default_location(ident, metadata["table-uuid"])}
         self.check_location(metadata["location"], ident)
         return metadata
 
@@ -755,8 +768,8 @@ class IcebergCatalog:
     async def create_view(self, ident: TableIdent, *, schema: dict, view_version: dict, location: str | None,
                           properties: dict[str, str], idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
         await self._check_creatable(ident)
-        location = self.check_location(location, ident) if location else self.default_location(ident)
         view_uuid = str(uuid.uuid4())
+        location = self.check_location(location, ident) if location else self.default_location(ident, view_uuid)
         metadata = new_view_metadata(view_uuid=view_uuid, location=location, schema=schema, version=view_version,
                                      properties=properties, now_ms=_now_ms())
         return await self._insert(ident, metadata, view_uuid, idempotency_key, kind="view")

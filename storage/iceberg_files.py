@@ -1,0 +1,71 @@
+"""The files an Iceberg table's metadata reaches, for a purge of a location the table may share with files that
+are not its own (coordinator/iceberg/catalog.py, DropTable).
+
+As Java's `CatalogUtil.dropTableData`: every snapshot's manifest list, every manifest it names, every data and
+delete file those name (all entries, deleted ones too), statistics files, the metadata log and the metadata file.
+Manifests are Avro; fastavro reads them.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from typing import Any, Callable
+
+import fastavro
+import orjson
+
+from coordinator.errors import NotFound
+
+from .files import FileIO, is_within
+
+log = logging.getLogger(__name__)
+
+
+def reachable_files(files: FileIO, location: str, metadata_location: str) -> list[str] | None:
+    """In deletion order, each file before any that names it (data and delete files, manifests, manifest lists,
+    statistics, older metadata files, the metadata file last), so that a purge interrupted half-way and resumed
+    from the same metadata still finds what is left. None if the metadata file is gone: the purge had ended.
+
+    Paths in the metadata are the client's word: only files within `location` are read (and deleted), and a file
+    that cannot be read as what it should be names nothing (a purge that failed on it would be retried forever)."""
+    try:
+        meta = orjson.loads(files.read_sync(metadata_location))
+    except NotFound:
+        return None
+    except orjson.JSONDecodeError as exc:
+        log.warning("purge: %s is not valid JSON (%s); deleting only that file", metadata_location, exc)
+        return [metadata_location]
+    snapshots = [s for s in meta.get("snapshots") or [] if isinstance(s, dict)]
+    manifest_lists = [s.get("manifest-list") for s in snapshots]
+    manifests = [m for s in snapshots for m in s.get("manifests") or []]   # v1 snapshots without a list
+    manifests += [r.get("manifest_path") for ml in _unique(manifest_lists) for r in _records(files, location, ml)]
+    content = [(r.get("data_file") or {}).get("file_path") for m in _unique(manifests)
+               for r in _records(files, location, m)]
+    statistics = [s.get("statistics-path") for key in ("statistics", "partition-statistics")
+                  for s in meta.get(key) or [] if isinstance(s, dict)]
+    previous = [e.get("metadata-file") for e in meta.get("metadata-log") or [] if isinstance(e, dict)]
+    return _unique([*content, *manifests, *manifest_lists, *statistics, *previous, metadata_location])
+
+
+def _unique(uris: list[Any]) -> list[str]:
+    return [uri for uri in dict.fromkeys(u for u in uris if isinstance(u, str) and u)]
+
+
+def _records(files: FileIO, location: str, uri: str) -> list[dict[str, Any]]:
+    if not is_within(location, uri):
+        return []
+    try:
+        return [r for r in fastavro.reader(io.BytesIO(files.read_sync(uri))) if isinstance(r, dict)]
+    except NotFound:   # deleted by an earlier, interrupted run of the purge, after what it names
+        return []
+    except Exception as exc:  # noqa: BLE001 - not Avro, or not a manifest: it names nothing, and is deleted
+        log.warning("purge: cannot read %s as Avro (%s); the files it names stay", uri, exc)
+        return []
+
+
+def delete_reachable_sync(files: FileIO, location: str, metadata_location: str,
+                          stop: Callable[[], bool] | None = None) -> None:
+    """Delete the files the metadata reaches that lie within `location`, then the directories that leaves
+    empty. Runs in a worker thread."""
+    files.delete_listed_sync(location, reachable_files(files, location, metadata_location) or [], stop)

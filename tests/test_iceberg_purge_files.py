@@ -1,0 +1,40 @@
+"""What a purge of a client-chosen place reads and deletes (storage/iceberg_files.py): paths in the metadata are
+the client's word. Real manifests are covered with pyiceberg (tests/test_iceberg_pyiceberg.py); these are the
+files a client could name that are not manifests, or not the table's."""
+
+from __future__ import annotations
+
+import orjson
+
+from storage.files import FileIO
+from storage.iceberg_files import delete_reachable_sync, reachable_files
+
+
+def test_only_files_within_the_location_are_read_or_deleted_and_junk_names_nothing(tmp_path):
+    table, elsewhere = tmp_path / "table", tmp_path / "elsewhere"
+    (table / "metadata").mkdir(parents=True)
+    elsewhere.mkdir()
+    outside = elsewhere / "snap-outside.avro"
+    outside.write_bytes(b"not read")
+    junk = table / "metadata" / "snap-junk.avro"
+    junk.write_bytes(b"not avro at all")
+    older = table / "metadata" / "00000-a.metadata.json"
+    older.write_bytes(b"{}")
+    current = table / "metadata" / "00001-b.metadata.json"
+    current.write_bytes(orjson.dumps({
+        "location": table.as_uri(),
+        "snapshots": [{"snapshot-id": 1, "manifest-list": outside.as_uri()},
+                      {"snapshot-id": 2, "manifest-list": junk.as_uri()}, "not a snapshot"],
+        "statistics": [{"statistics-path": (elsewhere / "stats.puffin").as_uri()}],
+        "metadata-log": [{"metadata-file": older.as_uri()}]}))
+    files = FileIO()
+    listed = reachable_files(files, table.as_uri(), current.as_uri())
+    assert listed[-1] == current.as_uri() and listed.index(junk.as_uri()) < listed.index(older.as_uri())
+    keep = table / "data" / "not-named.parquet"
+    keep.parent.mkdir()
+    keep.write_bytes(b"x")
+    delete_reachable_sync(files, table.as_uri(), current.as_uri())
+    assert outside.exists() and keep.exists()
+    assert not junk.exists() and not older.exists() and not current.exists()
+    assert not (table / "metadata").exists()   # emptied: removed; `data` holds a file: stays
+    assert reachable_files(files, table.as_uri(), current.as_uri()) is None   # a resumed purge that had ended
