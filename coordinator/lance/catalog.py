@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from storage.files import is_below, is_within, join, path_segment, unsafe_location
+from storage.files import is_below, is_within, join, location_key, path_segment, unsafe_location
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Proposal
@@ -333,6 +333,19 @@ class LanceCatalog:
                              f"its namespace's grants reach")
         return location
 
+    async def check_no_namespace_inside(self, location: str) -> None:
+        """A location given by the client may not be, or contain, an existing namespace's directory: every table
+        placed in that namespace by default would overlap it, and the namespace could hold no new table."""
+        relative = location_key(location)[len(location_key(self.warehouse)) + 1:]
+        levels = tuple(relative.split("/"))
+        if not all(level and path_segment(level) == level for level in levels):
+            return   # a cleaned segment (`a_b~hash`) names no level it could be told back from
+        path = join_namespace(levels)
+        if (await self.store.get_namespace(REALM, CATALOG, path) is not None
+                or await self.store.list_namespaces(REALM, CATALOG, path, limit=1, recursive=True)):
+            raise BadRequest(f"location {location!r} is the directory of namespace {show(levels)}, or contains a "
+                             f"namespace's directory: its tables are placed there; choose another location")
+
     async def check_unused(self, location: str) -> None:
         """A declared table starts with no versions, so its location must hold none (use register for that)."""
         if await trio.to_thread.run_sync(lance_storage.list_manifests, self.files, location):
@@ -360,6 +373,7 @@ class LanceCatalog:
         row, state = self._new_table(ident, location, properties)
         await self.describe_namespace(ident[:-1])
         if location:
+            await self.check_no_namespace_inside(row.location)
             await self.check_unused(row.location)
         try:
             await self.registry.create(row, state=state, row_state=state.row_state())
@@ -381,6 +395,7 @@ class LanceCatalog:
         mode = parse_mode(mode, ("create", "overwrite"), "create", "mode")
         row, state = self._new_table(ident, location, properties)
         await self.describe_namespace(ident[:-1])
+        await self.check_no_namespace_inside(row.location)
         existing = await self.store.find_table(REALM, CATALOG, row.namespace, row.name)
         if existing is not None and mode == "create":
             raise AlreadyExists(f"Table already exists: {show(ident)}", kind="table")
@@ -647,6 +662,7 @@ class _Batch:
                 target = _Target(op.ident, new=cat._new_table(op.ident, op.request.location, op.request.properties),
                                  declared_by=index)
                 if op.request.location:
+                    await cat.check_no_namespace_inside(target.new[1].location)
                     await cat.check_unused(target.new[1].location)
                 self.live[op.ident] = target
                 self.targets.append(target)

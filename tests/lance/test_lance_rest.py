@@ -177,6 +177,24 @@ def test_declare_describe_exists_and_list(http, config):
     assert first["tables"] + rest["tables"] == ["root_table", "db$t", "db$u"] and "page_token" not in rest
 
 
+def test_a_chosen_location_cannot_take_a_namespaces_directory(http, config):
+    """Not another namespace's directory, nor one holding it: that namespace's new tables, placed there by
+    default, would all overlap it."""
+    ok(http.post(f"{NS}/db/create", json={}))
+    ok(http.post(f"{NS}/other/create", json={}))
+    ok(http.post(f"{NS}/other$sub/create", json={}))
+    for place in ("other", "other/sub"):
+        e = err(http.post(f"{TABLE}/db$x/declare", json={"location": f"{config.warehouse_uri}/{place}"}), 400, 13)
+        assert "directory of namespace" in e["error"], e
+        err(http.post(f"{TABLE}/db$x/register", json={"location": f"{config.warehouse_uri}/{place}"}), 400, 13)
+        e = err(http.post(f"{TABLE}/batch-commit", json={"operations": [{"declare_table": {
+            "id": ["db", "x"], "location": f"{config.warehouse_uri}/{place}"}}]}), 400, 13)
+        assert "directory of namespace" in e["error"], e
+    ok(http.post(f"{TABLE}/other$t/declare", json={}))   # the namespace still takes tables
+    ok(http.post(f"{TABLE}/other$sub$t/declare", json={}))
+    ok(http.post(f"{TABLE}/db$near/declare", json={"location": f"{config.warehouse_uri}/other-not"}))
+
+
 def test_deregister_keeps_files_and_drop_deletes_them(http):
     ok(http.post(f"{NS}/db/create", json={}))
     d = declare(http, "db$t")
