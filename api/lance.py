@@ -90,6 +90,16 @@ def error_response(exc: CoordinatorError) -> Response:
     return _error(exc.message, error_code(exc), _detail(exc), headers)
 
 
+@bp.before_request
+async def _no_slash_in_the_id() -> None:
+    """`/v1/table/a%2Fb/describe`: the path is decoded before routing, so a `/` in an id level would make another
+    route (or another id) serve the request. The raw path still tells."""
+    raw = (request.scope.get("raw_path") or b"").split(b"/")
+    if len(raw) > 3 and b"%2f" in raw[3].lower():
+        raise BadRequest(f"invalid identifier {unquote(raw[3].decode('latin-1'))!r}: an identifier level may not "
+                         f"contain '/'")
+
+
 @bp.errorhandler(CoordinatorError)
 async def _on_error(exc: CoordinatorError) -> Response:
     return error_response(exc)
@@ -478,11 +488,6 @@ SERVED = {"create", "list", "describe", "exists", "drop", "table/list", "declare
 @bp.route("/v1/namespace/<id>/<path:operation>", methods=["GET", "POST"])
 @guard(authenticated)
 async def unsupported(id: str, operation: str) -> Response:
-    raw_id = (request.scope.get("raw_path") or b"").split(b"/")[3:4]
-    if raw_id and b"%2f" in raw_id[0].lower():
-        # `a%2Fb/create`: the path is decoded before routing, so the `/` of an id level ends up here.
-        raise BadRequest(f"invalid identifier {unquote(raw_id[0].decode('latin-1'))!r}: an identifier level may "
-                         f"not contain '/'")
     if operation in SERVED:
         raise BadRequest(f"{operation} is served with another method: see the spec (lists take GET, others "
                          f"POST)")

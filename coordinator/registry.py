@@ -7,6 +7,7 @@ cluster's router, which calls back `owner` here on whichever member holds the ta
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -50,6 +51,10 @@ class Compaction:
 
 
 PURGE_RETRY_S = 600  # a failed deletion of a dropped table's files is retried this often
+# How long since a claim was renewed: boot time, which (unlike the monotonic clock) also runs while the host is
+# suspended, so a process resumed from that knows its claims may have been taken over.
+_clock = functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") \
+    else time.monotonic
 KEEP_STATE = Compaction(compact=lambda state: state, expand=lambda row, state: state)
 
 
@@ -63,12 +68,16 @@ async def delete_own_location(store, files, location: str, owner: UUID | None = 
     None for the member that served the drop, a fresh one for a member that took the claim over. A claim that
     names an Iceberg metadata file (Decision.purge_metadata) deletes only the files it reaches, the rest of the
     location's tree."""
+    confirmed_at = _clock()   # the database stamps the claim no earlier than this
+    ours, metadata = await store.confirm_purge(location, owner)
+    if not ours:   # taken over by another member while this one was frozen, perhaps even ended: not ours to touch
+        log.warning("not deleting %s: its claim is no longer this deletion's", location)
+        return False
     if await store.location_taken(location, purges=False):
         log.warning("not deleting %s: another table lives at, above or below it", location)
         await store.end_purge(location, owner)
         return False
-    metadata = await store.purge_metadata(location)
-    renewal = _Renewal(store, {location: owner})
+    renewal = _Renewal(store, {location: owner}, confirmed_at)
     failure = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(renewal.run)
@@ -99,19 +108,19 @@ class _Renewal:
     another member takes claims over. That last is checked against the clock, not by this task, so that a
     process that froze (a paused VM) stops at once when it wakes, before this task has run again."""
 
-    def __init__(self, store, claims: dict[str, UUID | None]):
+    def __init__(self, store, claims: dict[str, UUID | None], renewed_at: float):
         self.store, self.claims = store, claims   # location -> owner token; `claims` may change while this runs
         self._stop = threading.Event()
-        self._valid_until = time.monotonic() + PURGE_RETRY_S / 2
+        self._valid_until = renewed_at + PURGE_RETRY_S / 2   # `renewed_at`: `_clock()` when sent, before the renewal
 
     def lapsed(self) -> bool:
-        return self._stop.is_set() or time.monotonic() > self._valid_until
+        return self._stop.is_set() or _clock() > self._valid_until
 
     async def run(self) -> None:
         try:
             while not self.lapsed():
                 await trio.sleep(PURGE_RETRY_S / 10)
-                sent = time.monotonic()   # the database stamps the renewal no earlier than this
+                sent = _clock()   # the database stamps the renewal no earlier than this
                 try:
                     for location, owner in list(self.claims.items()):
                         if not await self.store.renew_purge(location, owner):
@@ -156,40 +165,42 @@ class Registry:
             resumable = hasattr(self.store, "pending_purges")
             # Taken before anything is served: a drop served from then on holds a claim of its own, running.
             # In a cluster another member may be deleting at our start-up: only claims nobody renewed.
-            taken = await self._take_over_purges(PURGE_RETRY_S if self.config.cluster else 0.0) if resumable else {}
+            if resumable:
+                taken = await self._take_over_purges(PURGE_RETRY_S if self.config.cluster else 0.0)
             task_status.started(self)
             if resumable:
-                nursery.start_soon(self.resume_purges, taken)
+                nursery.start_soon(self.resume_purges, *taken)
             await trio.sleep_forever()
 
-    async def _take_over_purges(self, older_than_s: float) -> dict[str, UUID]:
+    async def _take_over_purges(self, older_than_s: float) -> tuple[dict[str, UUID], float]:
         """The claims on dropped tables' locations nobody renewed for `older_than_s`, now ours to delete (of all
-        members at once, one takes each): location -> our owner token."""
+        members at once, one takes each): location -> our owner token; and the `_clock()` time before the first
+        was taken (its renewal)."""
+        started = _clock()
+        taken = {}
         try:
-            taken = {}
             for location in await self.store.pending_purges(older_than_s):
                 owner = await self.store.take_over_purge(location, older_than_s)
                 if owner is not None:
                     taken[location] = owner
-            return taken
         except Exception as exc:
             log.warning("cannot read the pending deletions (retried in %d s): %s", PURGE_RETRY_S, exc)
-            return {}
+        return taken, started
 
-    async def resume_purges(self, taken: dict[str, UUID]) -> None:
+    async def resume_purges(self, taken: dict[str, UUID], taken_at: float) -> None:
         """Deletions of dropped tables' locations that did not end (a crash, or a failed deletion: the claim
         stays): those taken over at start-up, then every PURGE_RETRY_S the claims nobody renewed for that long (a
         running deletion renews its claim, `_Renewal`)."""
         while True:
             if taken:
-                await self._resume(taken)
+                await self._resume(taken, taken_at)
             await trio.sleep(PURGE_RETRY_S)
-            taken = await self._take_over_purges(PURGE_RETRY_S)
+            taken, taken_at = await self._take_over_purges(PURGE_RETRY_S)
 
-    async def _resume(self, taken: dict[str, UUID]) -> None:
+    async def _resume(self, taken: dict[str, UUID], taken_at: float) -> None:
         """Delete the locations of claims taken over, one after another."""
         waiting = dict(taken)   # renewed until their turn: taken over, they are ours alone
-        renewal = _Renewal(self.store, waiting)
+        renewal = _Renewal(self.store, waiting, taken_at)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(renewal.run)
             for location, owner in taken.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import functools
 import hashlib
+import logging
 import os
 import re
 import time
@@ -26,6 +27,8 @@ import trio
 from coordinator.errors import BadRequest, NotFound
 
 from .grouped import GroupedCall
+
+log = logging.getLogger(__name__)
 
 
 def local_path(uri: str) -> str | None:
@@ -245,7 +248,15 @@ class FileIO:
                 continue
             if stop is not None and stop():
                 raise DeletionStopped(f"the deletion of {location}'s files was stopped before it ended")
-            self.delete_sync(uri)
+            try:
+                self.delete_sync(uri)
+            except OSError as exc:
+                if exc.errno not in _NOT_A_FILE_TO_DELETE:
+                    raise   # perhaps transient: the purge is retried
+                # A path a client wrote into the metadata that names no file to delete: retrying would fail the
+                # same way forever, and the location would stay claimed.
+                log.warning("purge of %s: skipping %s: %s", location, uri, exc)
+                continue
             _remove_emptied_dirs(uri, location)
 
     async def delete_tree(self, location: str, stop: Callable[[], bool] | None = None) -> None:
@@ -367,6 +378,9 @@ def _quietly(remove: Callable[[str], None], path: str) -> None:
         remove(path)
     except OSError:
         pass
+
+
+_NOT_A_FILE_TO_DELETE = {errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG, errno.EPERM, errno.EACCES}
 
 
 def _remove_emptied_dirs(uri: str, location: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import fastavro
 import orjson
 
-from coordinator.errors import NotFound
+from coordinator.errors import BadRequest, NotFound
 
 from .files import FileIO, is_within
 
@@ -33,19 +33,29 @@ def reachable_files(files: FileIO, location: str, metadata_location: str) -> lis
         meta = orjson.loads(files.read_sync(metadata_location))
     except NotFound:
         return None
-    except orjson.JSONDecodeError as exc:
-        log.warning("purge: %s is not valid JSON (%s); deleting only that file", metadata_location, exc)
+    except (orjson.JSONDecodeError, BadRequest) as exc:   # not JSON; a directory, or a name too long
+        meta = exc
+    if not isinstance(meta, dict):
+        log.warning("purge: %s holds no table metadata (%s); deleting only that file", metadata_location, meta)
         return [metadata_location]
-    snapshots = [s for s in meta.get("snapshots") or [] if isinstance(s, dict)]
+    snapshots = _dicts(meta.get("snapshots"))
     manifest_lists = [s.get("manifest-list") for s in snapshots]
-    manifests = [m for s in snapshots for m in s.get("manifests") or []]   # v1 snapshots without a list
+    manifests = [m for s in snapshots for m in _list(s.get("manifests"))]   # v1 snapshots without a list
     manifests += [r.get("manifest_path") for ml in _unique(manifest_lists) for r in _records(files, location, ml)]
-    content = [(r.get("data_file") or {}).get("file_path") for m in _unique(manifests)
-               for r in _records(files, location, m)]
+    content = [f.get("file_path") for m in _unique(manifests) for r in _records(files, location, m)
+               for f in _dicts([r.get("data_file")])]
     statistics = [s.get("statistics-path") for key in ("statistics", "partition-statistics")
-                  for s in meta.get(key) or [] if isinstance(s, dict)]
-    previous = [e.get("metadata-file") for e in meta.get("metadata-log") or [] if isinstance(e, dict)]
+                  for s in _dicts(meta.get(key))]
+    previous = [e.get("metadata-file") for e in _dicts(meta.get("metadata-log"))]
     return _unique([*content, *manifests, *manifest_lists, *statistics, *previous, metadata_location])
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in _list(value) if isinstance(v, dict)]
 
 
 def _unique(uris: list[Any]) -> list[str]:
@@ -56,11 +66,16 @@ def _records(files: FileIO, location: str, uri: str) -> list[dict[str, Any]]:
     if not is_within(location, uri):
         return []
     try:
-        return [r for r in fastavro.reader(io.BytesIO(files.read_sync(uri))) if isinstance(r, dict)]
+        data = files.read_sync(uri)   # other errors (storage unreachable) are raised: the purge is retried
     except NotFound:   # deleted by an earlier, interrupted run of the purge, after what it names
         return []
-    except Exception as exc:  # noqa: BLE001 - not Avro, or not a manifest: it names nothing, and is deleted
-        log.warning("purge: cannot read %s as Avro (%s); the files it names stay", uri, exc)
+    except BadRequest as exc:   # a directory, or a name too long
+        log.warning("purge: cannot read %s (%s); it names nothing", uri, exc)
+        return []
+    try:
+        return [r for r in fastavro.reader(io.BytesIO(data)) if isinstance(r, dict)]
+    except Exception as exc:  # noqa: BLE001 - any fault of the bytes: a purge failing on them would never end
+        log.warning("purge: %s is not an Avro manifest or manifest list (%s); the files it names stay", uri, exc)
         return []
 
 

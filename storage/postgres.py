@@ -625,10 +625,13 @@ class PostgresStore:
             " AND renewed_at <= now() - make_interval(secs => $2) RETURNING owner",
             location_key(location), float(older_than_s), uuid4()))
 
-    async def purge_metadata(self, location: str) -> str | None:
-        """The claim's metadata file: only the files it reaches are to be deleted (None: the whole location)."""
-        return await self._call(lambda con: con.fetchval(
-            "SELECT metadata_location FROM purges WHERE location_key = $1", location_key(location)))
+    async def confirm_purge(self, location: str, owner: UUID | None) -> tuple[bool, str | None]:
+        """Before a deletion starts: whether the claim on `location` is still `owner`'s (renewed if so), and its
+        metadata file, whose reachable files alone are to be deleted (None: the whole location)."""
+        row = await self._call(lambda con: con.fetchrow(
+            "UPDATE purges SET renewed_at = now() WHERE location_key = $1 AND owner IS NOT DISTINCT FROM $2"
+            " RETURNING metadata_location", location_key(location), owner))
+        return (True, row["metadata_location"]) if row is not None else (False, None)
 
     async def renew_purge(self, location: str, owner: UUID | None) -> bool:
         """The deletion of `location` is still running here: nobody else is to resume it. False if the claim is
@@ -763,7 +766,8 @@ async def _lock_descendants(con: asyncpg.Connection, realm: str, catalog: str, p
     """Lock every namespace below `path` against creates in it (they share-lock their parent), until a read finds
     none left unlocked: one created while the lock was taken is locked in the next round. Then a table or
     namespace can appear below `path` only once this transaction has ended."""
-    sql = "SELECT path FROM namespaces WHERE realm=$1 AND catalog=$2 AND starts_with(path, $3 || chr(31))"
+    sql = ("SELECT path FROM namespaces WHERE realm=$1 AND catalog=$2 AND starts_with(path, $3 || chr(31))"
+           " ORDER BY path")   # one order for every drop: two overlapping ones cannot lock crosswise
     locked: set[str] = set()
     while True:
         found = {r["path"] for r in await con.fetch(sql, realm, catalog, path)}

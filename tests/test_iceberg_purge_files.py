@@ -38,3 +38,31 @@ def test_only_files_within_the_location_are_read_or_deleted_and_junk_names_nothi
     assert not junk.exists() and not older.exists() and not current.exists()
     assert not (table / "metadata").exists()   # emptied: removed; `data` holds a file: stays
     assert reachable_files(files, table.as_uri(), current.as_uri()) is None   # a resumed purge that had ended
+
+
+def test_paths_that_name_nothing_deletable_are_skipped_so_the_purge_ends(tmp_path):
+    """A purge that failed on the same path every time would keep its location claimed forever: paths naming a
+    directory, a name below a file, a name too long, and a metadata that is no object are skipped."""
+    import fastavro
+
+    table = tmp_path / "table"
+    (table / "data").mkdir(parents=True)
+    (table / "data" / "a.parquet").write_bytes(b"x")
+    (table / "metadata").mkdir()
+    odd = table / "metadata" / "snap-odd.avro"   # Avro, but its records hold no data_file record
+    with odd.open("wb") as out:
+        fastavro.writer(out, {"type": "record", "name": "r", "fields": [
+            {"name": "data_file", "type": "string"}, {"name": "manifest_path", "type": "long"}]},
+            [{"data_file": "not a record", "manifest_path": 7}])
+    current = table / "metadata" / "00001-b.metadata.json"
+    current.write_bytes(orjson.dumps({"location": table.as_uri(), "snapshots": [
+        {"snapshot-id": 1, "manifest-list": odd.as_uri(), "manifests": "not a list"}],
+        "statistics": [{"statistics-path": p} for p in (
+            (table / "data").as_uri(), (table / "data" / "a.parquet" / "x").as_uri(), (table / ("n" * 300)).as_uri())]}))
+    files = FileIO()
+    delete_reachable_sync(files, table.as_uri(), current.as_uri())
+    assert not current.exists() and not odd.exists() and (table / "data" / "a.parquet").exists()
+    not_an_object = table / "00002-c.metadata.json"   # `metadata/` went with the last file in it
+    not_an_object.write_bytes(b"[1, 2]")
+    assert reachable_files(files, table.as_uri(), not_an_object.as_uri()) == [not_an_object.as_uri()]
+    assert reachable_files(files, table.as_uri(), (table / "data").as_uri()) == [(table / "data").as_uri()]

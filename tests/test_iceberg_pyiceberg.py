@@ -226,11 +226,51 @@ def test_a_purge_where_other_tables_files_lie_deletes_only_its_own(catalog, serv
         own = _files_under(to_local_path(place)) - others
         assert len([p for p in own if p.suffix == ".parquet"]) == 2
         catalog.purge_table("shared.newcomer")
-        _eventually(lambda: not any(p.exists() for p in own), f"the purged table's files in {place} remain")
+        _eventually(lambda own=own: not any(p.exists() for p in own), f"the purged table's files in {place} remain")
         assert all(p.exists() for p in others), place
         assert not any(d.is_dir() and not any(d.iterdir()) for d in to_local_path(place).rglob("*"))
     assert catalog.load_table("shared.moved").scan().to_arrow().num_rows == 10
     assert catalog.register_table("shared.kept", kept_metadata).scan().to_arrow().num_rows == 5
+
+
+def test_only_a_table_that_never_left_its_given_directory_is_purged_whole(catalog, service):
+    """A table in the directory the service gave it is purged whole (orphans too). Once moved, even back, its
+    place may hold files that are not its own, and only what its metadata reaches is deleted. So is a table
+    created by a create transaction that named its location, even the one a stage-create handed out."""
+    import httpx
+
+    catalog.create_namespace("own")
+    stays = catalog.create_table("own.stays", SCHEMA)
+    stays.append(batch(0, 5))
+    orphan = to_local_path(stays.location()) / "data" / "orphan-of-a-failed-write.parquet"
+    orphan.write_bytes(b"x")
+    catalog.purge_table("own.stays")
+    _eventually(lambda: not to_local_path(stays.location()).exists(), "the given directory was not removed whole")
+
+    moves = catalog.create_table("own.moves", SCHEMA)
+    moves.append(batch(0, 5))
+    home = moves.location()
+    for place in (home + "-away", home):   # away and back
+        r = httpx.post(f"{service}/v1/namespaces/own/tables/moves", json={"requirements": [], "updates": [
+            {"action": "set-location", "location": place}]})
+        assert r.status_code == 200, r.text
+    foreign = to_local_path(home) / "data" / "left-by-another-table.parquet"
+    foreign.write_bytes(b"x")
+    own = _files_under(to_local_path(home)) - {foreign}
+    catalog.purge_table("own.moves")
+    _eventually(lambda: not any(p.exists() for p in own), "the moved table's files remain")
+    assert foreign.exists()
+
+    staged = catalog.create_table_transaction("own.staged", SCHEMA)   # stage-create, then assert-create
+    staged.commit_transaction()
+    table = catalog.load_table("own.staged")
+    table.append(batch(0, 5))
+    foreign = to_local_path(table.location()) / "data" / "left-by-another-table.parquet"
+    foreign.write_bytes(b"x")
+    own = _files_under(to_local_path(table.location())) - {foreign}
+    catalog.purge_table("own.staged")
+    _eventually(lambda: not any(p.exists() for p in own), "the staged table's files remain")
+    assert foreign.exists()
 
 
 def test_an_existing_name_is_409_even_when_its_location_is_given_again(catalog):

@@ -273,3 +273,30 @@ async def test_a_deletion_whose_renewal_hangs_stops_by_the_clock(coord, monkeypa
     error, deleted, location = await _slow_deletion(coord, monkeypatch, hangs)
     assert isinstance(error, DeletionStopped) and 8 <= deleted < 40, (error, deleted)
     assert await coord.store.pending_purges(0) == [location]
+
+
+async def test_a_member_whose_claim_was_taken_over_and_ended_deletes_nothing(coord):
+    """The member that served the drop froze before its deletion began; another took the claim over, deleted
+    what the metadata reaches (a place the client chose) and ended the claim. Waking, the first finds the claim
+    no longer its own and touches nothing: not the whole place, where a table dropped without purge kept files."""
+    import orjson
+
+    from coordinator.registry import delete_own_location
+    from storage.files import to_local_path
+
+    location = f"{coord.config.warehouse_uri}/client-chosen"
+    root = to_local_path(location)
+    (root / "metadata").mkdir(parents=True)
+    meta = root / "metadata" / "00001-x.metadata.json"
+    meta.write_bytes(orjson.dumps({"location": location, "snapshots": []}))
+    kept = root / "data" / "kept-by-another-table.parquet"
+    kept.parent.mkdir()
+    kept.write_bytes(b"keep me")
+    await coord.store.with_connection(lambda con: con.execute(
+        "INSERT INTO purges (location_key, location, metadata_location, renewed_at)"
+        " VALUES ($1, $2, $3, now() - interval '20 minutes')", location_key(location), location, meta.as_uri()))
+    owner = await coord.store.take_over_purge(location, 600)
+    assert await delete_own_location(coord.store, coord.files, location, owner)
+    assert kept.exists() and not meta.exists() and await coord.store.pending_purges(0) == []
+    assert not await delete_own_location(coord.store, coord.files, location, None)
+    assert kept.exists()

@@ -115,13 +115,16 @@ def serialize_metadata(metadata: dict[str, Any], previous: "IcebergTable | None"
 @dataclass(frozen=True)
 class IcebergTable:
     """A table's in-memory state: its current metadata, where it was written, and its serialized JSON (kept so
-    loads never re-serialize). `list_json` holds the JSON of the growing lists for the next commit."""
+    loads never re-serialize). `list_json` holds the JSON of the growing lists for the next commit.
+    `owns_location`: the table lives in the directory the service gave it at creation and never left it, so
+    nothing but its own files can be there (a purge deletes the whole tree; see DropTable)."""
 
     ident: TableIdent
     metadata: dict[str, Any]
     metadata_location: str
     metadata_json: bytes
     list_json: dict[str, tuple[list, memoryview]] = field(default_factory=dict, compare=False, repr=False)
+    owns_location: bool = field(default=False, compare=False)
 
     def __reduce__(self):
         # Between cluster members (coordinator/cluster/channel.py) the JSON bytes are the compact form, and
@@ -138,7 +141,8 @@ class IcebergTable:
         keep = {ref["snapshot-id"] for ref in self.metadata.get("refs", {}).values()}
         meta = {**self.metadata, "snapshots": [s for s in self.metadata.get("snapshots", [])
                                                if s["snapshot-id"] in keep]}
-        return IcebergTable(self.ident, meta, self.metadata_location, orjson.dumps(meta))
+        return IcebergTable(self.ident, meta, self.metadata_location, orjson.dumps(meta),
+                            owns_location=self.owns_location)
 
     def load_result(self) -> list[bytes]:
         """`LoadTableResult` as JSON, in parts around the cached metadata bytes (`_result_json`)."""
@@ -186,7 +190,15 @@ def _ident_of(row: TableRow) -> TableIdent:
 
 def _expand(row: TableRow, data: bytes) -> IcebergTable:
     """A table's state from its row and the bytes of its current metadata file (read, or kept while idle)."""
-    return IcebergTable(_ident_of(row), orjson.loads(data), row.state["metadata-location"], data)
+    return IcebergTable(_ident_of(row), orjson.loads(data), row.state["metadata-location"], data,
+                        owns_location=row.state.get(OWN_LOCATION) is True)
+
+
+OWN_LOCATION = "own-location"   # in a table row's state: IcebergTable.owns_location (absent: False)
+
+
+def _row_state(metadata_location: str, owns_location: bool) -> dict[str, Any]:
+    return {"metadata-location": metadata_location, **({OWN_LOCATION: True} if owns_location else {})}
 
 
 @dataclass(frozen=True)
@@ -275,7 +287,7 @@ class DropTable:
         - with `gc.enabled` (Java's guard: false when data files may be shared with another table), data,
           manifests and metadata (`delete_own_location`: only while no other table is at, above or below it).
           The location is claimed until then (Decision.purge). In a location the service gave the table and that
-          it never left (`_owns_location`) that is the whole tree; in any other (chosen by the client, registered,
+          it never left (IcebergTable.owns_location) that is the whole tree; in any other (chosen by the client, registered,
           or moved to) only the files the metadata reaches (Decision.purge_metadata), as Java does: such a place
           may also hold files of a table that moved away from it or was dropped without purge;
         - without, the files the metadata names there (metadata files, manifest lists, statistics), not data
@@ -290,18 +302,12 @@ class DropTable:
             elif _gc_enabled(state.metadata):
                 after = functools.partial(delete_own_location, self.store, self.files, location)
                 claim = location
-                only = None if _owns_location(state.metadata) else state.metadata_location
+                only = None if state.owns_location else state.metadata_location
             else:
                 after = functools.partial(_purge_named_files, self.files, self.store, location, state)
         return Decision(None, reply=None, delete=True, after_durable=after, purge=claim, purge_metadata=only,
                         idempotency=_idempotency(self.idempotency_key, 204, None))
 
-
-def _owns_location(metadata: dict[str, Any]) -> bool:
-    """Whether the table lives where the service placed it (`default_location`: a directory named after its
-    table-uuid, which no other live table can have) and so holds nothing but its own files."""
-    table_uuid = str(metadata.get("table-uuid") or "").replace("-", "")
-    return bool(table_uuid) and str(metadata.get("location") or "").rstrip("/").endswith("-" + table_uuid)
 
 
 async def _not_purged(ident: TableIdent, location: str | None) -> None:
@@ -363,18 +369,19 @@ def _next_version(state: IcebergTable, new: dict[str, Any], data: bytes, list_js
     """Write `new` (serialized as `data`) as the table's or view's next metadata file, under its location."""
     version = metadata_version(state.metadata_location) + 1
     location = join(new["location"], "metadata", metadata_file_name(version))
-    table = IcebergTable(state.ident, new, location, data, list_json)
     moved = new["location"] if new["location"] != state.metadata.get("location") else None
-    return Decision(table, reply=table, row_state={"metadata-location": location},
+    owns = state.owns_location and moved is None   # moved (even back): the place may hold others' files now
+    table = IcebergTable(state.ident, new, location, data, list_json, owns)
+    return Decision(table, reply=table, row_state=_row_state(location, owns),
                     log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
                     files=[(location, data)], idempotency=_idempotency(idempotency_key, 200, table),
                     after_durable=after_durable, relocate=moved)
 
 
 def _creation(ident: TableIdent, metadata: dict[str, Any], table_uuid: str, metadata_location: str | None = None,
-              kind: str = "table") -> Create:
+              kind: str = "table", owns_location: bool = False) -> Create:
     """A new table's or view's row, state, first log entry and metadata file (none when `metadata_location`
-    names an existing file: register)."""
+    names an existing file: register). `owns_location`: its location is the one `default_location` gave it."""
     data = orjson.dumps(metadata)
     files = []
     if metadata_location is None:
@@ -383,8 +390,8 @@ def _creation(ident: TableIdent, metadata: dict[str, Any], table_uuid: str, meta
     row = TableRow(table_id=uuid.UUID(table_uuid), realm=REALM, catalog=ident.catalog, namespace=ident.ns_path,
                    name=ident.name, format=FORMAT if kind == "table" else VIEW_FORMAT,
                    location=metadata["location"], kind=kind)
-    return Create(row, IcebergTable(ident, metadata, metadata_location, data),
-                  {"metadata-location": metadata_location},
+    return Create(row, IcebergTable(ident, metadata, metadata_location, data, owns_location=owns_location),
+                  _row_state(metadata_location, owns_location),
                   [LogEntry(max(metadata_version(metadata_location), 0),
                             {"metadata-location": metadata_location, "previous": None})],
                   files)
@@ -587,7 +594,7 @@ class IcebergCatalog:
         return join(self.warehouse, *prefix, *(path_segment(level) for level in ident.namespace))
 
     def default_location(self, ident: TableIdent, table_uuid: str) -> str:
-        """A directory of the table's own, named after its table-uuid (see `_owns_location`)."""
+        """A directory of the table's own, named after its table-uuid (unique: it is the row's primary key)."""
         name = f"{path_segment(ident.name)}-{uuid.UUID(table_uuid).hex}"
         return self.check_location(join(self.namespace_dir(ident), name))
 
@@ -617,6 +624,7 @@ class IcebergCatalog:
                            stage_create: bool, idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
         await self._check_creatable(ident)
         table_uuid = str(uuid.uuid4())
+        owns = not location
         location = self.check_location(location, ident) if location else self.default_location(ident, table_uuid)
         metadata = new_table_metadata(location=location, schema=schema, partition_spec=partition_spec,
                                       sort_order=write_order, properties=properties,
@@ -625,12 +633,12 @@ class IcebergCatalog:
         if stage_create:
             # Nothing is written: the client commits the table later with `assert-create`.
             return IcebergTable(ident, metadata, "", orjson.dumps(metadata))
-        return await self._insert(ident, metadata, table_uuid, idempotency_key)
+        return await self._insert(ident, metadata, table_uuid, idempotency_key, owns_location=owns)
 
     async def _insert(self, ident: TableIdent, metadata: dict, table_uuid: str,
                       idempotency_key: IdempotencyKey | None, metadata_location: str | None = None,
-                      kind: str = "table") -> IcebergTable:
-        new = _creation(ident, metadata, table_uuid, metadata_location, kind)
+                      kind: str = "table", owns_location: bool = False) -> IcebergTable:
+        new = _creation(ident, metadata, table_uuid, metadata_location, kind, owns_location)
         await self.registry.create(new.row, state=new.state, row_state=new.row_state, log_entries=new.log,
                                    files=new.files, idempotency=_idempotency(idempotency_key, 200, new.state))
         self._ids[(ident, kind)] = new.row.table_id
@@ -685,19 +693,21 @@ class IcebergCatalog:
     async def _commit_create(self, ident: TableIdent, requirements: list, updates: list,
                              idempotency_key: IdempotencyKey | None) -> IcebergTable:
         """The create transaction (stage-create, then commit with `assert-create`): the table must not exist."""
-        metadata = await self._create_transaction_metadata(ident, requirements, updates)
-        return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key)
+        metadata, owns = await self._create_transaction_metadata(ident, requirements, updates)
+        return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key, owns_location=owns)
 
-    async def _create_transaction_metadata(self, ident: TableIdent, requirements: list, updates: list) -> dict:
+    async def _create_transaction_metadata(self, ident: TableIdent, requirements: list, updates: list
+                                           ) -> tuple[dict, bool]:
         """The new table's metadata: at the location the updates set (which must be in the warehouse), else at
-        the default location."""
+        the default location; and whether it is the default one (IcebergTable.owns_location). A location the
+        updates set is the client's, even the one a stage-create handed out: it may have chosen it again."""
         await self._check_creatable(ident)
         metadata = apply_commit(None, requirements, updates, base_location=None, now_ms=_now_ms(),
                                 table_uuid=str(uuid.uuid4()))
         if not metadata.get("location"):
-            return {**metadata, "location": self.default_location(ident, metadata["table-uuid"])}
+            return {**metadata, "location": self.default_location(ident, metadata["table-uuid"])}, True
         self.check_location(metadata["location"], ident)
-        return metadata
+        return metadata, False
 
     async def commit_transaction(self, changes: list[tuple[TableIdent, list, list]],
                                  idempotency_key: IdempotencyKey | None = None) -> None:
@@ -706,8 +716,8 @@ class IcebergCatalog:
         parts, creates = [], []
         for ident, requirements, updates in changes:
             if _creates_table(requirements):
-                metadata = await self._create_transaction_metadata(ident, requirements, updates)
-                creates.append(_creation(ident, metadata, metadata["table-uuid"]))
+                metadata, owns = await self._create_transaction_metadata(ident, requirements, updates)
+                creates.append(_creation(ident, metadata, metadata["table-uuid"], owns_location=owns))
                 # Checked here, not in coordinator.transaction: a Lance batch may free a location (deregister) and
                 # take it again (register) in one transaction, which only the insert's own check sees rightly.
                 if await self.store.location_taken(metadata["location"]):  # before its files are written there

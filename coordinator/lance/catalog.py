@@ -168,7 +168,10 @@ class LanceCatalog:
             if mode == "existok":
                 return await self.describe_namespace(ns)
             # Overwrite: "the existing namespace is dropped and a new empty namespace with this name is created".
-            await self.drop_namespace(ns, None, "cascade")
+            try:
+                await self.drop_namespace(ns, None, "cascade")
+            except NotFound:
+                pass   # a concurrent overwrite or drop came first: gone all the same
             await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, parent=_parent(ns))
         return props
 

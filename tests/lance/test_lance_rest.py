@@ -374,8 +374,10 @@ def test_errors_have_the_spec_shape(http):
     err(http.post(f"{TABLE}/db$t/describe", params={"delimiter": ""}, json={}), 400, 13)
     # A level holding '/' (Lance's client sends %2F; routing decodes it): invalid input, not an operation.
     for path in (f"{NS}/a%2Fb/create", f"{TABLE}/db$t%2F1/describe", f"{TABLE}/db$t%2f1/version/create",
-                 f"{TABLE}/db$t%2F1/index/i/drop"):
+                 f"{TABLE}/db$t%2F1/index/i/drop",
+                 f"{NS}/db%2Ftable/list", f"{TABLE}/db$t%2Fversion/describe"):   # decoded, these are other routes
         assert "'/'" in err(http.post(path, json={}), 400, 13)["error"], path
+    assert "'/'" in err(http.get(f"{NS}/db%2Ftable/list"), 400, 13)["error"]
 
 
 def test_lance_and_iceberg_share_v1_without_ambiguity(http):
