@@ -60,6 +60,9 @@ class Decision:
     relocate: str | None = None   # the table moves (Iceberg set-location): its row's location follows
     purge: str | None = None      # with `delete`: `after_durable` deletes this location; claimed until it has
     purge_metadata: str | None = None   # with `purge`: only the files this Iceberg metadata reaches (None: all)
+    # With `purge`: the claim's owner token, also passed to the `after_durable` that deletes. A fresh one per drop:
+    # a drop whose claim was not inserted (another claim holds the place) must not take that claim for its own.
+    purge_owner: UUID | None = None
     files: list[tuple[str, bytes]] = field(default_factory=list)       # made durable before the row
     published: list[tuple[str, bytes]] = field(default_factory=list)   # made durable after it, before replies
     idempotency: IdempotencyRecord | None = None
@@ -385,6 +388,7 @@ class TableActor:
             w.relocate = d.relocate or w.relocate
             w.purge = d.purge or w.purge
             w.purge_metadata = d.purge_metadata or w.purge_metadata
+            w.purge_owner = d.purge_owner or w.purge_owner
         return w
 
     async def _flush(self, seg: _Segment) -> None:

@@ -244,17 +244,17 @@ class FileIO:
         to `location` itself: a purge of the files a table's metadata reaches (the paths are the client's word,
         and only the table's own place is touched). Stops as `delete_tree_sync` does."""
         for uri in uris:
-            if not is_within(location, uri):
+            if not is_within(location, uri) or not really_within(location, uri):
                 continue
             if stop is not None and stop():
                 raise DeletionStopped(f"the deletion of {location}'s files was stopped before it ended")
             try:
                 self.delete_sync(uri)
-            except OSError as exc:
-                if exc.errno not in _NOT_A_FILE_TO_DELETE:
+            except (OSError, ValueError, TypeError) as exc:
+                if isinstance(exc, OSError) and exc.errno not in NOT_A_FILE:
                     raise   # perhaps transient: the purge is retried
-                # A path a client wrote into the metadata that names no file to delete: retrying would fail the
-                # same way forever, and the location would stay claimed.
+                # A path a client wrote into the metadata that names no file to delete (or that the object store
+                # refuses to parse): retrying would fail the same way forever, and the location stay claimed.
                 log.warning("purge of %s: skipping %s: %s", location, uri, exc)
                 continue
             _remove_emptied_dirs(uri, location)
@@ -380,13 +380,25 @@ def _quietly(remove: Callable[[str], None], path: str) -> None:
         pass
 
 
-_NOT_A_FILE_TO_DELETE = {errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG, errno.EPERM, errno.EACCES}
+# A path that names no file this process could ever read or delete: a directory, a name below a file, a name too
+# long, a symlink loop, a file it may not touch. Skipped by a purge (anything else may be transient: retried).
+NOT_A_FILE = {errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EPERM, errno.EACCES}
+
+
+def really_within(location: str, uri: str) -> bool:
+    """`is_within` reads the text; the kernel also follows symlinks in a path's directories. Locally, whether the
+    directory `uri` is in resolves into `location` too (a link in a table's directory may point anywhere)."""
+    path, root = local_path(uri), local_path(location)
+    if path is None or root is None:
+        return True   # an object store has no links
+    real_root, real_dir = os.path.realpath(root), os.path.realpath(os.path.dirname(path))
+    return real_dir == real_root or real_dir.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
 def _remove_emptied_dirs(uri: str, location: str) -> None:
     """After `uri` was deleted: the directories above it up to `location` (included) that are now empty."""
     path = local_path(uri)
-    if path is None or not is_within(location, uri):
+    if path is None or not is_within(location, uri) or not really_within(location, uri):
         return   # an object store has no directories
     parent = os.path.dirname(path)
     while is_within(location, parent):

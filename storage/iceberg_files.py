@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import stat
 from typing import Any, Callable
 
 import fastavro
@@ -17,7 +19,7 @@ import orjson
 
 from coordinator.errors import BadRequest, NotFound
 
-from .files import FileIO, is_within
+from .files import NOT_A_FILE, FileIO, is_within, local_path
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +32,10 @@ def reachable_files(files: FileIO, location: str, metadata_location: str) -> lis
     Paths in the metadata are the client's word: only files within `location` are read (and deleted), and a file
     that cannot be read as what it should be names nothing (a purge that failed on it would be retried forever)."""
     try:
-        meta = orjson.loads(files.read_sync(metadata_location))
+        meta = orjson.loads(_read(files, metadata_location))
     except NotFound:
         return None
-    except (orjson.JSONDecodeError, BadRequest) as exc:   # not JSON; a directory, or a name too long
+    except (orjson.JSONDecodeError, _Unreadable) as exc:
         meta = exc
     if not isinstance(meta, dict):
         log.warning("purge: %s holds no table metadata (%s); deleting only that file", metadata_location, meta)
@@ -62,14 +64,42 @@ def _unique(uris: list[Any]) -> list[str]:
     return [uri for uri in dict.fromkeys(u for u in uris if isinstance(u, str) and u)]
 
 
+MAX_MANIFEST_BYTES = 256 << 20   # far above any manifest or manifest list; a purge reads each whole
+
+
+class _Unreadable(Exception):
+    """A path that can never be read as a table file: it names nothing."""
+
+
+def _read(files: FileIO, uri: str) -> bytes:
+    """The file's bytes. NotFound if it is gone; `_Unreadable` if it never can be read as a table file (not a
+    regular file: a FIFO would block the purge for good; too large; a path the store refuses). Other errors
+    (storage unreachable) are raised: the purge is retried."""
+    path = local_path(uri)
+    try:
+        if path is not None:
+            info = os.stat(path)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MANIFEST_BYTES:
+                raise _Unreadable(f"not a regular file of at most {MAX_MANIFEST_BYTES} bytes")
+        return files.read_sync(uri)
+    except FileNotFoundError:
+        raise NotFound(uri) from None
+    except OSError as exc:
+        if exc.errno in NOT_A_FILE:
+            raise _Unreadable(str(exc)) from None
+        raise
+    except (BadRequest, ValueError, TypeError) as exc:   # a directory, a name too long; a path obstore refuses
+        raise _Unreadable(str(exc)) from None
+
+
 def _records(files: FileIO, location: str, uri: str) -> list[dict[str, Any]]:
     if not is_within(location, uri):
         return []
     try:
-        data = files.read_sync(uri)   # other errors (storage unreachable) are raised: the purge is retried
+        data = _read(files, uri)
     except NotFound:   # deleted by an earlier, interrupted run of the purge, after what it names
         return []
-    except BadRequest as exc:   # a directory, or a name too long
+    except _Unreadable as exc:
         log.warning("purge: cannot read %s (%s); it names nothing", uri, exc)
         return []
     try:

@@ -359,9 +359,9 @@ class GroupCommitWriter:
                 raise NotApplied("stale")
             await con.execute("DELETE FROM commits WHERE table_id=$1", w.table_id)
             if w.purge is not None:
-                await con.execute("INSERT INTO purges (location_key, location, metadata_location) VALUES ($1, $2, $3)"
-                                  " ON CONFLICT (location_key) DO NOTHING", location_key(w.purge), w.purge,
-                                  w.purge_metadata)
+                await con.execute("INSERT INTO purges (location_key, location, metadata_location, owner)"
+                                  " VALUES ($1, $2, $3, $4) ON CONFLICT (location_key) DO NOTHING",
+                                  location_key(w.purge), w.purge, w.purge_metadata, w.purge_owner)
             return
         else:
             if w.rename is not None:

@@ -87,6 +87,7 @@ class TableWrite:
     relocate: str | None = None   # the table's new location (Iceberg set-location): still exclusive, re-keyed
     purge: str | None = None      # with `delete`: the location whose files will be deleted, claimed until then
     purge_metadata: str | None = None   # with `purge`: only the files this Iceberg metadata reaches (None: all)
+    purge_owner: UUID | None = None     # with `purge`: the claim's token, the deletion's alone (Decision.purge_owner)
 
     @property
     def new_version(self) -> int:

@@ -66,3 +66,54 @@ def test_paths_that_name_nothing_deletable_are_skipped_so_the_purge_ends(tmp_pat
     not_an_object.write_bytes(b"[1, 2]")
     assert reachable_files(files, table.as_uri(), not_an_object.as_uri()) == [not_an_object.as_uri()]
     assert reachable_files(files, table.as_uri(), (table / "data").as_uri()) == [(table / "data").as_uri()]
+
+
+def test_links_fifos_and_loops_neither_lead_out_of_the_location_nor_stall_the_purge(tmp_path):
+    """`is_within` reads the text; the kernel follows links in a path's directories. A directory link in the
+    table's place pointing out of it leads nowhere; a FIFO named as a manifest list would block the purge's thread
+    for good (its claim renewed all the while); a link loop fails every time: each names nothing."""
+    import os
+    import threading
+
+    table, outside = tmp_path / "table", tmp_path / "another-table" / "data"
+    (outside / "sub").mkdir(parents=True)
+    precious = outside / "sub" / "precious.parquet"
+    precious.write_bytes(b"not the purged table's")
+    (table / "metadata").mkdir(parents=True)
+    os.symlink(outside, table / "data")
+    os.mkfifo(table / "metadata" / "snap-fifo.avro")
+    os.symlink(table / "loop", table / "loop")
+    current = table / "metadata" / "00001-m.metadata.json"
+    current.write_bytes(orjson.dumps({"location": table.as_uri(), "snapshots": [
+        {"snapshot-id": 1, "manifest-list": (table / "metadata" / "snap-fifo.avro").as_uri()},
+        {"snapshot-id": 2, "manifest-list": (table / "loop" / "x.avro").as_uri()}],
+        "statistics": [{"statistics-path": (table / "data" / "sub" / "precious.parquet").as_uri()},
+                       {"statistics-path": (table / "loop" / "y.puffin").as_uri()}]}))
+    done = threading.Event()
+
+    def purge():
+        delete_reachable_sync(FileIO(), table.as_uri(), current.as_uri())
+        done.set()
+    threading.Thread(target=purge, daemon=True).start()
+    assert done.wait(10), "the purge blocked"
+    assert precious.exists() and (outside / "sub").is_dir() and not current.exists()
+
+
+def test_object_store_paths_it_refuses_to_parse_are_skipped():
+    """On an object store a path with an empty or `..` segment is within the location by its key, but the store
+    refuses to parse it (not an OSError): skipped, or the purge would fail on it forever. (A MemoryStore stands in
+    for S3: the path parsing is obstore's.)"""
+    import obstore
+    from obstore.store import MemoryStore
+
+    store = MemoryStore()
+    obstore.put(store, "wh/t/data/a.parquet", b"x")
+    files = FileIO()
+    files.object_store = lambda uri: (store, uri.split("://", 1)[1].split("/", 1)[1])
+    files.delete_listed_sync("s3://b/wh/t", ["s3://b/wh/t/data/a.parquet", "s3://b/wh/t//data/b.parquet",
+                                             "s3://b/wh/other/../t/data/c.parquet"])
+    assert list(obstore.list(store, prefix="wh/t")) in ([], [[]])
+    metadata = "s3://b/wh/t/metadata/00001.metadata.json"
+    obstore.put(store, "wh/t/metadata/00001.metadata.json", orjson.dumps(
+        {"snapshots": [{"manifest-list": "s3://b/wh/t//metadata/snap.avro"}]}))
+    assert reachable_files(files, "s3://b/wh/t", metadata) == ["s3://b/wh/t//metadata/snap.avro", metadata]

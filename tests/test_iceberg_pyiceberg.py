@@ -273,6 +273,41 @@ def test_only_a_table_that_never_left_its_given_directory_is_purged_whole(catalo
     assert foreign.exists()
 
 
+def test_a_create_transaction_with_a_dropped_tables_uuid_does_not_own_its_files(catalog, service):
+    """A create transaction may assign its own table-uuid: that of a table of the same name dropped without purge,
+    whose files stay in the directory named after it. The new table's directory is named after a uuid the
+    service generates, so its whole-tree purge never reaches the kept files."""
+    import httpx
+
+    catalog.create_namespace("reuse")
+    old = catalog.create_table("reuse.t", SCHEMA)
+    old.append(batch(0, 5))
+    old_uuid, old_place = str(old.metadata.table_uuid), to_local_path(old.location())
+    kept = _files_under(old_place)
+    old_metadata = old.metadata_location
+    catalog.drop_table("reuse.t")          # without purge: the files are the user's, to register again later
+    assert all(p.exists() for p in kept)
+
+    updates = [{"action": "assign-uuid", "uuid": old_uuid},
+               {"action": "upgrade-format-version", "format-version": 2},
+               {"action": "add-schema", "schema": {"type": "struct", "schema-id": 0, "fields": [
+                   {"id": 1, "name": "id", "type": "long", "required": False}]}},
+               {"action": "set-current-schema", "schema-id": -1},
+               {"action": "add-spec", "spec": {"spec-id": 0, "fields": []}},
+               {"action": "set-default-spec", "spec-id": -1},
+               {"action": "add-sort-order", "sort-order": {"order-id": 0, "fields": []}},
+               {"action": "set-default-sort-order", "sort-order-id": -1}]
+    r = httpx.post(f"{service}/v1/namespaces/reuse/tables/t",
+                   json={"requirements": [{"type": "assert-create"}], "updates": updates})
+    assert r.status_code == 200, r.text
+    assert to_local_path(r.json()["metadata"]["location"]) != old_place   # a directory of its own
+    catalog.purge_table("reuse.t")
+    time.sleep(1)
+    gone = [p for p in kept if not p.exists()]
+    assert not gone, f"the purge deleted {len(gone)} files of the table dropped without purge, e.g. {gone[:2]}"
+    assert catalog.register_table("reuse.back", old_metadata).scan().to_arrow().num_rows == 5
+
+
 def test_an_existing_name_is_409_even_when_its_location_is_given_again(catalog):
     """Spec, createTable and registerTable: 409 "The table already exists". A create run twice with an explicit
     location, or a register of a table's own metadata under its name, names a location that is taken too; the

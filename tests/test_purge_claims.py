@@ -300,3 +300,64 @@ async def test_a_member_whose_claim_was_taken_over_and_ended_deletes_nothing(coo
     assert kept.exists() and not meta.exists() and await coord.store.pending_purges(0) == []
     assert not await delete_own_location(coord.store, coord.files, location, None)
     assert kept.exists()
+
+
+async def test_two_drops_at_one_location_do_not_both_delete(coord, monkeypatch):
+    """Tables sharing a location (rows from before locations were exclusive) dropped at once: the second drop's
+    claim is not inserted (ON CONFLICT DO NOTHING). Each drop's claim has its own owner token, so the second
+    cannot take the first's claim for its own and delete alongside it, or end it while the first still deletes."""
+    import threading
+    import time
+
+    import trio
+
+    from storage.files import FileIO
+    from storage.postgres import PostgresStore
+
+    lance = coord.lance
+    await lance.create_namespace(("db",), None, None)
+    shared = f"{coord.config.warehouse_uri}/legacy-shared"
+    await lance.declare_table(("db", "a"), shared, None)
+    other = f"{coord.config.warehouse_uri}/elsewhere"
+    await lance.declare_table(("db", "b"), other, None)
+    # From before locations were exclusive: b lives at the same place as a.
+    await coord.store.with_connection(lambda con: con.execute(
+        "UPDATE tables SET location=$1, location_key=$2 WHERE name='b'", shared, location_key(shared)))
+    lance._refs.clear()
+
+    lock, running, most, ended_while_running = threading.Lock(), [0], [0], []
+
+    def delete_tree_sync(self, where, stop=None):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            time.sleep(0.5)
+        finally:
+            with lock:
+                running[0] -= 1
+    monkeypatch.setattr(FileIO, "delete_tree_sync", delete_tree_sync)
+    end_purge = PostgresStore.end_purge
+
+    async def recording_end_purge(self, where, owner):
+        ended_while_running.append(running[0])
+        await end_purge(self, where, owner)
+    monkeypatch.setattr(PostgresStore, "end_purge", recording_end_purge)
+
+    deletions = []
+    confirm = PostgresStore.confirm_purge
+
+    async def slow_confirm(self, where, owner):   # the deletions start a moment after their drops (spawned tasks)
+        await trio.sleep(0.2)
+        result = await confirm(self, where, owner)
+        deletions.append(result)
+        return result
+    monkeypatch.setattr(PostgresStore, "confirm_purge", slow_confirm)
+    async with trio.open_nursery() as n:   # two clients drop the two tables at once
+        n.start_soon(lance.drop_table, ("db", "a"))
+        n.start_soon(lance.drop_table, ("db", "b"))
+    await trio.sleep(1.5)
+    # One deletion of `shared` at a time, and the claim ended only when none of it runs: the drop whose claim
+    # was not inserted (another held the place) finds the claim not its own and deletes nothing.
+    assert sorted(ours for ours, _ in deletions) == [False, True], deletions
+    assert most[0] == 1 and all(n == 0 for n in ended_while_running), (most[0], ended_while_running)

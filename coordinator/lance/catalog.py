@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 REALM = "lance"
 CATALOG = ""
 FORMAT = "lance"
+ICEBERG_REALM = "iceberg"   # coordinator/iceberg/catalog.py REALM: its unprefixed namespaces share our directories
 CASCADE_ROUNDS = 10   # a cascade drop drops the tables declared while it ran this many times before giving up
 Ident = tuple[str, ...]   # namespace levels + table name
 VersionRequest = CreateTableVersionRequest | CreateTableVersionEntry   # a batch entry is read as a request
@@ -337,17 +338,32 @@ class LanceCatalog:
         return location
 
     async def check_no_namespace_inside(self, location: str) -> None:
-        """A location given by the client may not be, or contain, an existing namespace's directory: every table
-        placed in that namespace by default would overlap it, and the namespace could hold no new table."""
-        relative = location_key(location)[len(location_key(self.warehouse)) + 1:]
-        levels = tuple(relative.split("/"))
-        if not all(level and path_segment(level) == level for level in levels):
-            return   # a cleaned segment (`a_b~hash`) names no level it could be told back from
-        path = join_namespace(levels)
-        if (await self.store.get_namespace(REALM, CATALOG, path) is not None
-                or await self.store.list_namespaces(REALM, CATALOG, path, limit=1, recursive=True)):
-            raise BadRequest(f"location {location!r} is the directory of namespace {show(levels)}, or contains a "
-                             f"namespace's directory: its tables are placed there; choose another location")
+        """A location given by the client may not be, or contain, an existing namespace's directory (a Lance
+        namespace's, or an Iceberg one's without a prefix: they share the warehouse): every table placed in that
+        namespace by default would overlap it, and the namespace could hold no new table."""
+        segments = location_key(location)[len(location_key(self.warehouse)) + 1:].split("/")
+        for realm in (REALM, ICEBERG_REALM):
+            levels = await self._levels_of(realm, segments)
+            if levels is not None and (await self.store.get_namespace(realm, CATALOG, join_namespace(levels))
+                                       is not None or await self.store.list_namespaces(
+                                           realm, CATALOG, join_namespace(levels), limit=1, recursive=True)):
+                raise BadRequest(f"location {location!r} is the directory of namespace {show(levels)}, or contains "
+                                 f"a namespace's directory: its tables are placed there; choose another location")
+
+    async def _levels_of(self, realm: str, segments: list[str]) -> tuple[str, ...] | None:
+        """The namespace levels whose directories (`path_segment`) are these segments, or None if no namespace
+        has them. A plain segment is its own level; a cleaned one (`a_b~hash`) is found among the children."""
+        levels: tuple[str, ...] = ()
+        for segment in segments:
+            if segment and path_segment(segment) == segment:
+                levels += (segment,)
+                continue
+            children = await self.store.list_namespaces(realm, CATALOG, join_namespace(levels))
+            found = [split_namespace(c)[-1] for c in children if path_segment(split_namespace(c)[-1]) == segment]
+            if not found:
+                return None
+            levels += (found[0],)
+        return levels
 
     async def check_unused(self, location: str) -> None:
         """A declared table starts with no versions, so its location must hold none (use register for that)."""
@@ -437,8 +453,9 @@ class LanceCatalog:
             # may travel to the table's owner (coordinator/cluster/channel.py).
             if not is_within(self.warehouse, ref.location):
                 return RemoveTable()
-            return RemoveTable(functools.partial(delete_own_location, self.store, self.files, ref.location),
-                               ref.location)
+            owner = uuid.uuid4()
+            return RemoveTable(functools.partial(delete_own_location, self.store, self.files, ref.location, owner),
+                               ref.location, owner)
         state = await self._submit(ident, make)
         self._refs.pop(ident, None)
         return state

@@ -15,6 +15,7 @@ import functools
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable
+from uuid import UUID
 
 from storage.records import LogEntry
 
@@ -132,9 +133,11 @@ class RemoveTable:
 
     purge: Callable[[], Awaitable[None]] | None = None
     location: str | None = None   # what `purge` deletes: claimed until it has (Decision.purge)
+    owner: UUID | None = None     # the claim's token, which `purge` was given too (Decision.purge_owner)
 
     def decide(self, state: LanceTable) -> Decision:
-        return Decision(None, reply=state, delete=True, after_durable=self.purge, purge=self.location)
+        return Decision(None, reply=state, delete=True, after_durable=self.purge, purge=self.location,
+                        purge_owner=self.owner)
 
 
 @dataclass
@@ -155,6 +158,7 @@ class Steps:
         afters: list[AfterDurable] = []
         removed_by: int | None = None
         purge: str | None = None
+        purge_owner: UUID | None = None
         # A delete's older records were counted against the state the batch starts from; later deletes in the
         # batch were counted without the ranges of earlier ones (LanceCatalog._version_deletion).
         deletions = [p for _, _, p in self.steps if isinstance(p, DeleteVersions)]
@@ -179,7 +183,7 @@ class Steps:
                 afters.append(d.after_durable)
             if d.delete:
                 removed_by = index
-                purge = d.purge
+                purge, purge_owner = d.purge, d.purge_owner
                 current = d.state
                 continue
             if d.log_delete:
@@ -192,7 +196,8 @@ class Steps:
             current = d.state
         after = _chain(afters)
         if removed_by is not None:
-            return Decision(None, reply=replies, delete=True, after_durable=after, purge=purge)
+            return Decision(None, reply=replies, delete=True, after_durable=after, purge=purge,
+                            purge_owner=purge_owner)
         # One write, so the deletion counter rises once, as the row's version does (it is loaded as that version).
         current = replace(current, deletes=state.deletes + (current.deletes > state.deletes)).trimmed()
         return Decision(current, reply=replies, row_state=current.row_state(), log=[e for e, _ in created],
