@@ -95,35 +95,26 @@ async def test_claims_waiting_their_turn_stay_renewed_so_no_member_takes_them_ag
         assert deleted.count(second) == 1, deleted
 
 
-async def _deleting_member(config, nursery, monkeypatch, *, renew_fails: bool = False,
-                           shut_down_at: float | None = None):
-    """Member A takes over a stale claim and deletes it slowly (a thread, chunk by chunk, as the real one: it cannot
-    be cancelled); member B starts 1.5 s later. PURGE_RETRY_S is 1 s. Returns (deletions started, most at once,
-    deletion threads running when the claim was ended)."""
-    import dataclasses
+def _watch_deletions(monkeypatch, rounds):
+    """Whole-location deletions (FileIO.delete_tree_sync) that take `rounds(n)` x 50 ms (n: how many began before
+    it), stopping when asked, counted as they run. Returns (locations begun, [most at once], deletions running
+    each time a claim was ended)."""
     import threading
     import time
 
-    import trio
-
-    from coordinator import registry as registry_module
-    from coordinator.metrics import Metrics
-    from coordinator.registry import Registry
     from storage.files import FileIO
     from storage.postgres import PostgresStore
-    from tests.lance.conftest import coordinator_in_process
 
-    location = f"{config.warehouse_uri}/big-table"
     lock, running, most, started, at_end = threading.Lock(), [0], [0], [], []
 
     def delete_tree_sync(self, where, stop=None):
         with lock:
-            started.append(where)
             running[0] += 1
             most[0] = max(most[0], running[0])
-            slow = len(started) == 1
+            begun = len(started)
+            started.append(where)
         try:
-            for _ in range(60 if slow else 1):
+            for _ in range(rounds(begun)):
                 if stop is not None and stop():
                     raise OSError("stopped")
                 time.sleep(0.05)
@@ -137,11 +128,32 @@ async def _deleting_member(config, nursery, monkeypatch, *, renew_fails: bool = 
         at_end.append(running[0])
         await end_purge(self, where, owner)
     monkeypatch.setattr(PostgresStore, "end_purge", recording_end_purge)
+    return started, most, at_end
+
+
+async def _deleting_member(config, nursery, monkeypatch, *, renew_fails: bool = False,
+                           shut_down_at: float | None = None):
+    """Member A takes over a stale claim and deletes it slowly (a thread, chunk by chunk, as the real one: it cannot
+    be cancelled); member B starts 1.5 s later. PURGE_RETRY_S is 1 s. Returns (deletions started, most at once,
+    deletion threads running when the claim was ended)."""
+    import dataclasses
+
+    import trio
+
+    from coordinator import registry as registry_module
+    from coordinator.metrics import Metrics
+    from coordinator.registry import Registry
+    from storage.postgres import PostgresStore
+    from tests.lance.conftest import coordinator_in_process
+
+    location = f"{config.warehouse_uri}/big-table"
+    started, most, at_end = _watch_deletions(monkeypatch, lambda begun: 1 if begun else 60)
     async with coordinator_in_process(config, nursery) as c:
         await c.store.with_connection(lambda con: con.execute(
             "INSERT INTO purges (location_key, location, renewed_at) VALUES ($1, $2, now() - interval '1 hour')",
             location_key(location), location))
         monkeypatch.setattr(registry_module, "PURGE_RETRY_S", 1)
+        renew_purge = PostgresStore.renew_purge
         if renew_fails:   # member A (alone renewing here) cannot reach the database to renew
             async def no_renewal(self, where, owner):
                 raise OSError("database unreachable")
@@ -159,10 +171,7 @@ async def _deleting_member(config, nursery, monkeypatch, *, renew_fails: bool = 
             a.cancel()
         await trio.sleep(1.5 - (shut_down_at or 0))
         if renew_fails:
-            monkeypatch.undo()   # B reaches the database
-            monkeypatch.setattr(FileIO, "delete_tree_sync", delete_tree_sync)
-            monkeypatch.setattr(PostgresStore, "end_purge", recording_end_purge)
-            monkeypatch.setattr(registry_module, "PURGE_RETRY_S", 1)
+            monkeypatch.setattr(PostgresStore, "renew_purge", renew_purge)   # B reaches the database
         await nursery.start(Registry(member, c.store, c.files, Metrics()).run)
         await trio.sleep(4)
         return started, most[0], at_end
@@ -306,12 +315,9 @@ async def test_two_drops_at_one_location_do_not_both_delete(coord, monkeypatch):
     """Tables sharing a location (rows from before locations were exclusive) dropped at once: the second drop's
     claim is not inserted (ON CONFLICT DO NOTHING). Each drop's claim has its own owner token, so the second
     cannot take the first's claim for its own and delete alongside it, or end it while the first still deletes."""
-    import threading
-    import time
 
     import trio
 
-    from storage.files import FileIO
     from storage.postgres import PostgresStore
 
     lance = coord.lance
@@ -325,25 +331,7 @@ async def test_two_drops_at_one_location_do_not_both_delete(coord, monkeypatch):
         "UPDATE tables SET location=$1, location_key=$2 WHERE name='b'", shared, location_key(shared)))
     lance._refs.clear()
 
-    lock, running, most, ended_while_running = threading.Lock(), [0], [0], []
-
-    def delete_tree_sync(self, where, stop=None):
-        with lock:
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        try:
-            time.sleep(0.5)
-        finally:
-            with lock:
-                running[0] -= 1
-    monkeypatch.setattr(FileIO, "delete_tree_sync", delete_tree_sync)
-    end_purge = PostgresStore.end_purge
-
-    async def recording_end_purge(self, where, owner):
-        ended_while_running.append(running[0])
-        await end_purge(self, where, owner)
-    monkeypatch.setattr(PostgresStore, "end_purge", recording_end_purge)
-
+    _, most, ended_while_running = _watch_deletions(monkeypatch, lambda begun: 10)
     deletions = []
     confirm = PostgresStore.confirm_purge
 
