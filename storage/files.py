@@ -301,6 +301,9 @@ class FileIO:
             if stop is not None and stop():
                 raise DeletionStopped(f"the deletion of {location} was stopped before it ended")
         local = local_path(location)
+        if local is not None and os.path.islink(local.rstrip(os.sep)):
+            _quietly(os.unlink, local.rstrip(os.sep))   # a location that is a link: the link goes, not its target
+            return
         if local is not None:
             # Bottom-up, file by file, so that it can stop; best effort, as rmtree(ignore_errors=True) was.
             for root, dirs, names in os.walk(local, topdown=False):
@@ -391,7 +394,9 @@ def really_within(location: str, uri: str) -> bool:
     path, root = local_path(uri), local_path(location)
     if path is None or root is None:
         return True   # an object store has no links
-    real_root, real_dir = os.path.realpath(root), os.path.realpath(os.path.dirname(path))
+    # The root's own last component is not resolved: a location that is itself a link leads elsewhere.
+    real_root = os.path.join(os.path.realpath(os.path.dirname(root)), os.path.basename(root.rstrip(os.sep)))
+    real_dir = os.path.realpath(os.path.dirname(path))
     return real_dir == real_root or real_dir.startswith(real_root.rstrip(os.sep) + os.sep)
 
 

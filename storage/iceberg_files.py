@@ -15,11 +15,12 @@ import stat
 from typing import Any, Callable
 
 import fastavro
+import obstore
 import orjson
 
 from coordinator.errors import BadRequest, NotFound
 
-from .files import NOT_A_FILE, FileIO, is_within, local_path
+from .files import NOT_A_FILE, FileIO, is_within, local_path, really_within
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,12 @@ def _read(files: FileIO, uri: str) -> bytes:
     try:
         if path is not None:
             info = os.stat(path)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MANIFEST_BYTES:
-                raise _Unreadable(f"not a regular file of at most {MAX_MANIFEST_BYTES} bytes")
+            regular, size = stat.S_ISREG(info.st_mode), info.st_size
+        else:
+            store, key = files.object_store(uri)
+            regular, size = True, obstore.head(store, key)["size"]
+        if not regular or size > MAX_MANIFEST_BYTES:
+            raise _Unreadable(f"not a regular file of at most {MAX_MANIFEST_BYTES} bytes")
         return files.read_sync(uri)
     except FileNotFoundError:
         raise NotFound(uri) from None
@@ -93,7 +98,7 @@ def _read(files: FileIO, uri: str) -> bytes:
 
 
 def _records(files: FileIO, location: str, uri: str) -> list[dict[str, Any]]:
-    if not is_within(location, uri):
+    if not is_within(location, uri) or not really_within(location, uri):
         return []
     try:
         data = _read(files, uri)

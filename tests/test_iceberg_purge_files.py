@@ -4,8 +4,13 @@ files a client could name that are not manifests, or not the table's."""
 
 from __future__ import annotations
 
-import orjson
+import os
+from types import SimpleNamespace
 
+import orjson
+import trio
+
+from storage import iceberg_files
 from storage.files import FileIO
 from storage.iceberg_files import delete_reachable_sync, reachable_files
 
@@ -117,3 +122,84 @@ def test_object_store_paths_it_refuses_to_parse_are_skipped():
     obstore.put(store, "wh/t/metadata/00001.metadata.json", orjson.dumps(
         {"snapshots": [{"manifest-list": "s3://b/wh/t//metadata/snap.avro"}]}))
     assert reachable_files(files, "s3://b/wh/t", metadata) == ["s3://b/wh/t//metadata/snap.avro", metadata]
+
+
+def test_object_store_reads_are_bounded_in_size(monkeypatch):
+    """On S3 too a file named as a manifest list is read only up to MAX_MANIFEST_BYTES: a data file of the
+    table's location named there (5 GiB, say) would otherwise be read whole, the process killed for memory, the
+    claim resumed at restart and the file read again."""
+    import obstore
+    from obstore.store import MemoryStore
+
+    monkeypatch.setattr(iceberg_files, "MAX_MANIFEST_BYTES", 1024)
+    store = MemoryStore()
+    big = b"x" * (64 << 10)
+    obstore.put(store, "wh/t/data/huge.parquet", big)
+    files = FileIO()
+    files.object_store = lambda uri: (store, uri.split("://", 1)[1].split("/", 1)[1])
+    reads = []
+    real = files.read_sync
+    files.read_sync = lambda uri: reads.append(uri) or real(uri)
+    metadata = "s3://b/wh/t/metadata/00001.metadata.json"
+    obstore.put(store, "wh/t/metadata/00001.metadata.json",
+                orjson.dumps({"snapshots": [{"manifest-list": "s3://b/wh/t/data/huge.parquet"}]}))
+    reachable_files(files, "s3://b/wh/t", metadata)
+    assert "s3://b/wh/t/data/huge.parquet" not in reads, "a file above MAX_MANIFEST_BYTES was read whole"
+
+
+def test_a_location_that_is_itself_a_link_leads_nowhere(tmp_path):
+    """A location that is itself a link (to another table's directory): nothing below it is deleted, and a whole-
+    tree purge removes the link, not what it points at."""
+    other = tmp_path / "wh" / "ns" / "other-table"
+    (other / "data").mkdir(parents=True)
+    precious = other / "data" / "00000-0-precious.parquet"
+    precious.write_bytes(b"the other table's")
+    table = tmp_path / "wh" / "ns" / "t"
+    os.symlink(other, table)
+    FileIO().delete_listed_sync(table.as_uri(), [(table / "data" / "00000-0-precious.parquet").as_uri()])
+    assert precious.exists(), "deleted a file of another table through the location's own link"
+    FileIO().delete_tree_sync(table.as_uri())
+    assert precious.exists() and not os.path.lexists(table)
+
+
+def test_a_gc_disabled_purge_keeps_within_the_location_too(tmp_path):
+    """`gc.enabled=false`: the files the metadata names, through the same guard as any listed purge (a path
+    through a directory link in the table's place leads out of it)."""
+    from coordinator.iceberg.catalog import _purge_named_files
+
+    outside = tmp_path / "another-table" / "metadata"
+    outside.mkdir(parents=True)
+    precious = outside / "snap-1.avro"
+    precious.write_bytes(b"the other table's manifest list")
+    table = tmp_path / "wh" / "t"
+    (table / "metadata").mkdir(parents=True)
+    os.symlink(outside, table / "linked")
+    current = table / "metadata" / "00001.metadata.json"
+    current.write_bytes(b"{}")
+    state = SimpleNamespace(ident="ns.t", metadata_location=current.as_uri(), metadata={
+        "snapshots": [{"manifest-list": (table / "linked" / "snap-1.avro").as_uri()}]})
+
+    class Store:
+        async def location_taken(self, location, *a, **k):
+            return False
+    trio.run(_purge_named_files, FileIO(), Store(), table.as_uri(), state)
+    assert precious.exists(), "gc.enabled=false purge deleted a file outside the location through a link"
+
+
+def test_manifests_are_read_only_within_the_location(tmp_path):
+    """A manifest list named through a directory link is not read from wherever the link points (/proc/kmsg, say,
+    would block the purge for good)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.avro").write_bytes(b"not avro")
+    table = tmp_path / "t"
+    (table / "metadata").mkdir(parents=True)
+    os.symlink(outside, table / "l")
+    current = table / "metadata" / "v1.metadata.json"
+    current.write_bytes(orjson.dumps({"snapshots": [{"manifest-list": (table / "l" / "secret.avro").as_uri()}]}))
+    files = FileIO()
+    reads = []
+    real = files.read_sync
+    files.read_sync = lambda uri: reads.append(uri) or real(uri)
+    reachable_files(files, table.as_uri(), current.as_uri())
+    assert (table / "l" / "secret.avro").as_uri() not in reads, "read a file outside the location through a link"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable
 
 import orjson
+import trio
 
 from storage.files import is_below, is_within, join, path_segment, unsafe_location
 from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace, split_namespace
@@ -326,9 +327,8 @@ async def _purge_named_files(files, store, location: str, table: IcebergTable) -
     named = [table.metadata_location, *(e.get("metadata-file") for e in meta.get("metadata-log", [])),
              *(s.get("manifest-list") for s in meta.get("snapshots", [])),
              *(f.get("statistics-path") for f in (*meta.get("statistics", []), *meta.get("partition-statistics", [])))]
-    for uri in named:
-        if isinstance(uri, str) and is_within(location, uri):
-            await files.delete(uri)
+    # As any purge of listed files: only within the location (links included), paths naming nothing skipped.
+    await trio.to_thread.run_sync(files.delete_listed_sync, location, [u for u in named if isinstance(u, str)])
 
 
 def _gc_enabled(metadata: dict[str, Any]) -> bool:

@@ -42,6 +42,7 @@ REALM = "lance"
 CATALOG = ""
 FORMAT = "lance"
 ICEBERG_REALM = "iceberg"   # coordinator/iceberg/catalog.py REALM: its unprefixed namespaces share our directories
+DELTA_MANAGED_DIR = "__unitystorage"   # coordinator/delta/catalog.py MANAGED_DIR: its managed tables' root
 CASCADE_ROUNDS = 10   # a cascade drop drops the tables declared while it ran this many times before giving up
 Ident = tuple[str, ...]   # namespace levels + table name
 VersionRequest = CreateTableVersionRequest | CreateTableVersionEntry   # a batch entry is read as a request
@@ -342,6 +343,9 @@ class LanceCatalog:
         namespace's, or an Iceberg one's without a prefix: they share the warehouse): every table placed in that
         namespace by default would overlap it, and the namespace could hold no new table."""
         segments = location_key(location)[len(location_key(self.warehouse)) + 1:].split("/")
+        if segments[0].endswith("~") or segments[0] == DELTA_MANAGED_DIR:
+            raise BadRequest(f"location {location!r} is inside the directory of an Iceberg catalog prefix or of "
+                             f"Unity Catalog's managed tables; choose another location")
         for realm in (REALM, ICEBERG_REALM):
             levels = await self._levels_of(realm, segments)
             if levels is not None and (await self.store.get_namespace(realm, CATALOG, join_namespace(levels))

@@ -37,3 +37,26 @@ async def test_a_lance_location_on_an_iceberg_namespaces_directory(coord):
         await coord.lance.declare_table(("x", "t"), f"{coord.config.warehouse_uri}/db", None)
     await coord.iceberg.create_table(TableIdent("", ("db",), "t"), schema=SCHEMA, location=None,
                                      partition_spec=None, write_order=None, properties={}, stage_create=False)
+
+
+async def test_a_lance_location_on_a_prefixed_iceberg_catalogs_directory(coord):
+    """A prefixed Iceberg catalog's namespaces live under `<warehouse>/<prefix>~`: no Lance table there."""
+    from coordinator.iceberg.catalog import TableIdent
+    await coord.iceberg.create_namespace("foo", ("db",), {})
+    await coord.lance.create_namespace(("x",), None, None)
+    place = coord.iceberg.namespace_dir(TableIdent("foo", ("db",), "t"))
+    assert place == f"{coord.config.warehouse_uri}/{path_segment('foo')}~/db"
+    with pytest.raises(BadRequest):
+        await coord.lance.declare_table(("x", "t"), place, None)
+
+
+async def test_a_lance_location_on_the_delta_managed_root_blocks_every_managed_delta_table(coord):
+    """Nor at Delta's managed root: every staging location is below it, so no Delta managed table could be
+    staged again."""
+    from coordinator.delta.models import CreateCatalog, CreateSchema, CreateStagingTable
+    await coord.lance.create_namespace(("x",), None, None)
+    await coord.delta.create_catalog(CreateCatalog(name="c"))
+    await coord.delta.create_schema(CreateSchema(name="s", catalog_name="c"))
+    with pytest.raises(BadRequest):
+        await coord.lance.declare_table(("x", "squatter"), f"{coord.config.warehouse_uri}/__unitystorage", None)
+    await coord.delta.create_staging_table(CreateStagingTable(name="t", catalog_name="c", schema_name="s"))
