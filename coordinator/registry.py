@@ -70,13 +70,17 @@ async def delete_own_location(store, files, location: str, owner: UUID | None = 
     location's tree."""
     confirmed_at = _clock()   # the database stamps the claim no earlier than this
     ours, metadata = await store.confirm_purge(location, owner)
-    if not ours:   # taken over by another member while this one was frozen, perhaps even ended: not ours to touch
-        log.warning("not deleting %s: its claim is no longer this deletion's", location)
+    if not ours:
+        # Taken over by another member while this one was frozen (perhaps even ended), or never inserted: another
+        # drop's claim held the place (tables sharing it, from before locations were exclusive). Not ours to
+        # touch: this table's files there, if any, are left.
+        log.warning("not deleting %s: the claim on it is not this deletion's (taken over, or another drop's); "
+                    "files this drop left there stay", location)
         return False
     if await store.location_taken(location, purges=False):
-        # Left claimed (creates there are refused anyway while that table lives): once it is dropped too, its
-        # own claim finds this one in place, and a later pass (resume_purges) deletes for both.
-        log.warning("not deleting %s yet: another table lives at, above or below it", location)
+        # Ended, not left for later: a later pass could delete what that table keeps once it is deregistered.
+        log.warning("not deleting %s: another table lives at, above or below it; its files stay", location)
+        await store.end_purge(location, owner)
         return False
     renewal = _Renewal(store, {location: owner}, confirmed_at)
     failure = None

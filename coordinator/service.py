@@ -28,7 +28,7 @@ class Coordinator:
         self.metrics = Metrics()
         self.embedded: EmbeddedPostgres | None = None
         self.store: PostgresStore | None = None
-        self.files = FileIO(config.s3_options)
+        self.files = FileIO(config.s3_options, config.warehouse_uri)
         self.metrics.add_gauges(lambda: {"coordinator_file_write_cpu_seconds_total": self.files.write_cpu_s})
         self.registry: Registry | None = None
         self.iceberg = None

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
 import trio
+from obstore.exceptions import InvalidPathError, PermissionDeniedError
 
 from coordinator.errors import BadRequest, NotFound
 
@@ -135,8 +136,9 @@ def _each(fn: Callable[[Any], Any]) -> Callable[[list[Any]], list[Any]]:
 
 
 class FileIO:
-    def __init__(self, s3_options: dict[str, str] | None = None):
+    def __init__(self, s3_options: dict[str, str] | None = None, warehouse: str | None = None):
         self.s3_options = dict(s3_options or {})
+        self.warehouse = warehouse   # links above it are the operator's and trusted by purges (`_leads_elsewhere`)
         self._stores: dict[str, object] = {}
         # The commit path's file work, one worker-thread hop per moment for all tables (storage/grouped.py):
         # writes before or after a commit's row, reads of staged Lance manifests, deletes of what commits made
@@ -243,6 +245,8 @@ class FileIO:
         """Delete those of `uris` that lie within `location`, in order, then the directories that leaves empty, up
         to `location` itself: a purge of the files a table's metadata reaches (the paths are the client's word,
         and only the table's own place is touched). Stops as `delete_tree_sync` does."""
+        if self._leads_elsewhere(location):
+            return
         for uri in uris:
             if not is_within(location, uri) or not really_within(location, uri):
                 continue
@@ -250,7 +254,7 @@ class FileIO:
                 raise DeletionStopped(f"the deletion of {location}'s files was stopped before it ended")
             try:
                 self.delete_sync(uri)
-            except (OSError, ValueError, TypeError) as exc:
+            except (OSError, ValueError, TypeError, PermissionDeniedError, InvalidPathError) as exc:
                 if isinstance(exc, OSError) and exc.errno not in NOT_A_FILE:
                     raise   # perhaps transient: the purge is retried
                 # A path a client wrote into the metadata that names no file to delete (or that the object store
@@ -300,6 +304,8 @@ class FileIO:
         def check() -> None:
             if stop is not None and stop():
                 raise DeletionStopped(f"the deletion of {location} was stopped before it ended")
+        if self._leads_elsewhere(location):
+            return
         local = local_path(location)
         if local is not None and os.path.islink(local.rstrip(os.sep)):
             _quietly(os.unlink, local.rstrip(os.sep))   # a location that is a link: the link goes, not its target
@@ -322,6 +328,24 @@ class FileIO:
             paths = [meta["path"] for meta in chunk]
             if paths:
                 obstore.delete(store, paths)
+
+    def _leads_elsewhere(self, location: str) -> bool:
+        """Locally, whether `location`'s path could lead the kernel out of the place its text names: a `..`, or a
+        link in one of its directories below the warehouse (above it, the operator's links are trusted). A
+        purge then deletes nothing (a leak, logged), for it might delete another table's files, or anything."""
+        path = local_path(location)
+        if path is None:
+            return False
+        parts = path.rstrip(os.sep).split(os.sep)
+        base = local_path(self.warehouse) if self.warehouse else None
+        trusted = len(base.rstrip(os.sep).split(os.sep)) if base and is_within(self.warehouse, location) else 1
+        for depth in range(trusted, len(parts)):
+            last = depth == len(parts) - 1   # the location itself may be a link: the purge removes only that
+            if parts[depth] == ".." or (not last and os.path.islink(os.sep.join(parts[:depth + 1]))):
+                log.warning("not deleting under %s: %s is a link or '..', which may lead out of it", location,
+                            os.sep.join(parts[:depth + 1]))
+                return True
+        return False
 
     def age_sync(self, uri: str) -> float | None:
         path = to_local_path(uri)

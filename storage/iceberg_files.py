@@ -17,6 +17,7 @@ from typing import Any, Callable
 import fastavro
 import obstore
 import orjson
+from obstore.exceptions import InvalidPathError, PermissionDeniedError
 
 from coordinator.errors import BadRequest, NotFound
 
@@ -93,7 +94,9 @@ def _read(files: FileIO, uri: str) -> bytes:
         if exc.errno in NOT_A_FILE:
             raise _Unreadable(str(exc)) from None
         raise
-    except (BadRequest, ValueError, TypeError) as exc:   # a directory, a name too long; a path obstore refuses
+    except (BadRequest, ValueError, TypeError, PermissionDeniedError, InvalidPathError) as exc:
+        # A directory, a name too long; a path the object store refuses, or may never be read (S3 answers 403
+        # for a missing key without list rights): retrying would fail the same way forever.
         raise _Unreadable(str(exc)) from None
 
 

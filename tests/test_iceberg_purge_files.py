@@ -203,3 +203,25 @@ def test_manifests_are_read_only_within_the_location(tmp_path):
     files.read_sync = lambda uri: reads.append(uri) or real(uri)
     reachable_files(files, table.as_uri(), current.as_uri())
     assert (table / "l" / "secret.avro").as_uri() not in reads, "read a file outside the location through a link"
+
+
+def test_a_dot_dot_after_a_link_leads_nowhere_either(tmp_path):
+    """`<wh>/a/x/../t` with `x` a link: the kernel resolves `..` after the link, the text before it. Neither kind of
+    purge deletes under such a location; links above the warehouse (the operator's) are trusted."""
+    wh, outside = tmp_path / "wh", tmp_path / "outside"
+    (outside / "t").mkdir(parents=True)
+    kept = outside / "t" / "kept.parquet"
+    kept.write_bytes(b"x")
+    (wh / "a").mkdir(parents=True)
+    os.symlink(outside / "t", wh / "a" / "x")
+    files = FileIO(warehouse=wh.as_uri())
+    tricky = f"{wh.as_uri()}/a/x/../t"
+    files.delete_tree_sync(tricky)
+    files.delete_listed_sync(tricky, [f"{tricky}/kept.parquet"])
+    assert kept.exists()
+    linked_wh = tmp_path / "linked-wh"
+    os.symlink(wh, linked_wh)   # a warehouse reached through the operator's link: purges work as usual
+    (wh / "b" / "t").mkdir(parents=True)
+    (wh / "b" / "t" / "f.parquet").write_bytes(b"x")
+    FileIO(warehouse=linked_wh.as_uri()).delete_tree_sync(f"{linked_wh.as_uri()}/b/t")
+    assert not (wh / "b" / "t").exists()

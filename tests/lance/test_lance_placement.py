@@ -3,10 +3,14 @@ namespace's: they share the warehouse), however its name is spelled on disk."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
+import trio
 
 from coordinator.errors import BadRequest
-from storage.files import path_segment
+from storage.files import local_path, path_segment
 
 from .conftest import coord  # noqa: F401 - the fixture: the coordinator in process
 
@@ -60,3 +64,57 @@ async def test_a_lance_location_on_the_delta_managed_root_blocks_every_managed_d
     with pytest.raises(BadRequest):
         await coord.lance.declare_table(("x", "squatter"), f"{coord.config.warehouse_uri}/__unitystorage", None)
     await coord.delta.create_staging_table(CreateStagingTable(name="t", catalog_name="c", schema_name="s"))
+
+def _final_manifest(location: str, version: int) -> None:
+    """A final manifest, as a Lance writer leaves it."""
+    from coordinator.lance.table import manifest_name
+
+    from .conftest import fake_manifest
+    d = Path(local_path(location)) / "_versions"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / manifest_name(version, "V2")).write_bytes(fake_manifest())
+
+
+async def test_a_link_between_the_warehouse_and_a_location_stops_its_purge(coord, tmp_path):
+    """A client plants <wh>/a/evil -> <outside> and registers a Lance table at <wh>/a/evil/sales: its key is
+    below the warehouse, in namespace a. Its drop deletes nothing (a leak, logged), not <outside>/sales."""
+    lance = coord.lance
+    await lance.create_namespace(("a",), None, None)
+    outside = tmp_path / "outside"
+    _final_manifest((outside / "sales").as_uri(), 1)
+    (outside / "sales" / "precious.bin").write_bytes(b"x")
+    wh = Path(local_path(coord.config.warehouse_uri))
+    (wh / "a").mkdir(parents=True, exist_ok=True)
+    os.symlink(outside, wh / "a" / "evil")
+    await lance.register_table(("a", "t"), f"{coord.config.warehouse_uri}/a/evil/sales", None, None)
+    await lance.drop_table(("a", "t"))
+    await trio.sleep(0.5)
+    assert (outside / "sales" / "precious.bin").exists(), "a drop deleted a directory outside the warehouse"
+
+
+async def test_a_drop_where_another_table_lives_ends_its_claim_and_deletes_nothing_later(coord, monkeypatch):
+    """Two Lance rows at one place (a row from before locations were exclusive: made here by editing the key).
+    Dropping A deletes nothing, B living there, and ends its claim: B, deregistered later, keeps its files (a
+    claim left for a later pass would have deleted them)."""
+    lance, store = coord.lance, coord.store
+    await lance.create_namespace(("db",), None, None)
+    a = await lance.declare_table(("db", "a"), None, None)
+    place = a.location
+    _final_manifest(place, 1)
+    # B: a legacy row registered at the same place (its key differs until we put it back).
+    b_loc = place + "/../" + place.rsplit("/", 1)[1] + "x"
+    os.makedirs(local_path(b_loc), exist_ok=True)
+    _final_manifest(b_loc, 1)
+    await lance.register_table(("db", "b"), b_loc, None, None)
+    ref = await store.find_table("lance", "", "db", "b")
+    await store._call(lambda con: con.execute("UPDATE tables SET location=$2, location_key=$3 WHERE table_id=$1",
+                                              ref.table_id, place, "file:" + os.path.normpath(local_path(place))))
+    lance._refs.clear()
+    await lance.drop_table(("db", "a"))
+    await trio.sleep(0.5)
+    assert os.path.exists(local_path(place) + "/_versions"), "deleted while B lives"
+    assert not await store.pending_purges(), "A's claim was left"
+    await lance.deregister_table(("db", "b"))      # B's files are the user's now: they must stay
+    taken, at = await coord.registry._take_over_purges(0)
+    await coord.registry._resume(taken, at)
+    assert os.path.exists(local_path(place) + "/_versions"), "a deregistered table's files were deleted"
