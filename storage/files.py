@@ -23,7 +23,7 @@ from typing import Any, Callable
 from urllib.parse import unquote, urlparse
 
 import trio
-from obstore.exceptions import InvalidPathError, PermissionDeniedError
+from obstore.exceptions import InvalidPathError
 
 from coordinator.errors import BadRequest, NotFound
 
@@ -138,7 +138,7 @@ def _each(fn: Callable[[Any], Any]) -> Callable[[list[Any]], list[Any]]:
 class FileIO:
     def __init__(self, s3_options: dict[str, str] | None = None, warehouse: str | None = None):
         self.s3_options = dict(s3_options or {})
-        self.warehouse = warehouse   # links above it are the operator's and trusted by purges (`_leads_elsewhere`)
+        self.warehouse = warehouse   # links above it are the operator's and trusted by purges (`leads_elsewhere`)
         self._stores: dict[str, object] = {}
         # The commit path's file work, one worker-thread hop per moment for all tables (storage/grouped.py):
         # writes before or after a commit's row, reads of staged Lance manifests, deletes of what commits made
@@ -245,7 +245,7 @@ class FileIO:
         """Delete those of `uris` that lie within `location`, in order, then the directories that leaves empty, up
         to `location` itself: a purge of the files a table's metadata reaches (the paths are the client's word,
         and only the table's own place is touched). Stops as `delete_tree_sync` does."""
-        if self._leads_elsewhere(location):
+        if self.leads_elsewhere(location):
             return
         for uri in uris:
             if not is_within(location, uri) or not really_within(location, uri):
@@ -254,7 +254,9 @@ class FileIO:
                 raise DeletionStopped(f"the deletion of {location}'s files was stopped before it ended")
             try:
                 self.delete_sync(uri)
-            except (OSError, ValueError, TypeError, PermissionDeniedError, InvalidPathError) as exc:
+            except (OSError, ValueError, TypeError, InvalidPathError) as exc:
+                # (An object store's PermissionDeniedError is raised: denied deletes are denied for every file,
+                # a credentials fault to retry after, not a path that names nothing.)
                 if isinstance(exc, OSError) and exc.errno not in NOT_A_FILE:
                     raise   # perhaps transient: the purge is retried
                 # A path a client wrote into the metadata that names no file to delete (or that the object store
@@ -304,7 +306,7 @@ class FileIO:
         def check() -> None:
             if stop is not None and stop():
                 raise DeletionStopped(f"the deletion of {location} was stopped before it ended")
-        if self._leads_elsewhere(location):
+        if self.leads_elsewhere(location):
             return
         local = local_path(location)
         if local is not None and os.path.islink(local.rstrip(os.sep)):
@@ -329,21 +331,25 @@ class FileIO:
             if paths:
                 obstore.delete(store, paths)
 
-    def _leads_elsewhere(self, location: str) -> bool:
+    def leads_elsewhere(self, location: str) -> bool:
         """Locally, whether `location`'s path could lead the kernel out of the place its text names: a `..`, or a
         link in one of its directories below the warehouse (above it, the operator's links are trusted). A
         purge then deletes nothing (a leak, logged), for it might delete another table's files, or anything."""
         path = local_path(location)
         if path is None:
             return False
-        parts = path.rstrip(os.sep).split(os.sep)
+        if ".." in path.split(os.sep):
+            log.warning("not deleting under %s: '..' in its path may lead out of it", location)
+            return True
+        parts = [p for p in path.rstrip(os.sep).split(os.sep) if p not in ("", ".")]
         base = local_path(self.warehouse) if self.warehouse else None
-        trusted = len(base.rstrip(os.sep).split(os.sep)) if base and is_within(self.warehouse, location) else 1
-        for depth in range(trusted, len(parts)):
-            last = depth == len(parts) - 1   # the location itself may be a link: the purge removes only that
-            if parts[depth] == ".." or (not last and os.path.islink(os.sep.join(parts[:depth + 1]))):
-                log.warning("not deleting under %s: %s is a link or '..', which may lead out of it", location,
-                            os.sep.join(parts[:depth + 1]))
+        base_parts = [p for p in base.split(os.sep) if p not in ("", ".")] if base else []
+        # The warehouse's own path (the operator's links) is trusted only where the location spells it alike.
+        trusted = len(base_parts) if base_parts and parts[:len(base_parts)] == base_parts else 0
+        for depth in range(trusted, len(parts) - 1):   # the location itself may be a link: the purge removes that
+            if os.path.islink(os.sep + os.sep.join(parts[:depth + 1])):
+                log.warning("not deleting under %s: %s is a link, which may lead out of it", location,
+                            os.sep + os.sep.join(parts[:depth + 1]))
                 return True
         return False
 

@@ -550,3 +550,34 @@ def test_a_purge_of_a_chosen_place_resumes_with_the_same_reach(config, monkeypat
         _eventually(lambda: sql(config.database_url, "SELECT count(*) FROM purges")[0][0] == 0,
                     "the interrupted purge was not resumed")
         assert not any(p.exists() for p in own) and foreign.exists()
+
+
+def test_delete_after_commit_deletes_only_in_the_tables_own_place(http):
+    """`write.metadata.delete-after-commit.enabled` deletes the metadata files that fell off the log. A registered
+    table's log is the client's word: one naming another table's current metadata file must not delete it."""
+    import json
+
+    from storage.files import to_local_path
+
+    assert http.post("/v1/namespaces", json={"namespace": ["victim"]}).status_code == 200
+    assert http.post("/v1/namespaces", json={"namespace": ["att"]}).status_code == 200
+    r = http.post("/v1/namespaces/victim/tables", json={"name": "v", "schema": ICEBERG_SCHEMA})
+    assert r.status_code == 200, r.text
+    victim_meta = r.json()["metadata-location"]
+    r = http.post("/v1/namespaces/att/tables", json={"name": "a", "schema": ICEBERG_SCHEMA})
+    own = r.json()
+    meta = dict(own["metadata"])
+    meta["metadata-log"] = [{"timestamp-ms": 0, "metadata-file": victim_meta}]
+    meta["properties"] = {"write.metadata.delete-after-commit.enabled": "true",
+                          "write.metadata.previous-versions-max": "1"}
+    meta["table-uuid"] = "11111111-1111-1111-1111-111111111111"
+    crafted = own["metadata-location"].rsplit("/", 1)[0] + "/99999-crafted.metadata.json"
+    to_local_path(crafted).write_text(json.dumps(meta))
+    assert http.delete("/v1/namespaces/att/tables/a").status_code == 204   # drop the row (no purge), keep files
+    r = http.post("/v1/namespaces/att/register", json={"name": "b", "metadata-location": crafted})
+    assert r.status_code == 200, r.text
+    r = http.post("/v1/namespaces/att/tables/b", json={"requirements": [], "updates": [
+        {"action": "set-properties", "updates": {"x": "1"}}]})
+    assert r.status_code == 200, r.text
+    time.sleep(1)
+    assert to_local_path(victim_meta).exists(), "another table's current metadata file was deleted"

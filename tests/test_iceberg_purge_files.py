@@ -225,3 +225,23 @@ def test_a_dot_dot_after_a_link_leads_nowhere_either(tmp_path):
     (wh / "b" / "t" / "f.parquet").write_bytes(b"x")
     FileIO(warehouse=linked_wh.as_uri()).delete_tree_sync(f"{linked_wh.as_uri()}/b/t")
     assert not (wh / "b" / "t").exists()
+
+
+def test_a_dot_dot_anywhere_in_the_path_stops_the_purge(tmp_path):
+    """With an operator's alias of the warehouse (trusted: above it), a client's link reached through it and
+    followed by `..` leads out, although the text normalizes into the warehouse."""
+    from storage.files import is_below
+
+    wh = tmp_path / "srv" / "a" / "b" / "wh"           # the warehouse (4 components below tmp_path)
+    wh.mkdir(parents=True)
+    os.symlink(wh, tmp_path / "w")                       # the operator's short alias of it: above it, trusted
+    victim = tmp_path / "victim"
+    (victim / "x" / "y").mkdir(parents=True)
+    os.symlink(victim / "x" / "y", wh / "evil")          # the client's link, below the warehouse
+    precious = victim / "srv" / "a" / "b" / "wh" / "t" / "precious"   # e.g. a copy/backup of the warehouse
+    precious.parent.mkdir(parents=True)
+    precious.write_bytes(b"x")
+    location = f"{(tmp_path / 'w').as_uri()}/evil/../../srv/a/b/wh/t"   # text: <tmp>/srv/a/b/wh/t
+    assert is_below(wh.as_uri(), location)
+    FileIO(warehouse=wh.as_uri()).delete_tree_sync(location)
+    assert precious.exists(), "a purge deleted outside the warehouse: the '..'s sit before the trusted index"

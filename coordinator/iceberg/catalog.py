@@ -420,22 +420,26 @@ def _check_moved(warehouse: str | None, old: dict[str, Any], new: dict[str, Any]
 
 def _delete_after_commit(fileio, old: IcebergTable, new: dict[str, Any], warehouse: str | None = None):
     """`write.metadata.delete-after-commit.enabled`: once the new metadata is durable, delete the metadata
-    files that fell off the metadata-log (trimmed to `write.metadata.previous-versions-max`), those in our
-    warehouse only (a registered table's log may name anything)."""
-    if fileio is None or new.get("properties", {}).get("write.metadata.delete-after-commit.enabled",
-                                                       "false").lower() != "true":
+    files that fell off the metadata-log (trimmed to `write.metadata.previous-versions-max`). Only those in the
+    table's own location (now, or before this commit moved it), and through the guards of any purge of listed
+    files: a registered table's log is the client's word and may name another table's current metadata."""
+    if fileio is None or warehouse is None or new.get("properties", {}).get(
+            "write.metadata.delete-after-commit.enabled", "false").lower() != "true":
         return None
     kept = {e["metadata-file"] for e in new.get("metadata-log", [])}
     dropped = [e["metadata-file"] for e in old.metadata.get("metadata-log", []) if e["metadata-file"] not in kept]
     if old.metadata_location not in kept:
         dropped.append(old.metadata_location)
-    dropped = [uri for uri in dropped if warehouse is not None and is_within(warehouse, uri)]
-    if not dropped:
+    places = {loc for loc in (new.get("location"), old.metadata.get("location"))
+              if isinstance(loc, str) and is_below(warehouse, loc)}
+    batches = [(place, [u for u in dropped if isinstance(u, str) and is_within(place, u)]) for place in places]
+    batches = [(place, uris) for place, uris in batches if uris]
+    if not batches:
         return None
 
     async def delete() -> None:
-        for uri in dropped:
-            await fileio.delete(uri)
+        for place, uris in batches:
+            await trio.to_thread.run_sync(fileio.delete_listed_sync, place, uris)
     return delete
 
 

@@ -139,8 +139,8 @@ class LanceCatalog:
             # its way: left for a later load (config.lance_unrecorded_grace_s).
             orphans += [uri for uri, age in found if age >= self.c.config.lance_unrecorded_grace_s]
             version += 1
-        if not orphans:
-            return
+        if not orphans or await trio.to_thread.run_sync(self.files.leads_elsewhere, state.location):
+            return   # (a link between the warehouse and the table's place: the manifests found may be anyone's)
         # Wait out a transaction that may still be writing this row (a lost connection): its outcome decides
         # whether these files are orphans. FOR UPDATE blocks until it has committed or rolled back.
         current = await self.store.settled_row_version(row.table_id)

@@ -118,3 +118,35 @@ async def test_a_drop_where_another_table_lives_ends_its_claim_and_deletes_nothi
     taken, at = await coord.registry._take_over_purges(0)
     await coord.registry._resume(taken, at)
     assert os.path.exists(local_path(place) + "/_versions"), "a deregistered table's files were deleted"
+
+
+async def test_a_reload_deletes_no_manifests_through_a_link(coord, tmp_path):
+    """A table's place swapped for a link to another dataset after it was declared: a reload's clean-up of
+    unrecorded final manifests finds that dataset's manifests and must leave them."""
+    from coordinator.errors import CoordinatorError
+    from coordinator.lance.models import CreateTableVersionRequest
+    from coordinator.lance.table import manifest_uri
+    from storage.files import to_local_path
+
+    from .conftest import fake_manifest, stage
+
+    lance = coord.lance
+    await lance.create_namespace(("a",), None, None)
+    wh = Path(local_path(coord.config.warehouse_uri))
+    (wh / "a" / "evil").mkdir(parents=True)
+    t = await lance.declare_table(("a", "t"), f"{coord.config.warehouse_uri}/a/evil/sales", None)
+    # The victim: a Lance dataset outside the warehouse, versions 1..3, written long ago.
+    outside = tmp_path / "outside"
+    victims = [to_local_path(manifest_uri((outside / "sales").as_uri(), v, "V2")) for v in (1, 2, 3)]
+    victims[0].parent.mkdir(parents=True)
+    for p in victims:
+        p.write_bytes(fake_manifest())
+        os.utime(p, (1, 1))
+    # The client swaps its directory for a link.
+    os.rename(wh / "a" / "evil", wh / "a" / "evil.old")
+    os.symlink(outside, wh / "a" / "evil")
+    coord.registry.actors[lance._refs[("a", "t")].table_id].loaded = False   # as after a refused write
+    with pytest.raises(CoordinatorError):   # version 9 is not the next: refused, after the reload
+        await lance.create_table_version(("a", "t"),
+                                         CreateTableVersionRequest(version=9, manifest_path=stage(t.location, 9)))
+    assert all(p.exists() for p in victims), "a reload deleted another dataset's manifests through a link"
