@@ -22,7 +22,7 @@ from uuid import UUID
 
 import trio
 
-from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
+from storage.records import IdempotencyRecord, LogEntry, PurgeClaim, TableRow, TableWrite, WriteGroup, shard_of
 
 from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, DuplicateRequest, NotFound, NotOwner,
                      OutcomeUnknown, Unavailable, Unpublished, location_taken)
@@ -58,11 +58,7 @@ class Decision:
     delete: bool = False
     rename: tuple[str, str, str] | None = None
     relocate: str | None = None   # the table moves (Iceberg set-location): its row's location follows
-    purge: str | None = None      # with `delete`: `after_durable` deletes this location; claimed until it has
-    purge_metadata: str | None = None   # with `purge`: only the files this Iceberg metadata reaches (None: all)
-    # With `purge`: the claim's owner token, also passed to the `after_durable` that deletes. A fresh one per drop:
-    # a drop whose claim was not inserted (another claim holds the place) must not take that claim for its own.
-    purge_owner: UUID | None = None
+    purge: PurgeClaim | None = None   # with `delete`: `after_durable` deletes its location; claimed until it has
     files: list[tuple[str, bytes]] = field(default_factory=list)       # made durable before the row
     published: list[tuple[str, bytes]] = field(default_factory=list)   # made durable after it, before replies
     idempotency: IdempotencyRecord | None = None
@@ -387,8 +383,6 @@ class TableActor:
             w.rename = d.rename or w.rename
             w.relocate = d.relocate or w.relocate
             w.purge = d.purge or w.purge
-            w.purge_metadata = d.purge_metadata or w.purge_metadata
-            w.purge_owner = d.purge_owner or w.purge_owner
         return w
 
     async def _flush(self, seg: _Segment) -> None:

@@ -11,6 +11,7 @@ import functools
 import logging
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable
@@ -20,7 +21,7 @@ import trio
 
 from storage.files import DeletionStopped
 from storage.iceberg_files import delete_reachable_sync
-from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
+from storage.records import IdempotencyRecord, LogEntry, PurgeClaim, TableRow, TableWrite, WriteGroup, shard_of
 
 from .actor import Participant, Proposal, TableActor
 from .config import Config
@@ -58,16 +59,23 @@ _clock = functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME) if hasattr(t
 KEEP_STATE = Compaction(compact=lambda state: state, expand=lambda row, state: state)
 
 
+def purge_after_drop(store, files, location: str, metadata_location: str | None = None
+                     ) -> tuple[PurgeClaim, Callable[[], Awaitable[bool]]]:
+    """A drop's claim on its location (Decision.purge) and the deletion that ends it (its `after_durable`): a
+    partial of a module function, not a closure, so that it can travel to a table's owner in a cluster."""
+    claim = PurgeClaim(location, uuid.uuid4(), metadata_location)
+    return claim, functools.partial(delete_own_location, store, files, location, claim.owner)
+
+
 async def delete_own_location(store, files, location: str, owner: UUID | None = None) -> bool:
     """Delete a dropped table's location, unless another table lives at, above or below it (rows from before
     locations were exclusive, or an Iceberg table moved there by `set-location`): then nothing, and a warning.
     True if deleted. A module function, so that a clean-up partial can travel to a table's owner.
 
     The drop claimed the location (Decision.purge), so no table can be created there meanwhile; the claim ends
-    here, or stays if the deletion failed, to be retried (Registry.resume_purges). `owner` is the claim's token:
-    None for the member that served the drop, a fresh one for a member that took the claim over. A claim that
-    names an Iceberg metadata file (Decision.purge_metadata) deletes only the files it reaches, the rest of the
-    location's tree."""
+    here, or stays if the deletion failed, to be retried (Registry.resume_purges). `owner` is the claim's token
+    (PurgeClaim.owner, or a member's that took the claim over; None in claims from before drops wrote one). A
+    claim that names an Iceberg metadata file deletes only the files it reaches, else the location's tree."""
     confirmed_at = _clock()   # the database stamps the claim no earlier than this
     ours, metadata = await store.confirm_purge(location, owner)
     if not ours:
@@ -170,8 +178,8 @@ class Registry:
             resumable = hasattr(self.store, "pending_purges")
             # Taken before anything is served: a drop served from then on holds a claim of its own, running.
             # In a cluster another member may be deleting at our start-up: only claims nobody renewed.
-            if resumable:
-                taken = await self._take_over_purges(PURGE_RETRY_S if self.config.cluster else 0.0)
+            taken = await self._take_over_purges(PURGE_RETRY_S if self.config.cluster else 0.0) if resumable \
+                else ({}, 0.0)
             task_status.started(self)
             if resumable:
                 nursery.start_soon(self.resume_purges, *taken)

@@ -238,7 +238,7 @@ class FileIO:
     def discard_sync(self, uris: list[str], location: str | None) -> None:
         for uri in uris:
             self.delete_sync(uri)
-            if location is not None:
+            if location is not None and is_within(location, uri) and really_within(location, uri):
                 _remove_emptied_dirs(uri, location)
 
     def delete_listed_sync(self, location: str, uris: list[str], stop: Callable[[], bool] | None = None) -> None:
@@ -431,9 +431,10 @@ def really_within(location: str, uri: str) -> bool:
 
 
 def _remove_emptied_dirs(uri: str, location: str) -> None:
-    """After `uri` was deleted: the directories above it up to `location` (included) that are now empty."""
+    """After `uri`, known to be within `location` (`is_within`, `really_within`), was deleted: the directories
+    above it up to `location` (included) that are now empty."""
     path = local_path(uri)
-    if path is None or not is_within(location, uri) or not really_within(location, uri):
+    if path is None:
         return   # an object store has no directories
     parent = os.path.dirname(path)
     while is_within(location, parent):

@@ -361,7 +361,8 @@ class GroupCommitWriter:
             if w.purge is not None:
                 await con.execute("INSERT INTO purges (location_key, location, metadata_location, owner)"
                                   " VALUES ($1, $2, $3, $4) ON CONFLICT (location_key) DO NOTHING",
-                                  location_key(w.purge), w.purge, w.purge_metadata, w.purge_owner)
+                                  location_key(w.purge.location), w.purge.location, w.purge.metadata_location,
+                                  w.purge.owner)
             return
         else:
             if w.rename is not None:

@@ -66,6 +66,18 @@ class IdempotencyRecord:
     body_ref: str | None = None
 
 
+@dataclass(frozen=True)
+class PurgeClaim:
+    """A drop's claim on its table's location (table `purges`), written in the drop's transaction and held until
+    its files are deleted, so that no table is created there meanwhile."""
+
+    location: str
+    # The claim's token, also given to the deletion: a fresh one per drop, so that a drop whose claim was not
+    # inserted (another claim holds the place) never takes that claim for its own.
+    owner: UUID
+    metadata_location: str | None = None   # only the files this Iceberg metadata reaches (None: all)
+
+
 @dataclass
 class TableWrite:
     """One table's part of a write group: a compare-and-set of its row, plus its new commit-log rows.
@@ -85,9 +97,7 @@ class TableWrite:
     delete: bool = False
     rename: tuple[str, str, str] | None = None                         # (catalog, namespace, name)
     relocate: str | None = None   # the table's new location (Iceberg set-location): still exclusive, re-keyed
-    purge: str | None = None      # with `delete`: the location whose files will be deleted, claimed until then
-    purge_metadata: str | None = None   # with `purge`: only the files this Iceberg metadata reaches (None: all)
-    purge_owner: UUID | None = None     # with `purge`: the claim's token, the deletion's alone (Decision.purge_owner)
+    purge: PurgeClaim | None = None   # with `delete`: the location whose files will be deleted, claimed until then
 
     @property
     def new_version(self) -> int:

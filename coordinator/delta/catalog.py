@@ -23,7 +23,7 @@ from typing import Any, Callable
 from urllib.parse import urlparse
 
 from storage.files import join, unsafe_location
-from storage.records import LogEntry, TableRow
+from storage.records import LogEntry, PurgeClaim, TableRow
 
 from ..actor import Decision
 from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotEmpty, NotFound, Unavailable
@@ -45,15 +45,14 @@ OWNER = "anonymous"
 FullName = tuple[str, str, str]
 
 
-async def _forget_dropped(store, files, table_id: uuid.UUID, managed_location: str | None,
-                          owner: uuid.UUID | None = None) -> None:
+async def _forget_dropped(store, files, table_id: uuid.UUID, claim: PurgeClaim | None) -> None:
     """After a drop is durable: its metrics go, and a MANAGED table's files too. Seed: a managed table's
     "lifecycle (including deletion of files when dropped)" is the catalog's; an EXTERNAL table's files are the
     user's. A managed location is the table's own directory under the managed root (handed out by
     /staging-tables), so nothing else lives below it."""
     await store.delete_delta_reports(table_id)
-    if managed_location is not None:
-        await delete_own_location(store, files, managed_location, owner)
+    if claim is not None:
+        await delete_own_location(store, files, claim.location, claim.owner)
 
 
 def now_ms() -> int:
@@ -97,9 +96,9 @@ class DropTable:
         managed = table.location if table.info["table_type"] == "MANAGED" else None
         # A partial of a module function, not a closure: in a cluster the proposal may travel to the table's owner
         # (coordinator/cluster/channel.py).
-        owner = uuid.uuid4() if managed is not None else None
-        cleanup = functools.partial(_forget_dropped, self.store, self.files, table.table_id, managed, owner)
-        return Decision(None, delete=True, after_durable=cleanup, purge=managed, purge_owner=owner)
+        claim = PurgeClaim(managed, uuid.uuid4()) if managed is not None else None
+        cleanup = functools.partial(_forget_dropped, self.store, self.files, table.table_id, claim)
+        return Decision(None, delete=True, after_durable=cleanup, purge=claim)
 
 
 def _unused_staging(state: Any, full: FullName, location: str) -> StagingTable:

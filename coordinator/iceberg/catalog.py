@@ -23,7 +23,7 @@ from storage.files import is_below, is_within, join, path_segment, unsafe_locati
 from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Decision
-from ..registry import Compaction, delete_own_location
+from ..registry import Compaction, purge_after_drop
 from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotFound, Unavailable, location_taken
 from ..idempotency import IdempotencyKey
 from ..paging import decode_page_token, one_more, page
@@ -290,26 +290,24 @@ class DropTable:
           manifests and metadata (`delete_own_location`: only while no other table is at, above or below it).
           The location is claimed until then (Decision.purge). In a location the service gave the table and that
           it never left (IcebergTable.owns_location) that is the whole tree; in any other (chosen by the client, registered,
-          or moved to) only the files the metadata reaches (Decision.purge_metadata), as Java does: such a place
+          or moved to) only the files the metadata reaches (PurgeClaim.metadata_location), as Java does: such a place
           may also hold files of a table that moved away from it or was dropped without purge;
         - without, the files the metadata names there (metadata files, manifest lists, statistics), not data
           files: unique names no new table writes, so nothing is claimed.
         Files outside the location (a table moved by `set-location` leaves its older ones behind) stay."""
         _check_ident(state, self.ident, unreadable_ok=True)
-        after = claim = only = owner = None
+        after = claim = None
         if self.purge and self.warehouse is not None and isinstance(state, IcebergTable):
             location = state.metadata.get("location")
             if not (location and is_below(self.warehouse, location)):
                 after = functools.partial(_not_purged, state.ident, location)
             elif _gc_enabled(state.metadata):
-                owner = uuid.uuid4()
-                after = functools.partial(delete_own_location, self.store, self.files, location, owner)
-                claim = location
-                only = None if state.owns_location else state.metadata_location
+                claim, after = purge_after_drop(self.store, self.files, location,
+                                                None if state.owns_location else state.metadata_location)
             else:
                 after = functools.partial(_purge_named_files, self.files, self.store, location, state)
-        return Decision(None, reply=None, delete=True, after_durable=after, purge=claim, purge_metadata=only,
-                        purge_owner=owner, idempotency=_idempotency(self.idempotency_key, 204, None))
+        return Decision(None, reply=None, delete=True, after_durable=after, purge=claim,
+                        idempotency=_idempotency(self.idempotency_key, 204, None))
 
 
 

@@ -10,7 +10,6 @@ transaction (`Registry.transact`), so single and batched commits share one path.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import time
@@ -28,7 +27,7 @@ from ..actor import Proposal
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotEmpty, NotFound,
                       Unavailable)
 from ..paging import decode_page_token, one_more, page
-from ..registry import Compaction, delete_own_location
+from ..registry import Compaction, purge_after_drop
 from ..transaction import Create
 from . import storage as lance_storage
 from .models import CreateTableVersionEntry, CreateTableVersionRequest, parse_mode
@@ -457,9 +456,8 @@ class LanceCatalog:
             # may travel to the table's owner (coordinator/cluster/channel.py).
             if not is_within(self.warehouse, ref.location):
                 return RemoveTable()
-            owner = uuid.uuid4()
-            return RemoveTable(functools.partial(delete_own_location, self.store, self.files, ref.location, owner),
-                               ref.location, owner)
+            claim, deletion = purge_after_drop(self.store, self.files, ref.location)
+            return RemoveTable(deletion, claim)
         state = await self._submit(ident, make)
         self._refs.pop(ident, None)
         return state

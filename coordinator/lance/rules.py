@@ -15,9 +15,8 @@ import functools
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable
-from uuid import UUID
 
-from storage.records import LogEntry
+from storage.records import LogEntry, PurgeClaim
 
 from ..actor import Decision, Proposal
 from ..errors import BadRequest, CommitConflict, CoordinatorError, NotFound
@@ -132,12 +131,10 @@ class RemoveTable:
     The reply is the table as it was."""
 
     purge: Callable[[], Awaitable[None]] | None = None
-    location: str | None = None   # what `purge` deletes: claimed until it has (Decision.purge)
-    owner: UUID | None = None     # the claim's token, which `purge` was given too (Decision.purge_owner)
+    claim: PurgeClaim | None = None   # on what `purge` deletes, until it has (registry.purge_after_drop)
 
     def decide(self, state: LanceTable) -> Decision:
-        return Decision(None, reply=state, delete=True, after_durable=self.purge, purge=self.location,
-                        purge_owner=self.owner)
+        return Decision(None, reply=state, delete=True, after_durable=self.purge, purge=self.claim)
 
 
 @dataclass
@@ -157,8 +154,7 @@ class Steps:
         deleted_ranges: list[tuple[int, int]] = []
         afters: list[AfterDurable] = []
         removed_by: int | None = None
-        purge: str | None = None
-        purge_owner: UUID | None = None
+        purge: PurgeClaim | None = None
         # A delete's older records were counted against the state the batch starts from; later deletes in the
         # batch were counted without the ranges of earlier ones (LanceCatalog._version_deletion).
         deletions = [p for _, _, p in self.steps if isinstance(p, DeleteVersions)]
@@ -183,7 +179,7 @@ class Steps:
                 afters.append(d.after_durable)
             if d.delete:
                 removed_by = index
-                purge, purge_owner = d.purge, d.purge_owner
+                purge = d.purge
                 current = d.state
                 continue
             if d.log_delete:
@@ -196,8 +192,7 @@ class Steps:
             current = d.state
         after = _chain(afters)
         if removed_by is not None:
-            return Decision(None, reply=replies, delete=True, after_durable=after, purge=purge,
-                            purge_owner=purge_owner)
+            return Decision(None, reply=replies, delete=True, after_durable=after, purge=purge)
         # One write, so the deletion counter rises once, as the row's version does (it is loaded as that version).
         current = replace(current, deletes=state.deletes + (current.deletes > state.deletes)).trimmed()
         return Decision(current, reply=replies, row_state=current.row_state(), log=[e for e, _ in created],
