@@ -22,6 +22,7 @@ from uuid import UUID
 
 import trio
 
+from storage.files import FileWrite
 from storage.records import IdempotencyRecord, LogEntry, PurgeClaim, TableRow, TableWrite, WriteGroup, shard_of
 
 from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, DuplicateRequest, NotFound, NotOwner,
@@ -60,7 +61,7 @@ class Decision:
     relocate: str | None = None   # the table moves (Iceberg set-location): its row's location follows
     purge: PurgeClaim | None = None   # with `delete`: `after_durable` deletes its location; claimed until it has
     files: list[tuple[str, bytes]] = field(default_factory=list)       # made durable before the row
-    published: list[tuple[str, bytes]] = field(default_factory=list)   # made durable after it, before replies
+    published: list[FileWrite] = field(default_factory=list)   # made durable after it, before replies
     idempotency: IdempotencyRecord | None = None
     after_durable: Callable[[], Awaitable[None]] | None = None         # best-effort clean-up (old files)
     marker: IdempotencyRecord | None = None   # a forwarded request's receipt (coordinator/cluster/routing.py)
@@ -451,7 +452,7 @@ class TableActor:
         with trio.CancelScope(shield=True):
             await self._reload()
             try:
-                if self.loaded and all([await self.registry.files.exists(uri) for uri, _ in files]):
+                if self.loaded and all([await self.registry.files.exists(f[0]) for f in files]):
                     return True
             except Exception as exc:
                 log.error("table %s: cannot check restored files: %s", self.table_id, exc)

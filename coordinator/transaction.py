@@ -23,6 +23,7 @@ from uuid import UUID
 
 import trio
 
+from storage.files import FileWrite
 from storage.records import UNFENCED, IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
 
 from .actor import Decision, Participant, Proposal, _not_applied_error
@@ -43,7 +44,7 @@ class Create:
     row_state: dict[str, Any]
     log: list[LogEntry] = field(default_factory=list)
     files: list[tuple[str, bytes]] = field(default_factory=list)
-    published: list[tuple[str, bytes]] = field(default_factory=list)   # as Decision.published
+    published: list[FileWrite] = field(default_factory=list)   # as Decision.published
 
 
 async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, creates: list[Create] = (),

@@ -1,7 +1,8 @@
 """Table files (Iceberg metadata JSON, Delta logs, Lance manifests) on `file://` paths or `s3://` buckets.
 
 A file is durable before anything points at it: locally we write a temp file, fsync it, rename it into place
-and fsync the directory; on S3 a completed PUT is durable. No file write needs to refuse an existing name: which
+and fsync the directory (or, when a file beside it already holds the bytes, Lance's staged manifest, fsync and
+rename that one); on S3 a completed PUT is durable. No file write needs to refuse an existing name: which
 commit owns a version is decided by the database's compare-and-set, never by the file system.
 
 S3 goes through obstore (Rust's object_store): one well-kept client, credentials from the usual AWS environment,
@@ -16,6 +17,7 @@ import hashlib
 import logging
 import os
 import re
+import stat
 import time
 import uuid
 from pathlib import Path
@@ -30,6 +32,11 @@ from coordinator.errors import BadRequest, NotFound
 from .grouped import GroupedCall
 
 log = logging.getLogger(__name__)
+
+# A file to make durable: (uri, data), or (uri, data, source) where `source`, a file in the same directory, may
+# hold `data` already (Lance's staged manifest): then it is renamed into place instead, its bytes checked first,
+# and in any case it is gone once `uri` is in place.
+FileWrite = tuple[str, bytes] | tuple[str, bytes, str | None]
 
 
 def local_path(uri: str) -> str | None:
@@ -152,7 +159,7 @@ class FileIO:
 
     # -- public, awaited from trio (blocking work runs in a worker thread) ----------------------------------
 
-    async def write_many(self, files: list[tuple[str, bytes]]) -> None:
+    async def write_many(self, files: list[FileWrite]) -> None:
         """Write several files durably, with every other table's files waiting at the same moment (the file
         system's side of group commit). Local files are all written first and fsynced after, each directory
         once: on ext4 the first fsync commits the journal for all of them, so a batch costs about one fsync
@@ -160,7 +167,7 @@ class FileIO:
         if files:
             await self._writes(files)
 
-    def _write_batches_sync(self, batches: list[list[tuple[str, bytes]]]) -> list[Exception | None]:
+    def _write_batches_sync(self, batches: list[list[FileWrite]]) -> list[Exception | None]:
         """Each caller's files made durable (None), or the exception that stopped them (the others go on)."""
         started = time.thread_time()
         try:
@@ -168,47 +175,74 @@ class FileIO:
         finally:
             self.write_cpu_s += time.thread_time() - started  # batches run one at a time (storage/grouped.py)
 
-    def _write_durably(self, batches: list[list[tuple[str, bytes]]]) -> list[Exception | None]:
+    def _write_durably(self, batches: list[list[FileWrite]]) -> list[Exception | None]:
         errors: list[Exception | None] = [None] * len(batches)
-        staged: list[tuple[int, int, str, str]] = []   # (batch, fd, tmp, final path)
+        # (batch, fd, tmp or None, final path, source, data): a temp file written here, or (tmp None) a caller's
+        # `source` file that already holds the bytes and is renamed into place (`_adopt`); the `source` of a file
+        # written here is removed once the file is in place.
+        staged: list[tuple[int, int, str | None, str, str | None, bytes]] = []
         # Plain strings and os.path here, not pathlib: this runs for every commit, and building Path objects was
         # a visible share of a commit's CPU in the profile.
         for i, files in enumerate(batches):
             try:
-                for uri, data in files:
+                for entry in files:
+                    uri, data = entry[0], entry[1]
                     path = local_path(uri)
                     if path is None:
                         self._put_object(uri, data)
                         continue
                     parent, name = os.path.split(path)
+                    source = local_path(entry[2]) if len(entry) > 2 and entry[2] else None
+                    if source is not None and os.path.dirname(source) == parent:
+                        fd = _adopt(source, data)
+                        if fd is not None:
+                            staged.append((i, fd, None, path, source, data))
+                            continue
                     tmp = os.path.join(parent, f".{name}.{uuid.uuid4().hex}.tmp")
                     try:
                         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                     except FileNotFoundError:  # the directory's first file: make it (three syscalls saved otherwise)
                         os.makedirs(parent, exist_ok=True)
                         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                    staged.append((i, fd, tmp, path))
+                    staged.append((i, fd, tmp, path, source, data))
                     _write_all(fd, data)
             except Exception as exc:
                 errors[i] = exc
-        for i, fd, _, _ in staged:
+        adopted: dict[int, int] = {}   # index in `staged` -> inode of an adopted source
+        for k, (i, fd, tmp, *_) in enumerate(staged):
             try:
                 if errors[i] is None:
                     os.fsync(fd)
+                    if tmp is None:
+                        adopted[k] = os.fstat(fd).st_ino
             except Exception as exc:
                 errors[i] = exc
             finally:
                 os.close(fd)
         dirs: dict[str, list[int]] = {}
-        for i, _, tmp, path in staged:
+        for k, (i, _, tmp, path, source, data) in enumerate(staged):
             try:
                 if errors[i] is None:
-                    os.replace(tmp, path)
+                    if tmp is None:
+                        try:
+                            os.replace(source, path)
+                            landed = os.lstat(path).st_ino == adopted[k]
+                        except FileNotFoundError:
+                            landed = False
+                        if not landed:
+                            # Removed or swapped since it was checked (it is a client's file): what is in place is
+                            # not what was checked, so write the bytes after all.
+                            _write_in_place(path, data)
+                    else:
+                        os.replace(tmp, path)
+                        if source is not None:
+                            _quietly(os.unlink, source)
                     dirs.setdefault(os.path.dirname(path), []).append(i)
                     continue
             except Exception as exc:
                 errors[i] = exc
-            _quietly(os.unlink, tmp)
+            if tmp is not None:
+                _quietly(os.unlink, tmp)
         for d, owners in dirs.items():
             try:
                 _fsync_dir(d)
@@ -397,6 +431,36 @@ class FileIO:
         import obstore
         store, key = self.object_store(uri)
         obstore.put(store, key, data, mode="overwrite")
+
+
+def _adopt(source: str, data: bytes) -> int | None:
+    """An open descriptor of `source` if it is a plain file (no link, no other name) holding exactly `data`: it
+    may be renamed into place instead of writing the bytes again. None otherwise (missing, changed, a link...)."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_size == len(data) and \
+                os.pread(fd, len(data) + 1, 0) == data:
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _write_in_place(path: str, data: bytes) -> None:
+    """Write `path` durably through a temp file (its directory is fsynced by the caller)."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -178,3 +178,55 @@ def test_a_tree_deletion_removes_everything_or_stops_when_asked(tmp_path):
     outside = tree(whole)
     files.delete_tree_sync(whole.as_uri(), lambda: False)
     assert not whole.exists() and (outside / "keep").exists()
+
+
+# -- a source file renamed into place (Lance's staged manifest becoming its final manifest) -------------------------
+
+
+async def test_a_source_holding_the_bytes_is_renamed_into_place(tmp_path):
+    fileio = FileIO()
+    staged, final = tmp_path / "7.manifest-abc", tmp_path / "7.manifest"
+    staged.write_bytes(b"manifest bytes")
+    inode = staged.stat().st_ino
+    await fileio.write_many([(str(final), b"manifest bytes", f"file://{staged}")])
+    assert final.read_bytes() == b"manifest bytes"
+    assert final.stat().st_ino == inode, "the source was copied, not renamed"
+    assert not staged.exists()
+    assert sorted(os.listdir(tmp_path)) == ["7.manifest"]
+
+
+async def test_a_source_that_does_not_hold_the_bytes_is_replaced_by_them(tmp_path):
+    """What was checked is what lands: a source changed since (or a link, or a file with another name too) is not
+    taken; the checked bytes are written and the source is removed all the same."""
+    fileio = FileIO()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"checked")
+    cases = {
+        "changed": lambda p: p.write_bytes(b"changed"),
+        "longer": lambda p: p.write_bytes(b"checked and more"),
+        "link": lambda p: p.symlink_to(elsewhere),
+        "two names": lambda p: os.link(elsewhere, p),
+        "missing": lambda p: None,
+    }
+    for n, (case, make) in enumerate(cases.items()):
+        staged, final = tmp_path / f"{n}.manifest-x", tmp_path / f"{n}.manifest"
+        make(staged)
+        await fileio.write_many([(str(final), b"checked", str(staged))])
+        assert final.read_bytes() == b"checked", case
+        assert not final.is_symlink(), case
+        assert not os.path.lexists(staged), case
+        if case == "two names":
+            assert final.stat().st_ino != elsewhere.stat().st_ino
+    assert elsewhere.read_bytes() == b"checked"   # a link's target is never renamed, written or removed
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")], "temp files left behind"
+
+
+async def test_a_source_in_another_directory_is_copied_not_moved(tmp_path):
+    fileio = FileIO()
+    (tmp_path / "a").mkdir()
+    staged = tmp_path / "a" / "1.manifest-x"
+    staged.write_bytes(b"m")
+    inode = staged.stat().st_ino
+    await fileio.write_many([(str(tmp_path / "b" / "1.manifest"), b"m", str(staged))])
+    assert (tmp_path / "b" / "1.manifest").read_bytes() == b"m"
+    assert (tmp_path / "b" / "1.manifest").stat().st_ino != inode

@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from storage.files import is_below, is_within, join, location_key, path_segment, unsafe_location
+from storage.files import is_below, is_within, join, local_path, location_key, path_segment, unsafe_location
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Proposal
@@ -497,8 +497,10 @@ class LanceCatalog:
             if data[-len(MANIFEST_MAGIC):] != MANIFEST_MAGIC:
                 raise BadRequest(f"{req.manifest_path} is not a Lance manifest (no {MANIFEST_MAGIC!r} footer)")
             sha = hashlib.sha256(data).hexdigest()
-        remove = self.files.delete if is_staged(staging) else None
-        return CreateVersion(req.version, staging, data, sha, scheme, int(time.time() * 1000), req.metadata, remove)
+        staged = is_staged(staging)
+        remove = self.files.delete if staged and local_path(staging) is None else None   # (local: renamed)
+        return CreateVersion(req.version, staging, data, sha, scheme, int(time.time() * 1000), req.metadata, staged,
+                             remove)
 
     async def create_table_version(self, ident: Ident, req: CreateTableVersionRequest) -> TableVersion:
         async def make(ref: TableRef) -> Proposal:

@@ -4,8 +4,8 @@ The coordinator is Lance's external manifest store (spec: "External Manifest Sto
 A writer stages its manifest itself and asks for version N; the server FINALIZES: the version is recorded in the
 commit log, then the staged bytes become `_versions/<final name>` (`Decision.published`: written only by the
 process whose database write applied, so a fenced former owner can never overwrite a committed manifest), and the
-staging file is removed afterwards (best effort; until then it is what restores a final manifest lost to a crash,
-see `LanceCatalog._load_state`). Everything that needs I/O (reading the staged manifest) is done by the catalog
+staging file is gone (locally it is renamed into place, in one step; on an object store it is deleted afterwards,
+best effort). Until then it is what restores a final manifest lost to a crash, see `LanceCatalog._load_state`. Everything that needs I/O (reading the staged manifest) is done by the catalog
 before the proposal reaches the actor, so these rules can be re-decided and composed freely.
 """
 
@@ -57,6 +57,10 @@ class CreateVersion:
     scheme: str
     timestamp_ms: int
     metadata: dict[str, str] | None = None
+    # `staging_uri` is a staging file (`is_staged`), the server's to remove once the final manifest is in place:
+    # locally, publishing renames it into place (its bytes checked; storage.files.FileWrite); on an object store
+    # `remove_staging` deletes it afterwards.
+    staged: bool = False
     remove_staging: Callable[[str], Awaitable[None]] | None = None
     trim: bool = True   # Steps trims once, after the batch's last operation (LanceTable.trimmed)
 
@@ -91,10 +95,12 @@ class CreateVersion:
                              self.staging_uri, self.sha256, None, self.metadata or None)
         new = state.with_version(entry, trim=self.trim)
         after = None
-        if self.remove_staging is not None and self.staging_uri != final:
+        consumed = self.staged and self.staging_uri != final
+        if consumed and self.remove_staging is not None:
             after = functools.partial(self.remove_staging, self.staging_uri)
+        published = (final, self.data, self.staging_uri) if consumed else (final, self.data)
         return Decision(new, reply=entry, row_state=new.row_state(), log=[LogEntry(self.version, entry.payload())],
-                        published=[(final, self.data)], after_durable=after)
+                        published=[published], after_durable=after)
 
 
 @dataclass

@@ -41,7 +41,7 @@ def lose_writes_of(coord, path: Path, times: int | None = None) -> None:
     left = [times]
 
     async def write_many(files):
-        if any(to_local_path(uri) == path for uri, _ in files) and left[0] != 0:
+        if any(to_local_path(f[0]) == path for f in files) and left[0] != 0:
             if left[0] is not None:
                 left[0] -= 1
             raise OSError("injected: no space left on device")
