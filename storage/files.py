@@ -208,30 +208,23 @@ class FileIO:
                     _write_all(fd, data)
             except Exception as exc:
                 errors[i] = exc
-        adopted: dict[int, int] = {}   # index in `staged` -> inode of an adopted source
-        for k, (i, fd, tmp, *_) in enumerate(staged):
+        for i, fd, tmp, *_ in staged:
             try:
                 if errors[i] is None:
                     os.fsync(fd)
-                    if tmp is None:
-                        adopted[k] = os.fstat(fd).st_ino
             except Exception as exc:
                 errors[i] = exc
             finally:
-                os.close(fd)
+                if tmp is not None:
+                    os.close(fd)   # an adopted source's stays open: what lands is checked through it
         dirs: dict[str, list[int]] = {}
-        for k, (i, _, tmp, path, source, data) in enumerate(staged):
+        for i, fd, tmp, path, source, data in staged:
             try:
                 if errors[i] is None:
                     if tmp is None:
-                        try:
-                            os.replace(source, path)
-                            landed = os.lstat(path).st_ino == adopted[k]
-                        except FileNotFoundError:
-                            landed = False
-                        if not landed:
-                            # Removed or swapped since it was checked (it is a client's file): what is in place is
-                            # not what was checked, so write the bytes after all.
+                        if not _renamed_unchanged(fd, source, path, data):
+                            # Removed, swapped or rewritten since it was checked (the writer's own file): what is
+                            # in place is not what was checked, so write the checked bytes after all.
                             _write_in_place(path, data)
                     else:
                         os.replace(tmp, path)
@@ -241,6 +234,9 @@ class FileIO:
                     continue
             except Exception as exc:
                 errors[i] = exc
+            finally:
+                if tmp is None:
+                    os.close(fd)
             if tmp is not None:
                 _quietly(os.unlink, tmp)
         for d, owners in dirs.items():
@@ -259,6 +255,10 @@ class FileIO:
 
     async def exists(self, uri: str) -> bool:
         return await trio.to_thread.run_sync(self.exists_sync, uri)
+
+    async def size(self, uri: str) -> int | None:
+        """The size of the file at `uri`; None if there is none (or, locally, something else is there)."""
+        return await trio.to_thread.run_sync(self.size_sync, uri)
 
     async def age_s(self, uri: str) -> float | None:
         """Seconds since the file was last written; None if it does not exist."""
@@ -400,6 +400,18 @@ class FileIO:
             return None
         return time.time() - modified
 
+    def size_sync(self, uri: str) -> int | None:
+        path = local_path(uri)
+        try:
+            if path is None:
+                import obstore
+                store, key = self.object_store(uri)
+                return obstore.head(store, key)["size"]
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return st.st_size if stat.S_ISREG(st.st_mode) else None
+
     def exists_sync(self, uri: str) -> bool:
         path = to_local_path(uri)
         if path is None:
@@ -434,16 +446,19 @@ class FileIO:
 
 
 def _adopt(source: str, data: bytes) -> int | None:
-    """An open descriptor of `source` if it is a plain file (no link, no other name) holding exactly `data`: it
-    may be renamed into place instead of writing the bytes again. None otherwise (missing, changed, a link...)."""
+    """An open descriptor of `source` if it can become the file that holds `data` instead of a copy: a plain file
+    (no link, no other name) of this process's own user (a copy written here would be no better guarded), holding
+    exactly `data`, and made readable to all as a copy would be (0644). None otherwise: write the bytes."""
     try:
         fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_size == len(data) and \
-                os.pread(fd, len(data) + 1, 0) == data:
+        if (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()
+                and st.st_size == len(data) and os.pread(fd, len(data) + 1, 0) == data):
+            if stat.S_IMODE(st.st_mode) != 0o644:
+                os.fchmod(fd, 0o644)
             return fd
     except OSError:
         pass
@@ -451,16 +466,35 @@ def _adopt(source: str, data: bytes) -> int | None:
     return None
 
 
+def _renamed_unchanged(fd: int, source: str, path: str, data: bytes) -> bool:
+    """Rename the adopted `source` (open as `fd`) to `path`; whether what now is `path` is that file, still
+    holding exactly `data` (it may have been swapped or rewritten since `_adopt` checked it)."""
+    try:
+        os.replace(source, path)
+        landed, ours = os.lstat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    if (landed.st_dev, landed.st_ino) != (ours.st_dev, ours.st_ino):
+        if stat.S_ISDIR(landed.st_mode):
+            os.rename(path, source)   # a directory swapped in: put it back where it was (a file can take its place)
+        return False
+    return ours.st_nlink == 1 and os.pread(fd, len(data) + 1, 0) == data
+
+
 def _write_in_place(path: str, data: bytes) -> None:
     """Write `path` durably through a temp file (its directory is fsynced by the caller)."""
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        _quietly(os.unlink, tmp)
+        raise
 
 
 def _write_all(fd: int, data: bytes) -> None:

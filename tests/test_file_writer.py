@@ -5,10 +5,13 @@ and one caller's failure is only its own."""
 from __future__ import annotations
 
 import os
+import stat
 
+import pytest
 import trio
 import trio.testing
 
+import storage.files as files_module
 from storage.files import FileIO
 
 
@@ -230,3 +233,42 @@ async def test_a_source_in_another_directory_is_copied_not_moved(tmp_path):
     await fileio.write_many([(str(tmp_path / "b" / "1.manifest"), b"m", str(staged))])
     assert (tmp_path / "b" / "1.manifest").read_bytes() == b"m"
     assert (tmp_path / "b" / "1.manifest").stat().st_ino != inode
+
+
+async def test_what_lands_is_what_was_checked(tmp_path, monkeypatch):
+    """The source is a writer's file: rewritten in place, or swapped for a directory, between the check and the
+    rename, the checked bytes are written instead, and a swapped-in directory is put back, not made the file."""
+    fileio = FileIO()
+    real = files_module._adopt
+    for n, meddle in enumerate((lambda p: p.write_bytes(b"EVIL" + b"x" * 3), lambda p: (p.unlink(), p.mkdir()))):
+        staged, final = tmp_path / f"{n}.manifest-x", tmp_path / f"{n}.manifest"
+        staged.write_bytes(b"checked")
+
+        def adopt(source, data, meddle=meddle, staged=staged):
+            fd = real(source, data)
+            meddle(staged)
+            return fd
+        monkeypatch.setattr(files_module, "_adopt", adopt)
+        await fileio.write_many([(str(final), b"checked", str(staged))])
+        assert final.is_file() and final.read_bytes() == b"checked"
+    assert (tmp_path / "1.manifest-x").is_dir()   # the writer's directory, left where it put it
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")], "temp files left behind"
+
+
+async def test_an_adopted_file_is_readable_to_all_as_a_copy_would_be(tmp_path):
+    staged, final = tmp_path / "1.manifest-x", tmp_path / "1.manifest"
+    staged.write_bytes(b"m")
+    staged.chmod(0o600)
+    inode = staged.stat().st_ino
+    await FileIO().write_many([(str(final), b"m", str(staged))])
+    assert final.stat().st_ino == inode and stat.S_IMODE(final.stat().st_mode) == 0o644
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user takes root")
+async def test_another_users_file_is_copied_not_adopted(tmp_path):
+    """A copy is the service's own file; another user's staged file would stay that user's to change."""
+    staged, final = tmp_path / "1.manifest-x", tmp_path / "1.manifest"
+    staged.write_bytes(b"m")
+    os.chown(staged, 54321, 54321)
+    await FileIO().write_many([(str(final), b"m", str(staged))])
+    assert final.read_bytes() == b"m" and final.stat().st_uid == 0 and not staged.exists()

@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from storage.files import is_below, is_within, join, local_path, location_key, path_segment, unsafe_location
+from storage.files import is_below, is_within, join, location_key, path_segment, unsafe_location
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Proposal
@@ -93,12 +93,13 @@ class LanceCatalog:
 
     async def _restore_final_manifests(self, state: LanceTable) -> None:
         """A final manifest is written once its version is recorded, so a crash in between leaves a recorded
-        version without it. Its staged manifest is removed only after the final one is written, so it is still
-        there: copy it back, from the latest version down to the first whose final manifest exists (earlier ones
+        version without it. Its staged manifest is gone only once the final one is in place (renamed into it, or
+        removed after the copy), so it is still there: copy it back, from the latest version down to the first whose final manifest exists (earlier ones
         were written before that one). Without a matching staged copy the version is logged and the table served;
         a storage error fails the load instead, so that nothing is answered while a restorable file is missing."""
         for v in reversed(state.versions):
-            if await self.files.exists(v.manifest_uri):
+            found = await self.files.size(v.manifest_uri)   # (a directory put in its place is not it)
+            if found is not None and v.size in (None, found):
                 return
             data = None
             if v.staging_uri not in (None, v.manifest_uri):   # a final name the client handed in has no copy
@@ -498,9 +499,8 @@ class LanceCatalog:
                 raise BadRequest(f"{req.manifest_path} is not a Lance manifest (no {MANIFEST_MAGIC!r} footer)")
             sha = hashlib.sha256(data).hexdigest()
         staged = is_staged(staging)
-        remove = self.files.delete if staged and local_path(staging) is None else None   # (local: renamed)
         return CreateVersion(req.version, staging, data, sha, scheme, int(time.time() * 1000), req.metadata, staged,
-                             remove)
+                             self.files.delete if staged else None)
 
     async def create_table_version(self, ident: Ident, req: CreateTableVersionRequest) -> TableVersion:
         async def make(ref: TableRef) -> Proposal:

@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable
 
+from storage.files import local_path
 from storage.records import LogEntry, PurgeClaim
 
 from ..actor import Decision, Proposal
@@ -58,8 +59,9 @@ class CreateVersion:
     timestamp_ms: int
     metadata: dict[str, str] | None = None
     # `staging_uri` is a staging file (`is_staged`), the server's to remove once the final manifest is in place:
-    # locally, publishing renames it into place (its bytes checked; storage.files.FileWrite); on an object store
-    # `remove_staging` deletes it afterwards.
+    # locally, publishing consumes it (renamed into place, its bytes checked, or removed after a copy:
+    # storage.files.FileWrite); on an object store `remove_staging` deletes it afterwards, as it does a local one
+    # whose version a later operation of the same batch took back (Steps).
     staged: bool = False
     remove_staging: Callable[[str], Awaitable[None]] | None = None
     trim: bool = True   # Steps trims once, after the batch's last operation (LanceTable.trimmed)
@@ -94,13 +96,19 @@ class CreateVersion:
         entry = TableVersion(self.version, final, len(self.data), self.timestamp_ms, self.scheme,
                              self.staging_uri, self.sha256, None, self.metadata or None)
         new = state.with_version(entry, trim=self.trim)
-        after = None
         consumed = self.staged and self.staging_uri != final
-        if consumed and self.remove_staging is not None:
-            after = functools.partial(self.remove_staging, self.staging_uri)
         published = (final, self.data, self.staging_uri) if consumed else (final, self.data)
+        after = None
+        if consumed and local_path(self.staging_uri) is None:
+            after = self.discard_staging()
         return Decision(new, reply=entry, row_state=new.row_state(), log=[LogEntry(self.version, entry.payload())],
                         published=[published], after_durable=after)
+
+    def discard_staging(self) -> AfterDurable | None:
+        """Removes the staged manifest when publishing will not (an object store; a version taken back)."""
+        if not self.staged or self.remove_staging is None:
+            return None
+        return functools.partial(self.remove_staging, self.staging_uri)
 
 
 @dataclass
@@ -156,7 +164,8 @@ class Steps:
     def decide(self, state: LanceTable) -> Decision:
         replies: dict[int, Any] = {}
         current = state
-        created: list[tuple[LogEntry, list[tuple[str, bytes]]]] = []
+        # (log entry, its published files, what removes its staged manifest if the entry is taken back)
+        created: list[tuple[LogEntry, list, AfterDurable | None]] = []
         deleted_ranges: list[tuple[int, int]] = []
         afters: list[AfterDurable] = []
         removed_by: int | None = None
@@ -187,22 +196,29 @@ class Steps:
                 removed_by = index
                 purge = d.purge
                 current = d.state
+                afters.extend(discard for *_, discard in created if discard is not None)
                 continue
             if d.log_delete:
                 # The store applies deletions before inserts; a version this batch created and a later operation
                 # deletes must therefore not be inserted at all (nor its manifest written).
-                created = [(e, f) for e, f in created if not in_ranges(e.version, d.log_delete)]
+                afters.extend(discard for e, _, discard in created
+                              if discard is not None and in_ranges(e.version, d.log_delete))
+                created = [c for c in created if not in_ranges(c[0].version, d.log_delete)]
                 deleted_ranges.extend(d.log_delete)
             if d.log:
-                created.extend((e, d.published if i == 0 else []) for i, e in enumerate(d.log))
+                # (an object store's staged manifest is removed afterwards in any case: d.after_durable)
+                discard = (proposal.discard_staging() if isinstance(proposal, CreateVersion)
+                           and d.after_durable is None else None)
+                created.extend((e, d.published if i == 0 else [], discard if i == 0 else None)
+                               for i, e in enumerate(d.log))
             current = d.state
         after = _chain(afters)
         if removed_by is not None:
             return Decision(None, reply=replies, delete=True, after_durable=after, purge=purge)
         # One write, so the deletion counter rises once, as the row's version does (it is loaded as that version).
         current = replace(current, deletes=state.deletes + (current.deletes > state.deletes)).trimmed()
-        return Decision(current, reply=replies, row_state=current.row_state(), log=[e for e, _ in created],
-                        log_delete=deleted_ranges, published=[f for _, fs in created for f in fs],
+        return Decision(current, reply=replies, row_state=current.row_state(), log=[e for e, *_ in created],
+                        log_delete=deleted_ranges, published=[f for _, fs, _ in created for f in fs],
                         after_durable=after)
 
 

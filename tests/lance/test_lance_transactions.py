@@ -13,7 +13,7 @@ from coordinator.lance.rules import ReadTable, Steps
 from coordinator.lance.table import manifest_uri
 from storage.files import to_local_path
 
-from .conftest import stage
+from .conftest import local, stage
 
 
 def test_public_surface():
@@ -151,3 +151,27 @@ async def test_manifest_of_an_unrecorded_commit_is_removed_before_serving(coord,
     for v in (2, 3):
         assert not to_local_path(manifest_uri(a.location, v, "V2")).exists()
     assert (await cat.create_table_version(("a",), create(2, stage(a.location, 2)))).version == 2
+
+
+async def test_a_version_taken_back_in_its_own_batch_leaves_no_staged_manifest(coord):
+    """Publishing consumes a staged manifest; one whose version a later operation takes back (deleted, or its
+    table deregistered) is never published, and is removed all the same, as any other staged manifest."""
+    cat = coord.lance
+    t = await table_at(coord, "t", 1)
+    u = await table_at(coord, "u", 0)
+    deleted, kept, dropped = stage(t.location, 2), stage(t.location, 3), stage(u.location, 1)
+    assert all(local(p).exists() for p in (deleted, kept, dropped))
+    await cat.batch_commit([
+        ("create_table_version", ("t",), create(2, deleted)),
+        ("delete_table_versions", ("t",), BatchDeleteTableVersionsRequest(ranges=[
+            {"start_version": 2, "end_version": 3}])),
+        ("create_table_version", ("t",), create(3, kept)),
+        ("create_table_version", ("u",), create(1, dropped)),
+        ("deregister_table", ("u",), None),
+    ])
+    assert await snapshot(coord, "tu") == {"t": [1, 3], "u": None}
+    assert to_local_path(manifest_uri(t.location, 3, "V2")).exists()
+    assert not to_local_path(manifest_uri(t.location, 2, "V2")).exists()
+    with trio.fail_after(5):   # (removed after the commit, in the background)
+        while any(local(p).exists() for p in (deleted, kept, dropped)):
+            await trio.sleep(0.01)
