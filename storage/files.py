@@ -146,6 +146,7 @@ class FileIO:
     def __init__(self, s3_options: dict[str, str] | None = None, warehouse: str | None = None):
         self.s3_options = dict(s3_options or {})
         self.warehouse = warehouse   # links above it are the operator's and trusted by purges (`leads_elsewhere`)
+        self._trusted = local_path(warehouse) if warehouse else None
         self._stores: dict[str, object] = {}
         # The commit path's file work, one worker-thread hop per moment for all tables (storage/grouped.py):
         # writes before or after a commit's row, reads of staged Lance manifests, deletes of what commits made
@@ -155,7 +156,7 @@ class FileIO:
         # /metrics shows it, so a commit's cost can be told apart from the cost of the file it must write.
         self.write_cpu_s = 0.0
         self._reads = _in_worker_thread(_each(self.read_sync))
-        self._deletes = _in_worker_thread(_each(self.delete_sync))
+        self._deletes = _in_worker_thread(_each(lambda item: self.delete_within_sync(*item)))
 
     # -- public, awaited from trio (blocking work runs in a worker thread) ----------------------------------
 
@@ -250,8 +251,10 @@ class FileIO:
     async def read(self, uri: str) -> bytes:
         return await self._reads(uri)
 
-    async def delete(self, uri: str) -> None:
-        await self._deletes(uri)
+    async def delete(self, uri: str, within: str | None = None) -> None:
+        """Delete one file; given the table's place it lies `within`, locally no link below the warehouse is
+        followed on the way to it (`_unlink_beneath`)."""
+        await self._deletes((uri, within))
 
     async def exists(self, uri: str) -> bool:
         return await trio.to_thread.run_sync(self.exists_sync, uri)
@@ -271,9 +274,14 @@ class FileIO:
 
     def discard_sync(self, uris: list[str], location: str | None) -> None:
         for uri in uris:
-            self.delete_sync(uri)
-            if location is not None and is_within(location, uri) and really_within(location, uri):
-                _remove_emptied_dirs(uri, location)
+            root, path = (local_path(location), local_path(uri)) if location is not None else (None, None)
+            if root is not None and path is not None and is_within(location, uri):
+                try:
+                    _unlink_beneath(root, path, self._trusted)
+                except FileNotFoundError:
+                    pass
+            else:
+                self.delete_sync(uri)
 
     def delete_listed_sync(self, location: str, uris: list[str], stop: Callable[[], bool] | None = None) -> None:
         """Delete those of `uris` that lie within `location`, in order, then the directories that leaves empty, up
@@ -281,13 +289,20 @@ class FileIO:
         and only the table's own place is touched). Stops as `delete_tree_sync` does."""
         if self.leads_elsewhere(location):
             return
+        root = local_path(location)
         for uri in uris:
-            if not is_within(location, uri) or not really_within(location, uri):
+            if not is_within(location, uri):
                 continue
             if stop is not None and stop():
                 raise DeletionStopped(f"the deletion of {location}'s files was stopped before it ended")
             try:
-                self.delete_sync(uri)
+                path = local_path(uri)
+                if root is not None and path is not None:
+                    _unlink_beneath(root, path, self._trusted)   # (and the directories it leaves empty)
+                else:
+                    self.delete_sync(uri)
+            except FileNotFoundError:
+                continue
             except (OSError, ValueError, TypeError, InvalidPathError) as exc:
                 # (An object store's PermissionDeniedError is raised: denied deletes are denied for every file,
                 # a credentials fault to retry after, not a path that names nothing.)
@@ -296,8 +311,6 @@ class FileIO:
                 # A path a client wrote into the metadata that names no file to delete (or that the object store
                 # refuses to parse): retrying would fail the same way forever, and the location stay claimed.
                 log.warning("purge of %s: skipping %s: %s", location, uri, exc)
-                continue
-            _remove_emptied_dirs(uri, location)
 
     async def delete_tree(self, location: str, stop: Callable[[], bool] | None = None) -> None:
         """Delete everything under a table location (a purge). Locations are exclusive to one table (see
@@ -327,6 +340,15 @@ class FileIO:
                 raise BadRequest(f"path too long: {uri[:200]}...") from None
             raise
 
+    def delete_within_sync(self, uri: str, within: str | None) -> None:
+        root, path = (local_path(within), local_path(uri)) if within is not None else (None, None)
+        if root is None or path is None or not is_within(within, uri):
+            return self.delete_sync(uri)
+        try:
+            _unlink_beneath(root, path, self._trusted, prune=False)
+        except FileNotFoundError:
+            pass
+
     def delete_sync(self, uri: str) -> None:
         path = to_local_path(uri)
         if path is None:
@@ -343,19 +365,29 @@ class FileIO:
         if self.leads_elsewhere(location):
             return
         local = local_path(location)
-        if local is not None and os.path.islink(local.rstrip(os.sep)):
-            _quietly(os.unlink, local.rstrip(os.sep))   # a location that is a link: the link goes, not its target
-            return
         if local is not None:
-            # Bottom-up, file by file, so that it can stop; best effort, as rmtree(ignore_errors=True) was.
-            for root, dirs, names in os.walk(local, topdown=False):
-                for name in names:
-                    check()
-                    _quietly(os.unlink, os.path.join(root, name))
-                for name in dirs:
-                    path = os.path.join(root, name)
-                    _quietly(os.unlink if os.path.islink(path) else os.rmdir, path)   # a link is never followed
-            _quietly(os.rmdir, local)
+            # Bottom-up, file by file, so that it can stop; best effort, as rmtree(ignore_errors=True) was. Every
+            # name is removed through its directory's descriptor, reached from the warehouse without following a
+            # link (`_descend`), as rmtree does below its top: a directory swapped for a link while the walk runs
+            # leads nowhere, and a location that is itself a link loses the link, not what it points at.
+            parent, top = os.path.split(local.rstrip(os.sep))
+            try:
+                fds, _ = _descend(self._trusted, parent, [])
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    log.warning("not deleting %s: %s", location, exc)
+                return
+            try:
+                for _, dirs, names, dir_fd in os.fwalk(top, topdown=False, follow_symlinks=False, dir_fd=fds[-1]):
+                    for name in names:
+                        check()
+                        _quietly(functools.partial(os.unlink, dir_fd=dir_fd), name)
+                    for name in dirs:
+                        _remove_entry(name, dir_fd)
+                _remove_entry(top, fds[-1])
+            finally:
+                for fd in fds:
+                    os.close(fd)
             return
         import obstore
         store, key = self.object_store(location)
@@ -528,19 +560,68 @@ def really_within(location: str, uri: str) -> bool:
     return real_dir == real_root or real_dir.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
-def _remove_emptied_dirs(uri: str, location: str) -> None:
-    """After `uri`, known to be within `location` (`is_within`, `really_within`), was deleted: the directories
-    above it up to `location` (included) that are now empty."""
-    path = local_path(uri)
-    if path is None:
-        return   # an object store has no directories
-    parent = os.path.dirname(path)
-    while is_within(location, parent):
-        try:
-            os.rmdir(parent)
-        except OSError:
-            break   # not empty (or gone): nor are those above it
-        parent = os.path.dirname(parent)
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _parts(path: str, above: str) -> list[str]:
+    parts = [p for p in os.path.relpath(path, above).split(os.sep) if p not in ("", ".")]
+    if ".." in parts:
+        raise OSError(errno.ENOTDIR, "not below the location", path)
+    return parts
+
+
+def _descend(trusted: str | None, root: str, parts: list[str]) -> tuple[list[int], list[str]]:
+    """Descriptors of the directories from the top down to `root`/`parts`, each opened from the one above without
+    following a link, and the names of those below the top (`fds[i + 1]` is `names[i]`). The top is `trusted`
+    (the warehouse: links in its own path are the operator's) when `root` lies within it, else `root`, which
+    must not be a link either."""
+    top_trusted = trusted is not None and (os.path.normpath(root) == os.path.normpath(trusted)
+                                           or is_within(trusted, root))
+    above = _parts(root, trusted) if top_trusted else []
+    fds = [os.open(trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if top_trusted
+           else os.open(root, _DIRECTORY)]
+    try:
+        for part in above + parts:
+            fds.append(os.open(part, _DIRECTORY, dir_fd=fds[-1]))
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds, above + parts
+
+
+def _unlink_beneath(root: str, path: str, trusted: str | None = None, prune: bool = True) -> None:
+    """Unlink `path`, a file below the directory `root` (by its text: `is_within`), then (`prune`) the directories
+    that leaves empty, up to `root` itself. No link below the warehouse (`trusted`), not even one swapped in meanwhile,
+    is followed (see `_descend`): such a path fails with ELOOP or ENOTDIR (NOT_A_FILE) instead."""
+    parts = _parts(path, root)
+    if not parts:
+        raise OSError(errno.EISDIR, "the location itself is not a file", path)
+    fds, names = _descend(trusted, root, parts[:-1])
+    root_index = len(names) - len(parts)   # `root` is names[root_index] (-1: root is the top itself)
+    try:
+        os.unlink(parts[-1], dir_fd=fds[-1])
+        if not prune:
+            return
+        for i in range(len(names) - 1, max(root_index, 0) - 1, -1):   # emptied directories, deepest first
+            try:
+                os.rmdir(names[i], dir_fd=fds[i])
+            except OSError:
+                return   # not empty (or gone): nor are those above it
+    finally:
+        for fd in fds:
+            os.close(fd)
+    if root_index < 0 and prune:
+        _quietly(os.rmdir, root)
+
+
+def _remove_entry(name: str, dir_fd: int) -> None:
+    """Remove an empty directory, or a link, named `name` in `dir_fd` (a link is never followed); best effort."""
+    try:
+        is_dir = stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return
+    _quietly(functools.partial(os.rmdir if is_dir else os.unlink, dir_fd=dir_fd), name)
 
 
 class DeletionStopped(OSError):

@@ -245,3 +245,45 @@ def test_a_dot_dot_anywhere_in_the_path_stops_the_purge(tmp_path):
     assert is_below(wh.as_uri(), location)
     FileIO(warehouse=wh.as_uri()).delete_tree_sync(location)
     assert precious.exists(), "a purge deleted outside the warehouse: the '..'s sit before the trusted index"
+
+
+def _swap_for_a_link_once(directory, target):
+    """A `stop` callback that, the first time a deletion asks it, moves `directory` aside and puts a link to
+    `target` in its place: a directory swapped for a link between the moment it was checked and its files'
+    deletion (it never asks to stop)."""
+    done = []
+
+    def stop() -> bool:
+        if not done:
+            os.rename(directory, directory.with_name(directory.name + ".moved"))
+            os.symlink(target, directory)
+            done.append(True)
+        return False
+    return stop
+
+
+def test_a_directory_swapped_for_a_link_during_a_purge_leads_nowhere(tmp_path):
+    """Both kinds of purge delete through directory descriptors, each opened from the one above without following
+    links, from the warehouse down: a link swapped in while they run, in the location or between the warehouse
+    and it, leads neither out of the location."""
+    for kind in ("listed", "tree"):
+        for swapped in ("data", "ns"):
+            wh = tmp_path / kind / swapped / "wh"
+            table = wh / "ns" / "t"
+            outside = tmp_path / kind / swapped / "outside"
+            for place in (table, outside / "t"):
+                (place / "data").mkdir(parents=True)
+                for n in range(3):
+                    (place / "data" / f"f{n}.parquet").write_bytes(str(place).encode())
+            if swapped == "data":
+                stop = _swap_for_a_link_once(table / "data", outside / "t" / "data")
+            else:
+                stop = _swap_for_a_link_once(wh / "ns", outside)
+            files = FileIO(warehouse=str(wh))
+            if kind == "listed":
+                files.delete_listed_sync(table.as_uri(), [(table / "data" / f"f{n}.parquet").as_uri()
+                                                          for n in range(3)], stop)
+            else:
+                files.delete_tree_sync(table.as_uri(), stop)
+            left = sorted(os.listdir(outside / "t" / "data"))
+            assert left == ["f0.parquet", "f1.parquet", "f2.parquet"], (kind, swapped)

@@ -10,6 +10,7 @@ transaction (`Registry.transact`), so single and batched commits share one path.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -116,7 +117,7 @@ class LanceCatalog:
                         v.manifest_uri, v.staging_uri)
             if is_staged(v.staging_uri):   # as CreateVersion's clean-up
                 try:
-                    await self.files.delete(v.staging_uri)
+                    await self.files.delete(v.staging_uri, within=state.location)
                 except Exception as exc:
                     log.warning("removing staged manifest %s failed: %s", v.staging_uri, exc)
 
@@ -148,7 +149,7 @@ class LanceCatalog:
             raise Unavailable(f"table {show(state.ident)} changed while it was loading; retry")
         for uri in orphans:
             log.warning("removing manifest %s: its version was never recorded", uri)
-            await self.files.delete(uri)
+            await self.files.delete(uri, within=state.location)
 
     # -- namespaces --------------------------------------------------------------------------------------------
 
@@ -500,7 +501,7 @@ class LanceCatalog:
             sha = hashlib.sha256(data).hexdigest()
         staged = is_staged(staging)
         return CreateVersion(req.version, staging, data, sha, scheme, int(time.time() * 1000), req.metadata, staged,
-                             self.files.delete if staged else None)
+                             functools.partial(self.files.delete, within=location) if staged else None)
 
     async def create_table_version(self, ident: Ident, req: CreateTableVersionRequest) -> TableVersion:
         async def make(ref: TableRef) -> Proposal:

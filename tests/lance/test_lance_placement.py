@@ -150,3 +150,33 @@ async def test_a_reload_deletes_no_manifests_through_a_link(coord, tmp_path):
         await lance.create_table_version(("a", "t"),
                                          CreateTableVersionRequest(version=9, manifest_path=stage(t.location, 9)))
     assert all(p.exists() for p in victims), "a reload deleted another dataset's manifests through a link"
+
+
+async def test_a_reload_deletes_no_manifests_through_a_versions_link(coord, tmp_path):
+    """The same with the table's `_versions/` itself swapped for a link to another dataset's: deletions below a
+    table's place go through directory descriptors and follow no link, whichever directory it is."""
+    from coordinator.errors import CoordinatorError
+    from coordinator.lance.models import CreateTableVersionRequest
+    from coordinator.lance.table import manifest_uri
+    from storage.files import to_local_path
+
+    from .conftest import fake_manifest, stage
+
+    lance = coord.lance
+    await lance.create_namespace(("a",), None, None)
+    t = await lance.declare_table(("a", "t"), None, None)
+    outside = tmp_path / "outside" / "sales"
+    victims = [to_local_path(manifest_uri(outside.as_uri(), v, "V2")) for v in (1, 2, 3)]
+    victims[0].parent.mkdir(parents=True)
+    for p in victims:
+        p.write_bytes(fake_manifest())
+        os.utime(p, (1, 1))
+    versions = Path(local_path(t.location)) / "_versions"
+    versions.mkdir(parents=True, exist_ok=True)
+    os.rename(versions, versions.with_name("_versions.old"))
+    os.symlink(victims[0].parent, versions)
+    coord.registry.actors[lance._refs[("a", "t")].table_id].loaded = False   # as after a refused write
+    with pytest.raises(CoordinatorError):
+        await lance.create_table_version(("a", "t"),
+                                         CreateTableVersionRequest(version=9, manifest_path=stage(t.location, 9)))
+    assert all(p.exists() for p in victims), "a reload deleted another dataset's manifests through a link"
