@@ -3,6 +3,7 @@
     python -m loadtest.commit_bench                                  # own PostgreSQL + service
     python -m loadtest.commit_bench --url http://127.0.0.1:8181 --flows iceberg --matrix 64x8 --duration 20
     python -m loadtest.commit_bench --processes 1,2 --flows iceberg-props,iceberg --matrix 8x1,64x1   # scale-out
+    python -m loadtest.commit_bench --flows lance --matrix 64x1 --rate 600 --duration 15   # open loop, fixed rate
 
 `--processes 1,2` measures, in one run on one PostgreSQL, the service as one process (the default, no cluster)
 and as a cluster of 2 member processes (`serve --cluster`, each on its own port; writers spread over them
@@ -49,6 +50,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the rows to this file")
     ap.add_argument("--processes", default="1", help="comma-separated member counts to measure in this run, "
                                                      "e.g. 1,2 (1 = the default single process)")
+    ap.add_argument("--rate", type=float, help="open loop: offer this many commits/s in all (Poisson arrivals, "
+                                               "latency from the scheduled time) instead of a closed loop")
     ap.add_argument("--retry", choices=MODES, default="client",
                     help="how writers wait after a 409: as the real clients do, or at once (loadtest/retry.py)")
     args = ap.parse_args()
@@ -139,14 +142,15 @@ def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid:
         flow = FLOWS[name]
         for cfg in args.matrix.split(","):
             tables, writers = (int(x) for x in cfg.split("x"))
-            print(f"running {name}: {tables} tables x {writers} writers on {processes} process(es) for "
+            offered = f" at {args.rate:g} commits/s offered" if args.rate else ""
+            print(f"running {name}: {tables} tables x {writers} writers on {processes} process(es){offered} for "
                   f"{args.duration:g} s ...", flush=True)
             tag = f"cb_{name.replace('-', '_')}_{cfg}_{free_port()}"
 
             async def go(flow=flow, tables=tables, writers=writers, cfg=cfg, tag=tag):
                 ts = await flow.prepare(bases[0], tables, tag)
                 return await run(flow, bases, ts, writers, args.duration, meter=procs.CpuMeter(pids, pg_pid),
-                                 metrics_base=bases, scenario=cfg, retry=args.retry)
+                                 metrics_base=bases, scenario=cfg, retry=args.retry, rate_per_s=args.rate)
             r = trio.run(go)
             # What the machine's cores went to: the service processes, PostgreSQL and this load generator.
             pg_pct = None if r.pg_cpu_ms_per_commit is None else round(r.pg_cpu_ms_per_commit * r.commits_per_s / 10, 1)

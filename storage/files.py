@@ -368,8 +368,8 @@ class FileIO:
         if local is not None:
             # Bottom-up, file by file, so that it can stop; best effort, as rmtree(ignore_errors=True) was. Every
             # name is removed through its directory's descriptor, reached from the warehouse without following a
-            # link (`_descend`), as rmtree does below its top: a directory swapped for a link while the walk runs
-            # leads nowhere, and a location that is itself a link loses the link, not what it points at.
+            # link (`_descend`, `_remove_tree`): a directory swapped for a link while the walk runs leads nowhere,
+            # and a location that is itself a link loses the link, not what it points at.
             parent, top = os.path.split(local.rstrip(os.sep))
             try:
                 fds, _ = _descend(self._trusted, parent, [])
@@ -378,13 +378,7 @@ class FileIO:
                     log.warning("not deleting %s: %s", location, exc)
                 return
             try:
-                for _, dirs, names, dir_fd in os.fwalk(top, topdown=False, follow_symlinks=False, dir_fd=fds[-1]):
-                    for name in names:
-                        check()
-                        _quietly(functools.partial(os.unlink, dir_fd=dir_fd), name)
-                    for name in dirs:
-                        _remove_entry(name, dir_fd)
-                _remove_entry(top, fds[-1])
+                _remove_tree(fds[-1], top, check)
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -615,13 +609,64 @@ def _unlink_beneath(root: str, path: str, trusted: str | None = None, prune: boo
         _quietly(os.rmdir, root)
 
 
-def _remove_entry(name: str, dir_fd: int) -> None:
-    """Remove an empty directory, or a link, named `name` in `dir_fd` (a link is never followed); best effort."""
+_SUBDIRECTORY = _DIRECTORY | os.O_NONBLOCK   # (O_DIRECTORY fails on a FIFO before opening it could block)
+
+
+def _enter(parent_fd: int, name: str) -> int | None:
+    """A descriptor of the directory `name` in `parent_fd`, or None: gone, or not a directory (a link, a file, a
+    FIFO: the entry itself is removed, nothing it may point at), or unreadable (left, as rmtree's ignore_errors)."""
     try:
-        is_dir = stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        return os.open(name, _SUBDIRECTORY, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            _quietly(functools.partial(os.unlink, dir_fd=parent_fd), name)
+        return None
+
+
+def _entries(fd: int) -> list[os.DirEntry]:
+    try:
+        with os.scandir(fd) as it:   # (scans a duplicate of `fd`, which stays ours)
+            return list(it)
     except OSError:
+        return []
+
+
+def _remove_tree(parent_fd: int, top: str, check: Callable[[], None]) -> None:
+    """Remove `top`, in the directory `parent_fd`, and everything below it, bottom-up, best effort, through
+    directory descriptors only (as shutil.rmtree does below its top): no link is followed, not even one swapped in
+    while it runs. An explicit stack, so that no nesting depth can stop it. `check()` before each file."""
+    fd = _enter(parent_fd, top)
+    if fd is None:
         return
-    _quietly(functools.partial(os.rmdir if is_dir else os.unlink, dir_fd=dir_fd), name)
+    stack = [(fd, top, parent_fd, _entries(fd))]   # (descriptor, name, parent's descriptor, entries left)
+    try:
+        while stack:
+            fd, name, parent, entries = stack[-1]
+            if entries:
+                entry = entries.pop()
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    is_dir = False
+                if is_dir:
+                    child = _enter(fd, entry.name)
+                    if child is not None:
+                        stack.append((child, entry.name, fd, _entries(child)))
+                else:
+                    check()
+                    _quietly(functools.partial(os.unlink, dir_fd=fd), entry.name)
+                continue
+            stack.pop()
+            os.close(fd)
+            try:
+                os.rmdir(name, dir_fd=parent)
+            except NotADirectoryError:   # swapped for something else meanwhile: that goes instead
+                _quietly(functools.partial(os.unlink, dir_fd=parent), name)
+            except OSError:
+                pass
+    finally:
+        for fd, *_ in stack:
+            os.close(fd)
 
 
 class DeletionStopped(OSError):

@@ -5,6 +5,7 @@ files a client could name that are not manifests, or not the table's."""
 from __future__ import annotations
 
 import os
+import threading
 from types import SimpleNamespace
 
 import orjson
@@ -287,3 +288,51 @@ def test_a_directory_swapped_for_a_link_during_a_purge_leads_nowhere(tmp_path):
                 files.delete_tree_sync(table.as_uri(), stop)
             left = sorted(os.listdir(outside / "t" / "data"))
             assert left == ["f0.parquet", "f1.parquet", "f2.parquet"], (kind, swapped)
+
+
+def test_a_whole_tree_purge_of_nothing_or_of_a_non_directory_ends(tmp_path):
+    """A location that does not exist (a table never written to, or a purge resumed after it had deleted all), a
+    dangling link, a FIFO (opening it could block the thread for good) or a file: the purge ends without an error
+    (or it would be retried forever, its location claimed), removing the entry itself, never what it points at.
+    A FIFO swapped in for a subdirectory while the walk runs is removed the same way."""
+    wh = tmp_path / "wh"
+    (wh / "ns").mkdir(parents=True)
+    files = FileIO(warehouse=str(wh))
+    os.symlink(tmp_path / "nowhere", wh / "ns" / "dangling")
+    os.mkfifo(wh / "ns" / "fifo")
+    (wh / "ns" / "file").write_bytes(b"x")
+    (wh / "ns" / "t" / "d").mkdir(parents=True)
+    (wh / "ns" / "t" / "d" / "f").write_bytes(b"x")
+    (wh / "ns" / "t" / "z").write_bytes(b"x")
+
+    def swap_in_a_fifo() -> bool:
+        if (wh / "ns" / "t" / "d").is_dir() and not (wh / "ns" / "t" / "d.moved").exists():
+            os.rename(wh / "ns" / "t" / "d", wh / "ns" / "t" / "d.moved")
+            os.mkfifo(wh / "ns" / "t" / "d")
+        return False
+
+    def purge_all() -> None:
+        for name in ("never-written", "dangling", "fifo", "file"):
+            files.delete_tree_sync((wh / "ns" / name).as_uri())
+        files.delete_tree_sync((wh / "ns" / "t").as_uri(), swap_in_a_fifo)
+    done = threading.Thread(target=purge_all, daemon=True)
+    done.start()
+    done.join(10)
+    assert not done.is_alive(), "a purge hung"
+    # (What was moved aside while the walk was in it was emptied through its descriptor; it is left.)
+    assert sorted(os.listdir(wh / "ns")) == ["t"] and sorted(os.listdir(wh / "ns" / "t")) == ["d.moved"]
+    assert os.listdir(wh / "ns" / "t" / "d.moved") == []
+
+
+def test_a_whole_tree_purge_is_not_stopped_by_deep_nesting(tmp_path):
+    table = tmp_path / "wh" / "t"
+    table.mkdir(parents=True)
+    fd = os.open(table, os.O_RDONLY)
+    for _ in range(1200):   # deeper than Python's recursion limit
+        os.mkdir("d", dir_fd=fd)
+        fd, above = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(above)
+    os.close(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+    os.close(fd)
+    FileIO(warehouse=str(tmp_path / "wh")).delete_tree_sync(table.as_uri())
+    assert not table.exists()

@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from storage.files import is_below, is_within, join, location_key, path_segment, unsafe_location
+from storage.files import NOT_A_FILE, is_below, is_within, join, location_key, path_segment, unsafe_location
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Proposal
@@ -149,7 +149,14 @@ class LanceCatalog:
             raise Unavailable(f"table {show(state.ident)} changed while it was loading; retry")
         for uri in orphans:
             log.warning("removing manifest %s: its version was never recorded", uri)
-            await self.files.delete(uri, within=state.location)
+            try:
+                await self.files.delete(uri, within=state.location)
+            except OSError as exc:
+                if exc.errno not in NOT_A_FILE:
+                    raise
+                # Reached through a link (the table's `_versions/`, say): not ours to delete, and no reason to
+                # refuse to load the table either.
+                log.warning("not removing %s: %s", uri, exc)
 
     # -- namespaces --------------------------------------------------------------------------------------------
 
