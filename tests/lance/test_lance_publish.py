@@ -156,3 +156,22 @@ async def test_commits_remove_their_staged_manifests_once_the_final_ones_are_dur
     with trio.fail_after(10):
         while any(local(s).exists() for s in staged):
             await trio.sleep(0.01)
+
+
+async def test_something_else_at_the_final_name_is_not_taken_for_the_manifest(coord):
+    """A directory where version 2's manifest must go: the commit is recorded but not answered as done (before,
+    finding *something* at the name was enough), and the table is not served until the manifest is in place;
+    once the directory is gone, the next load writes the manifest, byte for byte."""
+    cat = coord.lance
+    t = await cat.declare_table(("t",), None, None)
+    await cat.create_table_version(("t",), create(1, stage(t.location, 1)))
+    data = fake_manifest()
+    staged = stage(t.location, 2, data)
+    final(t.location, 2).mkdir()
+    with pytest.raises(Unpublished, match="recorded"):
+        await cat.create_table_version(("t",), create(2, staged))
+    with pytest.raises(Unavailable):
+        await cat.describe_table(("t",))
+    final(t.location, 2).rmdir()
+    assert [v.version for v in (await cat.describe_table(("t",))).versions] == [1, 2]
+    assert final(t.location, 2).read_bytes() == data
