@@ -33,10 +33,13 @@ from .grouped import GroupedCall
 
 log = logging.getLogger(__name__)
 
-# A file to make durable: (uri, data), or (uri, data, source) where `source`, a file in the same directory, may
-# hold `data` already (Lance's staged manifest): then it is renamed into place instead, its bytes checked first,
-# and in any case it is gone once `uri` is in place.
-FileWrite = tuple[str, bytes] | tuple[str, bytes, str | None]
+# A file to make durable: (uri, data), or (uri, data, source, within).
+# - `source`, a file beside it (same directory), may hold `data` already (Lance's staged manifest): then it is
+#   renamed into place instead, its bytes checked first; in any case it is gone once `uri` is in place.
+# - `within`, the table's place: locally, the file's directory is then reached from it without following a link
+#   (`FileIO._directory`), and everything is done relative to that directory (a link planted in a table's
+#   directory leads neither the write nor the rename elsewhere).
+FileWrite = tuple[str, bytes] | tuple[str, bytes, str | None, str | None]
 
 
 def local_path(uri: str) -> str | None:
@@ -178,75 +181,121 @@ class FileIO:
 
     def _write_durably(self, batches: list[list[FileWrite]]) -> list[Exception | None]:
         errors: list[Exception | None] = [None] * len(batches)
-        # (batch, fd, tmp or None, final path, source, data): a temp file written here, or (tmp None) a caller's
-        # `source` file that already holds the bytes and is renamed into place (`_adopt`); the `source` of a file
-        # written here is removed once the file is in place.
-        staged: list[tuple[int, int, str | None, str, str | None, bytes]] = []
+        # Each file's directory: a descriptor reached without following links when the caller named the table's
+        # place (`within`), so that every name below is used relative to it; else None, and names are full paths.
+        places: dict[tuple[str, str | None], int | None] = {}
+        opened: list[int] = []
+        # (batch, fd, tmp or None, name, source name or None, data, directory): a temp file written here, or (tmp
+        # None) a caller's `source` that already holds the bytes and is renamed into place (`_adopt`); the source
+        # of a file written here is removed once the file is in place.
+        staged: list[tuple[int, int, str | None, str, str | None, bytes, int | None]] = []
         # Plain strings and os.path here, not pathlib: this runs for every commit, and building Path objects was
         # a visible share of a commit's CPU in the profile.
-        for i, files in enumerate(batches):
-            try:
-                for entry in files:
-                    uri, data = entry[0], entry[1]
-                    path = local_path(uri)
-                    if path is None:
-                        self._put_object(uri, data)
+        try:
+            for i, files in enumerate(batches):
+                try:
+                    for entry in files:
+                        self._stage(i, entry, places, opened, staged)
+                except Exception as exc:
+                    errors[i] = exc
+            for i, fd, tmp, *_ in staged:
+                try:
+                    if errors[i] is None:
+                        os.fsync(fd)
+                except Exception as exc:
+                    errors[i] = exc
+                finally:
+                    if tmp is not None:
+                        os.close(fd)   # an adopted source's stays open: what lands is checked through it
+            dirs: dict[tuple[str, int | None], list[int]] = {}
+            for i, fd, tmp, name, source, data, dir_fd in staged:
+                try:
+                    if errors[i] is None:
+                        if tmp is None:
+                            if not _renamed_unchanged(fd, source, name, data, dir_fd):
+                                # Removed, swapped or rewritten since it was checked (the writer's own file): what
+                                # is in place is not what was checked, so write the checked bytes after all.
+                                _write_in_place(name, data, dir_fd)
+                        else:
+                            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                            if source is not None:
+                                _quietly(functools.partial(os.unlink, dir_fd=dir_fd), source)
+                        dirs.setdefault((os.path.dirname(name), dir_fd), []).append(i)
                         continue
-                    parent, name = os.path.split(path)
-                    source = local_path(entry[2]) if len(entry) > 2 and entry[2] else None
-                    if source is not None and os.path.dirname(source) == parent:
-                        fd = _adopt(source, data)
-                        if fd is not None:
-                            staged.append((i, fd, None, path, source, data))
-                            continue
-                    tmp = os.path.join(parent, f".{name}.{uuid.uuid4().hex}.tmp")
-                    try:
-                        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                    except FileNotFoundError:  # the directory's first file: make it (three syscalls saved otherwise)
-                        os.makedirs(parent, exist_ok=True)
-                        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                    staged.append((i, fd, tmp, path, source, data))
-                    _write_all(fd, data)
-            except Exception as exc:
-                errors[i] = exc
-        for i, fd, tmp, *_ in staged:
-            try:
-                if errors[i] is None:
-                    os.fsync(fd)
-            except Exception as exc:
-                errors[i] = exc
-            finally:
-                if tmp is not None:
-                    os.close(fd)   # an adopted source's stays open: what lands is checked through it
-        dirs: dict[str, list[int]] = {}
-        for i, fd, tmp, path, source, data in staged:
-            try:
-                if errors[i] is None:
+                except Exception as exc:
+                    errors[i] = exc
+                finally:
                     if tmp is None:
-                        if not _renamed_unchanged(fd, source, path, data):
-                            # Removed, swapped or rewritten since it was checked (the writer's own file): what is
-                            # in place is not what was checked, so write the checked bytes after all.
-                            _write_in_place(path, data)
+                        os.close(fd)
+                if tmp is not None:
+                    _quietly(functools.partial(os.unlink, dir_fd=dir_fd), tmp)
+            for (d, dir_fd), owners in dirs.items():
+                try:
+                    if dir_fd is None:
+                        _fsync_dir(d)
                     else:
-                        os.replace(tmp, path)
-                        if source is not None:
-                            _quietly(os.unlink, source)
-                    dirs.setdefault(os.path.dirname(path), []).append(i)
-                    continue
-            except Exception as exc:
-                errors[i] = exc
-            finally:
-                if tmp is None:
-                    os.close(fd)
-            if tmp is not None:
-                _quietly(os.unlink, tmp)
-        for d, owners in dirs.items():
-            try:
-                _fsync_dir(d)
-            except Exception as exc:
-                for i in owners:
-                    errors[i] = errors[i] or exc
+                        os.fsync(dir_fd)
+                except Exception as exc:
+                    for i in owners:
+                        errors[i] = errors[i] or exc
+        finally:
+            for fd in opened:
+                os.close(fd)
         return errors
+
+    def _stage(self, i: int, entry: FileWrite, places: dict, opened: list[int], staged: list) -> None:
+        """Start one file of caller `i`: adopt its source, or write a temp file (fsynced and renamed later)."""
+        uri, data = entry[0], entry[1]
+        path = local_path(uri)
+        if path is None:
+            self._put_object(uri, data)
+            return
+        parent, name = os.path.split(path)
+        within = local_path(entry[3]) if len(entry) > 3 and entry[3] else None
+        key = (parent, within)
+        if key not in places:
+            places[key] = self._directory(parent, within, opened)
+        dir_fd = places[key]
+        if dir_fd is None:
+            name = path   # (full paths, from the process's root)
+        source = local_path(entry[2]) if len(entry) > 2 and entry[2] else None
+        if source is not None:
+            if os.path.dirname(source) != parent:
+                source = None   # (only a file beside it is renamed, or removed)
+            elif dir_fd is not None:
+                source = os.path.basename(source)
+        if source is not None:
+            fd = _adopt(source, data, dir_fd)
+            if fd is not None:
+                staged.append((i, fd, None, name, source, data, dir_fd))
+                return
+        tmp = os.path.join(os.path.dirname(name), f".{os.path.basename(name)}.{uuid.uuid4().hex}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=dir_fd)
+        except FileNotFoundError:  # the directory's first file: make it (three syscalls saved otherwise)
+            if dir_fd is not None:
+                raise
+            os.makedirs(parent, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        staged.append((i, fd, tmp, name, source, data, dir_fd))
+        _write_all(fd, data)
+
+    @staticmethod
+    def _directory(parent: str, within: str | None, opened: list[int]) -> int | None:
+        """A descriptor of `parent`, a directory in the table's place `within`, reached from `within` without
+        following a link (`_descend`; made if missing); None when no place is named (full paths). Unlike a purge,
+        a write trusts the path to the table's place itself: an operator may have linked a namespace's or a
+        table's directory to another disk, and refusing to write there would take those tables down. Below it,
+        where the table's writers put their files, a link leads nowhere."""
+        if within is None or not (os.path.normpath(parent) == os.path.normpath(within) or is_within(within, parent)):
+            return None
+        try:
+            fds, _ = _descend(within, within, _parts(parent, within))
+        except FileNotFoundError:
+            os.makedirs(parent, exist_ok=True)   # (then checked: no link on the way)
+            fds, _ = _descend(within, within, _parts(parent, within))
+        opened.extend(fds)
+        return fds[-1]
 
     async def read(self, uri: str) -> bytes:
         return await self._reads(uri)
@@ -471,12 +520,12 @@ class FileIO:
         obstore.put(store, key, data, mode="overwrite")
 
 
-def _adopt(source: str, data: bytes) -> int | None:
+def _adopt(source: str, data: bytes, dir_fd: int | None = None) -> int | None:
     """An open descriptor of `source` if it can become the file that holds `data` instead of a copy: a plain file
     (no link, no other name) of this process's own user (a copy written here would be no better guarded), holding
     exactly `data`, and made readable to all as a copy would be (0644). None otherwise: write the bytes."""
     try:
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -492,34 +541,34 @@ def _adopt(source: str, data: bytes) -> int | None:
     return None
 
 
-def _renamed_unchanged(fd: int, source: str, path: str, data: bytes) -> bool:
-    """Rename the adopted `source` (open as `fd`) to `path`; whether what now is `path` is that file, still
+def _renamed_unchanged(fd: int, source: str, name: str, data: bytes, dir_fd: int | None = None) -> bool:
+    """Rename the adopted `source` (open as `fd`) to `name`; whether what now is `name` is that file, still
     holding exactly `data` (it may have been swapped or rewritten since `_adopt` checked it)."""
     try:
-        os.replace(source, path)
-        landed, ours = os.lstat(path), os.fstat(fd)
+        os.replace(source, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        landed, ours = os.stat(name, dir_fd=dir_fd, follow_symlinks=False), os.fstat(fd)
     except FileNotFoundError:
         return False
     if (landed.st_dev, landed.st_ino) != (ours.st_dev, ours.st_ino):
-        if stat.S_ISDIR(landed.st_mode):
-            os.rename(path, source)   # a directory swapped in: put it back where it was (a file can take its place)
+        if stat.S_ISDIR(landed.st_mode):   # a directory swapped in: put it back where it was (a file can go there)
+            os.rename(name, source, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         return False
     return ours.st_nlink == 1 and os.pread(fd, len(data) + 1, 0) == data
 
 
-def _write_in_place(path: str, data: bytes) -> None:
-    """Write `path` durably through a temp file (its directory is fsynced by the caller)."""
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+def _write_in_place(name: str, data: bytes, dir_fd: int | None = None) -> None:
+    """Write `name` durably through a temp file (its directory is fsynced by the caller)."""
+    tmp = os.path.join(os.path.dirname(name), f".{os.path.basename(name)}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=dir_fd)
     try:
         try:
             _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        _quietly(os.unlink, tmp)
+        _quietly(functools.partial(os.unlink, dir_fd=dir_fd), tmp)
         raise
 
 

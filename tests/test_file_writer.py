@@ -244,8 +244,8 @@ async def test_what_lands_is_what_was_checked(tmp_path, monkeypatch):
         staged, final = tmp_path / f"{n}.manifest-x", tmp_path / f"{n}.manifest"
         staged.write_bytes(b"checked")
 
-        def adopt(source, data, meddle=meddle, staged=staged):
-            fd = real(source, data)
+        def adopt(source, data, dir_fd=None, *, meddle=meddle, staged=staged):
+            fd = real(source, data, dir_fd)
             meddle(staged)
             return fd
         monkeypatch.setattr(files_module, "_adopt", adopt)
@@ -272,3 +272,32 @@ async def test_another_users_file_is_copied_not_adopted(tmp_path):
     os.chown(staged, 54321, 54321)
     await FileIO().write_many([(str(final), b"m", str(staged))])
     assert final.read_bytes() == b"m" and final.stat().st_uid == 0 and not staged.exists()
+
+
+async def test_within_a_tables_place_no_link_leads_a_write_or_a_rename_elsewhere(tmp_path):
+    """Given the table's place, a file's directory is reached from it without following a link: a `_versions/`
+    swapped for a link to another dataset's fails the write, and neither that dataset's manifest nor a file of
+    its that matches the bytes is written, renamed or removed. A link above the place (an operator's: a namespace
+    moved to another disk) is followed as before."""
+    victim = tmp_path / "victim" / "_versions"
+    victim.mkdir(parents=True)
+    (victim / "2.manifest").write_bytes(b"the victim's version 2")
+    (victim / "2.manifest-x").write_bytes(b"attacker's")
+    table = tmp_path / "wh" / "ns" / "t"
+    table.mkdir(parents=True)
+    os.symlink(victim, table / "_versions")
+    fileio = FileIO(warehouse=str(tmp_path / "wh"))
+    with pytest.raises(OSError):
+        await fileio.write_many([(str(table / "_versions" / "2.manifest"), b"attacker's",
+                                  str(table / "_versions" / "2.manifest-x"), str(table))])
+    assert sorted(os.listdir(victim)) == ["2.manifest", "2.manifest-x"]
+    assert (victim / "2.manifest").read_bytes() == b"the victim's version 2"
+
+    disk2 = tmp_path / "disk2" / "ns2"
+    (disk2 / "t" / "_versions").mkdir(parents=True)
+    os.symlink(disk2, tmp_path / "wh" / "ns2")
+    place = tmp_path / "wh" / "ns2" / "t"
+    (place / "_versions" / "1.manifest-x").write_bytes(b"m")
+    await fileio.write_many([(str(place / "_versions" / "1.manifest"), b"m", str(place / "_versions" / "1.manifest-x"),
+                              str(place))])
+    assert sorted(os.listdir(disk2 / "t" / "_versions")) == ["1.manifest"]

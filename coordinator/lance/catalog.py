@@ -112,7 +112,7 @@ class LanceCatalog:
                 log.error("table %s: version %d's manifest %s is missing and %s holds no copy of it",
                           show(state.ident), v.version, v.manifest_uri, v.staging_uri)
                 continue
-            await self.files.write_many([(v.manifest_uri, data)])
+            await self.files.write_many([(v.manifest_uri, data, None, state.location)])
             log.warning("table %s: restored version %d's manifest %s from %s", show(state.ident), v.version,
                         v.manifest_uri, v.staging_uri)
             if is_staged(v.staging_uri):   # as CreateVersion's clean-up

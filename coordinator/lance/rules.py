@@ -97,7 +97,8 @@ class CreateVersion:
                              self.staging_uri, self.sha256, None, self.metadata or None)
         new = state.with_version(entry, trim=self.trim)
         consumed = self.staged and self.staging_uri != final
-        published = (final, self.data, self.staging_uri) if consumed else (final, self.data)
+        # (written from within the table's place: a link planted in `_versions/` leads nowhere)
+        published = (final, self.data, self.staging_uri if consumed else None, state.location)
         after = None
         if consumed and local_path(self.staging_uri) is None:
             after = self.discard_staging()
