@@ -581,3 +581,26 @@ def test_delete_after_commit_deletes_only_in_the_tables_own_place(http):
     assert r.status_code == 200, r.text
     time.sleep(1)
     assert to_local_path(victim_meta).exists(), "another table's current metadata file was deleted"
+
+
+def test_a_link_planted_in_a_tables_metadata_directory_leads_no_commit_elsewhere(http, tmp_path):
+    """A commit writes its metadata file from within the table's place, following no link there: with `metadata/`
+    swapped for a link, the commit is refused as not applied (nothing is written where the link points), and
+    once the directory is back it goes through."""
+    import os
+    from pathlib import Path
+    ok(http.post("/v1/namespaces", json={"namespace": ["ml"]}))
+    t = ok(http.post("/v1/namespaces/ml/tables", json={"name": "t", "schema": ICEBERG_SCHEMA}))
+    metadata = Path(to_local_path(t["metadata-location"])).parent
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.rename(metadata, metadata.with_name("metadata.aside"))
+    os.symlink(elsewhere, metadata)
+    body = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
+    r = http.post("/v1/namespaces/ml/tables/t", json=body)
+    assert r.status_code == 503, r.text
+    assert os.listdir(elsewhere) == []
+    os.unlink(metadata)
+    os.rename(metadata.with_name("metadata.aside"), metadata)
+    assert ok(http.get("/v1/namespaces/ml/tables/t"))["metadata-location"] == t["metadata-location"]
+    assert ok(http.post("/v1/namespaces/ml/tables/t", json=body))["metadata"]["properties"]["k"] == "v"

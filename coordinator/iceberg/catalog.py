@@ -374,8 +374,9 @@ def _next_version(state: IcebergTable, new: dict[str, Any], data: bytes, list_js
     table = IcebergTable(state.ident, new, location, data, list_json, owns)
     return Decision(table, reply=table, row_state=_row_state(location, owns),
                     log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
-                    files=[(location, data)], idempotency=_idempotency(idempotency_key, 200, table),
-                    after_durable=after_durable, relocate=moved)
+                    # (written from within the table's place: a link planted in `metadata/` leads nowhere)
+                    files=[(location, data, None, new["location"])],
+                    idempotency=_idempotency(idempotency_key, 200, table), after_durable=after_durable, relocate=moved)
 
 
 def _creation(ident: TableIdent, metadata: dict[str, Any], table_uuid: str, metadata_location: str | None = None,
