@@ -452,7 +452,8 @@ class TableActor:
         with trio.CancelScope(shield=True):
             await self._reload()
             try:
-                if self.loaded and all([await self.registry.files.size(f[0]) == len(f[1]) for f in files]):
+                if self.loaded and all([await self.registry.files.size(f[0], within=f[3] if len(f) > 3 else None)
+                                        == len(f[1]) for f in files]):
                     return True
             except Exception as exc:
                 log.error("table %s: cannot check restored files: %s", self.table_id, exc)

@@ -11,6 +11,7 @@ and no boto stack. Local files use the OS directly so we control fsync.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import hashlib
@@ -158,7 +159,7 @@ class FileIO:
         # CPU seconds spent making files durable (the kernel's copy into the page cache and fsync, mostly):
         # /metrics shows it, so a commit's cost can be told apart from the cost of the file it must write.
         self.write_cpu_s = 0.0
-        self._reads = _in_worker_thread(_each(self.read_sync))
+        self._reads = _in_worker_thread(_each(lambda item: self.read_within_sync(*item)))
         self._deletes = _in_worker_thread(_each(lambda item: self.delete_within_sync(*item)))
 
     # -- public, awaited from trio (blocking work runs in a worker thread) ----------------------------------
@@ -275,7 +276,7 @@ class FileIO:
         except FileNotFoundError:  # the directory's first file: make it (three syscalls saved otherwise)
             if dir_fd is not None:
                 raise
-            os.makedirs(parent, exist_ok=True)
+            _make_dirs(parent)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         staged.append((i, fd, tmp, name, source, data, dir_fd))
         _write_all(fd, data)
@@ -287,18 +288,22 @@ class FileIO:
         a write trusts the path to the table's place itself: an operator may have linked a namespace's or a
         table's directory to another disk, and refusing to write there would take those tables down. Below it,
         where the table's writers put their files, a link leads nowhere."""
-        if within is None or not (os.path.normpath(parent) == os.path.normpath(within) or is_within(within, parent)):
+        if within is None:
             return None
+        if not _at_or_below(within, parent):
+            raise OSError(errno.ENOTDIR, "not in the table's place", parent)   # (never silently by path)
         try:
-            fds, _ = _descend(within, within, _parts(parent, within))
-        except FileNotFoundError:
-            os.makedirs(parent, exist_ok=True)   # (then checked: no link on the way)
-            fds, _ = _descend(within, within, _parts(parent, within))
+            fds, _ = _descend(within, within, _parts(parent, within), create=True)
+        except FileNotFoundError:   # the place itself is new (a table just moved there by `set-location`)
+            _make_dirs(within)
+            fds, _ = _descend(within, within, _parts(parent, within), create=True)
         opened.extend(fds)
         return fds[-1]
 
-    async def read(self, uri: str) -> bytes:
-        return await self._reads(uri)
+    async def read(self, uri: str, within: str | None = None) -> bytes:
+        """A file's bytes; given the table's place it lies `within`, locally only a regular file reached from there
+        without following a link (a link planted at the name would hand over another dataset's bytes)."""
+        return await self._reads((uri, within))
 
     async def delete(self, uri: str, within: str | None = None) -> None:
         """Delete one file; given the table's place it lies `within`, locally no link below the warehouse is
@@ -308,9 +313,10 @@ class FileIO:
     async def exists(self, uri: str) -> bool:
         return await trio.to_thread.run_sync(self.exists_sync, uri)
 
-    async def size(self, uri: str) -> int | None:
-        """The size of the file at `uri`; None if there is none (or, locally, something else is there)."""
-        return await trio.to_thread.run_sync(self.size_sync, uri)
+    async def size(self, uri: str, within: str | None = None) -> int | None:
+        """The size of the file at `uri`; None if there is none (or, locally, something else is there, or, given
+        the table's place, it is reached through a link)."""
+        return await trio.to_thread.run_sync(self.size_sync, uri, within)
 
     async def age_s(self, uri: str) -> float | None:
         """Seconds since the file was last written; None if it does not exist."""
@@ -368,6 +374,23 @@ class FileIO:
         await trio.to_thread.run_sync(self.delete_tree_sync, location, stop)
 
     # -- sync implementations --------------------------------------------------------------------------------
+
+    def read_within_sync(self, uri: str, within: str | None) -> bytes:
+        root, path = (local_path(within), local_path(uri)) if within is not None else (None, None)
+        if root is None or path is None:
+            return self.read_sync(uri)
+        try:
+            with _opened_beneath(root, path, os.O_RDONLY | os.O_NONBLOCK) as fd:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise BadRequest(f"not a file: {uri}")
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    return f.read()
+        except FileNotFoundError:
+            raise NotFound(f"file not found: {uri}") from None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise BadRequest(f"not a file reached without following a link: {uri}") from None
+            raise
 
     def read_sync(self, uri: str) -> bytes:
         path = to_local_path(uri)
@@ -475,16 +498,25 @@ class FileIO:
             return None
         return time.time() - modified
 
-    def size_sync(self, uri: str) -> int | None:
+    def size_sync(self, uri: str, within: str | None = None) -> int | None:
         path = local_path(uri)
+        root = local_path(within) if within is not None else None
         try:
             if path is None:
                 import obstore
                 store, key = self.object_store(uri)
                 return obstore.head(store, key)["size"]
-            st = os.stat(path)
+            if root is None:
+                st = os.stat(path)
+            else:
+                with _opened_beneath(root, path, os.O_PATH) as fd:
+                    st = os.fstat(fd)
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return None
+            raise
         return st.st_size if stat.S_ISREG(st.st_mode) else None
 
     def exists_sync(self, uri: str) -> bool:
@@ -613,24 +645,60 @@ def _parts(path: str, above: str) -> list[str]:
     return parts
 
 
-def _descend(trusted: str | None, root: str, parts: list[str]) -> tuple[list[int], list[str]]:
+def _at_or_below(base: str, path: str) -> bool:
+    """Whether the local path `path` is `base` or below it, by their (decoded) text."""
+    base, path = os.path.normpath(base), os.path.normpath(path)
+    return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def _descend(trusted: str | None, root: str, parts: list[str], create: bool = False) -> tuple[list[int], list[str]]:
     """Descriptors of the directories from the top down to `root`/`parts`, each opened from the one above without
     following a link, and the names of those below the top (`fds[i + 1]` is `names[i]`). The top is `trusted`
     (the warehouse: links in its own path are the operator's) when `root` lies within it, else `root`, which
-    must not be a link either."""
-    top_trusted = trusted is not None and (os.path.normpath(root) == os.path.normpath(trusted)
-                                           or is_within(trusted, root))
+    must not be a link either. With `create`, missing directories below the top are made (durably)."""
+    top_trusted = trusted is not None and _at_or_below(trusted, root)
     above = _parts(root, trusted) if top_trusted else []
     fds = [os.open(trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if top_trusted
            else os.open(root, _DIRECTORY)]
     try:
         for part in above + parts:
-            fds.append(os.open(part, _DIRECTORY, dir_fd=fds[-1]))
+            try:
+                fds.append(os.open(part, _DIRECTORY, dir_fd=fds[-1]))
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(part, dir_fd=fds[-1])
+                except FileExistsError:
+                    pass
+                os.fsync(fds[-1])   # the new directory's name made durable with it
+                fds.append(os.open(part, _DIRECTORY, dir_fd=fds[-1]))
     except BaseException:
         for fd in fds:
             os.close(fd)
         raise
     return fds, above + parts
+
+
+@contextlib.contextmanager
+def _opened_beneath(root: str, path: str, flags: int):
+    """A descriptor of the file `path`, below the directory `root` (the table's place, whose own path is trusted),
+    reached from `root` without following a link, and opened without following one either."""
+    if not _at_or_below(root, path):
+        raise OSError(errno.ENOTDIR, "not in the table's place", path)
+    parts = _parts(path, root)
+    if not parts:
+        raise OSError(errno.EISDIR, "the table's place itself is not a file", path)
+    fds, _ = _descend(root, root, parts[:-1])
+    try:
+        fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fds[-1])
+    finally:
+        for d in fds:
+            os.close(d)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _unlink_beneath(root: str, path: str, trusted: str | None = None, prune: bool = True) -> None:
@@ -720,6 +788,23 @@ def _remove_tree(parent_fd: int, top: str, check: Callable[[], None]) -> None:
 
 class DeletionStopped(OSError):
     """A tree deletion ended early, on request (`FileIO.delete_tree`'s `stop`): what is left stays."""
+
+
+def _make_dirs(path: str) -> None:
+    """`os.makedirs(path, exist_ok=True)`, each new directory's name made durable (its parent fsynced)."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            pass
+        _fsync_dir(os.path.dirname(d))
 
 
 def _fsync_dir(path: Path | str) -> None:

@@ -99,14 +99,15 @@ class LanceCatalog:
         were written before that one). Without a matching staged copy the version is logged and the table served;
         a storage error fails the load instead, so that nothing is answered while a restorable file is missing."""
         for v in reversed(state.versions):
-            found = await self.files.size(v.manifest_uri)   # (a directory put in its place is not it)
+            # (a directory put in its place is not it, nor a link: only a file reached without following one)
+            found = await self.files.size(v.manifest_uri, within=state.location)
             if found is not None and v.size in (None, found):
                 return
             data = None
             if v.staging_uri not in (None, v.manifest_uri):   # a final name the client handed in has no copy
                 try:
-                    data = await self.files.read(v.staging_uri)
-                except NotFound:
+                    data = await self.files.read(v.staging_uri, within=state.location)
+                except (NotFound, BadRequest):   # (gone, or not a file: a link, say)
                     pass
             if data is None or len(data) != v.size or hashlib.sha256(data).hexdigest() != v.sha256:
                 log.error("table %s: version %d's manifest %s is missing and %s holds no copy of it",
@@ -495,7 +496,7 @@ class LanceCatalog:
         name = check_staging_path(location, staging, req.version)
         scheme = req.naming_scheme or infer_scheme(name, req.version) or "V2"
         try:
-            data = await self.files.read(staging)
+            data = await self.files.read(staging, within=location)   # (a link planted there is refused)
         except NotFound:
             data = None
         sha = None

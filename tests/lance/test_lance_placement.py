@@ -180,3 +180,43 @@ async def test_a_reload_deletes_no_manifests_through_a_versions_link(coord, tmp_
         await lance.create_table_version(("a", "t"),
                                          CreateTableVersionRequest(version=9, manifest_path=stage(t.location, 9)))
     assert all(p.exists() for p in victims), "a reload deleted another dataset's manifests through a link"
+
+
+async def test_no_link_below_a_table_hands_its_commit_another_datasets_files(coord):
+    """A commit reads its staged manifest, and writes its final one, from within the table's place following no
+    link: a staged name that is a link to another dataset's manifest is refused (its bytes are not copied in),
+    and a `_versions/` linked to another dataset's is written nowhere, however the place is spelled (a decoded
+    location that looks percent-encoded once checked the place as text and fell back to plain paths)."""
+    from coordinator.errors import BadRequest
+    from coordinator.lance.models import CreateTableVersionRequest
+    from coordinator.lance.table import manifest_uri, object_path
+    from storage.files import to_local_path
+
+    from .conftest import fake_manifest, stage
+
+    def create(version, path):
+        return CreateTableVersionRequest(version=version, manifest_path=path)
+
+    lance = coord.lance
+    victim = await lance.declare_table(("victim",), None, None)
+    committed = fake_manifest()
+    await lance.create_table_version(("victim",), create(1, stage(victim.location, 1, committed)))
+    victim_final = to_local_path(manifest_uri(victim.location, 1, "V2"))
+
+    a = await lance.declare_table(("a",), None, None)
+    (to_local_path(a.location) / "_versions").mkdir(parents=True, exist_ok=True)
+    link = to_local_path(a.location) / "_versions" / "1.manifest-evil"
+    os.symlink(victim_final, link)
+    with pytest.raises(BadRequest, match="link"):
+        await lance.create_table_version(("a",), create(1, object_path(link.as_uri())))
+    assert not to_local_path(manifest_uri(a.location, 1, "V2")).exists()
+
+    b = await lance.declare_table(("b",), "file://" + coord.config.warehouse + "/b%252e", None)
+    place = to_local_path(b.location)
+    place.mkdir(parents=True)
+    os.symlink(victim_final.parent, place / "_versions")
+    with pytest.raises(BadRequest, match="link"):   # (its staged manifest lies behind the link)
+        await lance.create_table_version(("b",), create(1, stage(b.location, 1, fake_manifest())))
+    with pytest.raises(OSError):   # and were it read, its final manifest would be written nowhere
+        await coord.files.write_many([(manifest_uri(b.location, 1, "V2"), fake_manifest(), None, b.location)])
+    assert victim_final.read_bytes() == committed
