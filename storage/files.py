@@ -290,13 +290,18 @@ class FileIO:
         where the table's writers put their files, a link leads nowhere."""
         if within is None:
             return None
-        if not _at_or_below(within, parent):
+        within, parent = os.path.normpath(within), os.path.normpath(parent)
+        if parent == within:
+            parts = []
+        elif parent.startswith(within.rstrip(os.sep) + os.sep):
+            parts = parent[len(within):].strip(os.sep).split(os.sep)   # (normalised: no "." or "..")
+        else:
             raise OSError(errno.ENOTDIR, "not in the table's place", parent)   # (never silently by path)
         try:
-            fds, _ = _descend(within, within, _parts(parent, within), create=True)
+            fds, _ = _descend(within, within, parts, create=True)
         except FileNotFoundError:   # the place itself is new (a table just moved there by `set-location`)
             _make_dirs(within)
-            fds, _ = _descend(within, within, _parts(parent, within), create=True)
+            fds, _ = _descend(within, within, parts, create=True)
         opened.extend(fds)
         return fds[-1]
 
@@ -656,8 +661,8 @@ def _descend(trusted: str | None, root: str, parts: list[str], create: bool = Fa
     following a link, and the names of those below the top (`fds[i + 1]` is `names[i]`). The top is `trusted`
     (the warehouse: links in its own path are the operator's) when `root` lies within it, else `root`, which
     must not be a link either. With `create`, missing directories below the top are made (durably)."""
-    top_trusted = trusted is not None and _at_or_below(trusted, root)
-    above = _parts(root, trusted) if top_trusted else []
+    top_trusted = trusted is not None and (trusted == root or _at_or_below(trusted, root))
+    above = _parts(root, trusted) if top_trusted and trusted != root else []
     fds = [os.open(trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if top_trusted
            else os.open(root, _DIRECTORY)]
     try:
