@@ -75,8 +75,8 @@ class Unavailable(CoordinatorError):
 
     status = 503
 
-    def __init__(self, message: str, *, retry_after_s: int = 1, kind: str | None = None):
-        super().__init__(message, kind=kind)
+    def __init__(self, message: str, *, retry_after_s: int = 1, kind: str | None = None, reload: bool = False):
+        super().__init__(message, kind=kind, reload=reload)
         self.retry_after_s = retry_after_s
 
 

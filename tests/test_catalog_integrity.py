@@ -14,6 +14,7 @@ import time
 import uuid
 
 import httpx
+import orjson
 import pytest
 
 from api.server import EmbeddedService
@@ -326,6 +327,15 @@ def test_a_table_whose_metadata_file_is_gone_can_still_be_dropped(config):
             r = http.post(f"/v1/namespaces/broken/tables/{name}", json={"requirements": [], "updates": [
                 {"action": "set-properties", "updates": {"k": "v"}}]})
             assert r.status_code == 503 and "restore the file, or drop the table" in r.text, r.text
+        # Restored, the file is read again (within a reload interval), without waiting for the table to go idle.
+        path = to_local_path(bad["metadata-location"])
+        broken = path.read_bytes()
+        path.write_bytes(orjson.dumps(bad["metadata"]))
+        deadline = time.monotonic() + 5
+        while (r := http.get("/v1/namespaces/broken/tables/bad")).status_code == 503 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ok(r)["metadata"]["table-uuid"] == bad["metadata"]["table-uuid"]
+        path.write_bytes(broken)
         assert http.delete("/v1/namespaces/broken/tables/gone").status_code == 204
         assert http.delete("/v1/namespaces/broken/tables/bad", params={"purgeRequested": "true"}).status_code == 204
         assert http.get("/v1/namespaces/broken/tables/gone").status_code == 404
@@ -602,5 +612,9 @@ def test_a_link_planted_in_a_tables_metadata_directory_leads_no_commit_elsewhere
     assert os.listdir(elsewhere) == []
     os.unlink(metadata)
     os.rename(metadata.with_name("metadata.aside"), metadata)
-    assert ok(http.get("/v1/namespaces/ml/tables/t"))["metadata-location"] == t["metadata-location"]
+    # (Its actor may have reloaded while the link was there: the table was unreadable, and is read again.)
+    deadline = time.monotonic() + 5
+    while (r := http.get("/v1/namespaces/ml/tables/t")).status_code == 503 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ok(r)["metadata-location"] == t["metadata-location"]
     assert ok(http.post("/v1/namespaces/ml/tables/t", json=body))["metadata"]["properties"]["k"] == "v"

@@ -214,8 +214,9 @@ class UnreadableTable:
     reason: str
 
     def refuse(self) -> Unavailable:
+        # (reload: the actor reads the file again before a later request, so a restored file serves at once)
         return Unavailable(f"table {self.ident}'s metadata file {self.metadata_location} cannot be read "
-                           f"({self.reason}): restore the file, or drop the table", retry_after_s=30)
+                           f"({self.reason}): restore the file, or drop the table", retry_after_s=30, reload=True)
 
 
 # An idle table keeps only its metadata file's bytes (a tenth of the parsed dict's size); an unreadable one is
