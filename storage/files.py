@@ -395,6 +395,8 @@ class FileIO:
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise BadRequest(f"not a file reached without following a link: {uri}") from None
+            if exc.errno == errno.ENAMETOOLONG:
+                raise BadRequest(f"path too long: {uri[:200]}...") from None
             raise
 
     def read_sync(self, uri: str) -> bytes:
@@ -519,7 +521,7 @@ class FileIO:
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
+            if exc.errno in (errno.ELOOP, errno.ENAMETOOLONG):
                 return None
             raise
         return st.st_size if stat.S_ISREG(st.st_mode) else None
@@ -797,6 +799,7 @@ class DeletionStopped(OSError):
 
 def _make_dirs(path: str) -> None:
     """`os.makedirs(path, exist_ok=True)`, each new directory's name made durable (its parent fsynced)."""
+    path = os.path.abspath(path)
     missing = []
     while not os.path.isdir(path):
         missing.append(path)

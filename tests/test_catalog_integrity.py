@@ -318,8 +318,10 @@ def test_a_table_whose_metadata_file_is_gone_can_still_be_dropped(config):
         ok(http.post("/v1/namespaces", json={"namespace": ["broken"]}))
         gone = ok(http.post("/v1/namespaces/broken/tables", json={"name": "gone", "schema": ICEBERG_SCHEMA}))
         bad = ok(http.post("/v1/namespaces/broken/tables", json={"name": "bad", "schema": ICEBERG_SCHEMA}))
+        mended = ok(http.post("/v1/namespaces/broken/tables", json={"name": "mended", "schema": ICEBERG_SCHEMA}))
     to_local_path(gone["metadata-location"]).unlink()
     to_local_path(bad["metadata-location"]).write_bytes(b"{not json")
+    to_local_path(mended["metadata-location"]).write_bytes(b"{not json")
     with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:   # reads them afresh
         for name in ("gone", "bad"):
             r = http.get(f"/v1/namespaces/broken/tables/{name}")
@@ -328,14 +330,13 @@ def test_a_table_whose_metadata_file_is_gone_can_still_be_dropped(config):
                 {"action": "set-properties", "updates": {"k": "v"}}]})
             assert r.status_code == 503 and "restore the file, or drop the table" in r.text, r.text
         # Restored, the file is read again (within a reload interval), without waiting for the table to go idle.
-        path = to_local_path(bad["metadata-location"])
-        broken = path.read_bytes()
-        path.write_bytes(orjson.dumps(bad["metadata"]))
+        assert http.get("/v1/namespaces/broken/tables/mended").status_code == 503
+        to_local_path(mended["metadata-location"]).write_bytes(orjson.dumps(mended["metadata"]))
         deadline = time.monotonic() + 5
-        while (r := http.get("/v1/namespaces/broken/tables/bad")).status_code == 503 and time.monotonic() < deadline:
+        while (r := http.get("/v1/namespaces/broken/tables/mended")).status_code == 503 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert ok(r)["metadata"]["table-uuid"] == bad["metadata"]["table-uuid"]
-        path.write_bytes(broken)
+        assert ok(r)["metadata"]["table-uuid"] == mended["metadata"]["table-uuid"]
+        assert http.delete("/v1/namespaces/broken/tables/mended").status_code == 204
         assert http.delete("/v1/namespaces/broken/tables/gone").status_code == 204
         assert http.delete("/v1/namespaces/broken/tables/bad", params={"purgeRequested": "true"}).status_code == 204
         assert http.get("/v1/namespaces/broken/tables/gone").status_code == 404

@@ -301,3 +301,9 @@ async def test_within_a_tables_place_no_link_leads_a_write_or_a_rename_elsewhere
     await fileio.write_many([(str(place / "_versions" / "1.manifest"), b"m", str(place / "_versions" / "1.manifest-x"),
                               str(place))])
     assert sorted(os.listdir(disk2 / "t" / "_versions")) == ["1.manifest"]
+
+
+async def test_directories_are_made_for_a_relative_path_too(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    await FileIO().write_many([("rel/a/b/f.json", b"{}")])
+    assert (tmp_path / "rel" / "a" / "b" / "f.json").read_bytes() == b"{}"

@@ -220,3 +220,15 @@ async def test_no_link_below_a_table_hands_its_commit_another_datasets_files(coo
     with pytest.raises(OSError):   # and were it read, its final manifest would be written nowhere
         await coord.files.write_many([(manifest_uri(b.location, 1, "V2"), fake_manifest(), None, b.location)])
     assert victim_final.read_bytes() == committed
+
+
+async def test_a_staged_name_too_long_for_the_file_system_is_a_bad_request(coord):
+    from coordinator.errors import BadRequest
+    from coordinator.lance.models import CreateTableVersionRequest
+    from storage.files import to_local_path
+
+    t = await coord.lance.declare_table(("long",), None, None)
+    (to_local_path(t.location) / "_versions").mkdir(parents=True, exist_ok=True)
+    path = str(to_local_path(t.location) / "_versions" / ("1.manifest-" + "x" * 300)).lstrip("/")
+    with pytest.raises(BadRequest, match="too long"):
+        await coord.lance.create_table_version(("long",), CreateTableVersionRequest(version=1, manifest_path=path))
