@@ -34,6 +34,10 @@ from .grouped import GroupedCall
 
 log = logging.getLogger(__name__)
 
+# What a read from within a table's place (a Lance staged manifest, read whole into memory) may be at most: far
+# above any manifest, and a bound on what a writer's file can make the service hold.
+MAX_READ_WITHIN_BYTES = 256 << 20
+
 # A file to make durable: (uri, data), or (uri, data, source, within).
 # - `source`, a file beside it (same directory), may hold `data` already (Lance's staged manifest): then it is
 #   renamed into place instead, its bytes checked first; in any case it is gone once `uri` is in place.
@@ -386,10 +390,17 @@ class FileIO:
             return self.read_sync(uri)
         try:
             with _opened_beneath(root, path, os.O_RDONLY | os.O_NONBLOCK) as fd:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
                     raise BadRequest(f"not a file: {uri}")
+                if st.st_size > MAX_READ_WITHIN_BYTES:
+                    raise BadRequest(f"{uri} is {st.st_size} bytes; a file read here may have at most "
+                                     f"{MAX_READ_WITHIN_BYTES}")
                 with os.fdopen(os.dup(fd), "rb") as f:
-                    return f.read()
+                    data = f.read(MAX_READ_WITHIN_BYTES + 1)
+                if len(data) > MAX_READ_WITHIN_BYTES:   # (grown since)
+                    raise BadRequest(f"{uri} is larger than {MAX_READ_WITHIN_BYTES} bytes")
+                return data
         except FileNotFoundError:
             raise NotFound(f"file not found: {uri}") from None
         except OSError as exc:

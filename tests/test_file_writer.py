@@ -307,3 +307,15 @@ async def test_directories_are_made_for_a_relative_path_too(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     await FileIO().write_many([("rel/a/b/f.json", b"{}")])
     assert (tmp_path / "rel" / "a" / "b" / "f.json").read_bytes() == b"{}"
+
+
+async def test_a_read_from_within_a_place_is_bounded_in_size(tmp_path, monkeypatch):
+    from coordinator.errors import BadRequest
+    monkeypatch.setattr(files_module, "MAX_READ_WITHIN_BYTES", 10)
+    (tmp_path / "_versions").mkdir()
+    (tmp_path / "_versions" / "small").write_bytes(b"x" * 10)
+    (tmp_path / "_versions" / "big").write_bytes(b"x" * 11)
+    fileio = FileIO()
+    assert await fileio.read(str(tmp_path / "_versions" / "small"), within=str(tmp_path)) == b"x" * 10
+    with pytest.raises(BadRequest, match="at most 10"):
+        await fileio.read(str(tmp_path / "_versions" / "big"), within=str(tmp_path))
