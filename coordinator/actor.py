@@ -22,7 +22,7 @@ from uuid import UUID
 
 import trio
 
-from storage.files import FileWrite
+from storage.files import FileWrite, file_write
 from storage.records import IdempotencyRecord, LogEntry, PurgeClaim, TableRow, TableWrite, WriteGroup, shard_of
 
 from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, DuplicateRequest, NotFound, NotOwner,
@@ -452,8 +452,8 @@ class TableActor:
         with trio.CancelScope(shield=True):
             await self._reload()
             try:
-                if self.loaded and all([await self.registry.files.size(f[0], within=f[3] if len(f) > 3 else None)
-                                        == len(f[1]) for f in files]):
+                if self.loaded and all([await self.registry.files.size(uri, within=within) == len(data)
+                                        for uri, data, _, within in map(file_write, files)]):
                     return True
             except Exception as exc:
                 log.error("table %s: cannot check restored files: %s", self.table_id, exc)

@@ -47,6 +47,11 @@ MAX_READ_WITHIN_BYTES = 256 << 20
 FileWrite = tuple[str, bytes] | tuple[str, bytes, str | None, str | None]
 
 
+def file_write(entry: FileWrite) -> tuple[str, bytes, str | None, str | None]:
+    """(uri, data, source, within) of a FileWrite of either form."""
+    return (*entry, None, None)[:4]
+
+
 def local_path(uri: str) -> str | None:
     """The local path for a file:// URI or a bare absolute path; None for object-store URIs."""
     if uri.startswith("/"):  # a bare path (no scheme): the common case, without urlparse's cost
@@ -250,20 +255,20 @@ class FileIO:
 
     def _stage(self, i: int, entry: FileWrite, places: dict, opened: list[int], staged: list) -> None:
         """Start one file of caller `i`: adopt its source, or write a temp file (fsynced and renamed later)."""
-        uri, data = entry[0], entry[1]
+        uri, data, source_uri, within_uri = file_write(entry)
         path = local_path(uri)
         if path is None:
             self._put_object(uri, data)
             return
         parent, name = os.path.split(path)
-        within = local_path(entry[3]) if len(entry) > 3 and entry[3] else None
+        within = local_path(within_uri) if within_uri else None
         key = (parent, within)
         if key not in places:
             places[key] = self._directory(parent, within, opened)
         dir_fd = places[key]
         if dir_fd is None:
             name = path   # (full paths, from the process's root)
-        source = local_path(entry[2]) if len(entry) > 2 and entry[2] else None
+        source = local_path(source_uri) if source_uri else None
         if source is not None:
             if os.path.dirname(source) != parent:
                 source = None   # (only a file beside it is renamed, or removed)
@@ -294,12 +299,8 @@ class FileIO:
         where the table's writers put their files, a link leads nowhere."""
         if within is None:
             return None
-        within, parent = os.path.normpath(within), os.path.normpath(parent)
-        if parent == within:
-            parts = []
-        elif parent.startswith(within.rstrip(os.sep) + os.sep):
-            parts = parent[len(within):].strip(os.sep).split(os.sep)   # (normalised: no "." or "..")
-        else:
+        parts = _parts_below(within, parent)
+        if parts is None:
             raise OSError(errno.ENOTDIR, "not in the table's place", parent)   # (never silently by path)
         try:
             fds, _ = _descend(within, within, parts, create=True)
@@ -641,32 +642,28 @@ def _quietly(remove: Callable[[str], None], path: str) -> None:
 NOT_A_FILE = {errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EPERM, errno.EACCES}
 
 
-def really_within(location: str, uri: str) -> bool:
-    """`is_within` reads the text; the kernel also follows symlinks in a path's directories. Locally, whether the
-    directory `uri` is in resolves into `location` too (a link in a table's directory may point anywhere)."""
-    path, root = local_path(uri), local_path(location)
-    if path is None or root is None:
-        return True   # an object store has no links
-    # The root's own last component is not resolved: a location that is itself a link leads elsewhere.
-    real_root = os.path.join(os.path.realpath(os.path.dirname(root)), os.path.basename(root.rstrip(os.sep)))
-    real_dir = os.path.realpath(os.path.dirname(path))
-    return real_dir == real_root or real_dir.startswith(real_root.rstrip(os.sep) + os.sep)
-
-
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _parts(path: str, above: str) -> list[str]:
-    parts = [p for p in os.path.relpath(path, above).split(os.sep) if p not in ("", ".")]
-    if ".." in parts:
-        raise OSError(errno.ENOTDIR, "not below the location", path)
-    return parts
-
-
-def _at_or_below(base: str, path: str) -> bool:
-    """Whether the local path `path` is `base` or below it, by their (decoded) text."""
+def _parts_below(base: str, path: str) -> list[str] | None:
+    """The names leading from the directory `base` down to `path` (local, decoded paths; [] for `base` itself), or
+    None if `path` is not at or below it. By normalised text: what is opened with them follows no link, so the
+    text is what the kernel resolves."""
     base, path = os.path.normpath(base), os.path.normpath(path)
-    return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
+    if path == base:
+        return []
+    prefix = base.rstrip(os.sep) + os.sep
+    return path[len(prefix):].split(os.sep) if path.startswith(prefix) else None
+
+
+def _file_below(base: str, path: str) -> list[str]:
+    """`_parts_below` for a file strictly below `base`; an OSError (NOT_A_FILE) for anything else."""
+    parts = _parts_below(base, path)
+    if parts is None:
+        raise OSError(errno.ENOTDIR, "not below the table's place", path)
+    if not parts:
+        raise OSError(errno.EISDIR, "the table's place itself is not a file", path)
+    return parts
 
 
 def _descend(trusted: str | None, root: str, parts: list[str], create: bool = False) -> tuple[list[int], list[str]]:
@@ -674,10 +671,10 @@ def _descend(trusted: str | None, root: str, parts: list[str], create: bool = Fa
     following a link, and the names of those below the top (`fds[i + 1]` is `names[i]`). The top is `trusted`
     (the warehouse: links in its own path are the operator's) when `root` lies within it, else `root`, which
     must not be a link either. With `create`, missing directories below the top are made (durably)."""
-    top_trusted = trusted is not None and (trusted == root or _at_or_below(trusted, root))
-    above = _parts(root, trusted) if top_trusted and trusted != root else []
-    fds = [os.open(trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if top_trusted
+    above = _parts_below(trusted, root) if trusted is not None else None
+    fds = [os.open(trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if above is not None
            else os.open(root, _DIRECTORY)]
+    above = above or []
     try:
         for part in above + parts:
             try:
@@ -702,11 +699,7 @@ def _descend(trusted: str | None, root: str, parts: list[str], create: bool = Fa
 def _opened_beneath(root: str, path: str, flags: int):
     """A descriptor of the file `path`, below the directory `root` (the table's place, whose own path is trusted),
     reached from `root` without following a link, and opened without following one either."""
-    if not _at_or_below(root, path):
-        raise OSError(errno.ENOTDIR, "not in the table's place", path)
-    parts = _parts(path, root)
-    if not parts:
-        raise OSError(errno.EISDIR, "the table's place itself is not a file", path)
+    parts = _file_below(root, path)
     fds, _ = _descend(root, root, parts[:-1])
     try:
         fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fds[-1])
@@ -723,9 +716,7 @@ def _unlink_beneath(root: str, path: str, trusted: str | None = None, prune: boo
     """Unlink `path`, a file below the directory `root` (by its text: `is_within`), then (`prune`) the directories
     that leaves empty, up to `root` itself. No link below the warehouse (`trusted`), not even one swapped in meanwhile,
     is followed (see `_descend`): such a path fails with ELOOP or ENOTDIR (NOT_A_FILE) instead."""
-    parts = _parts(path, root)
-    if not parts:
-        raise OSError(errno.EISDIR, "the location itself is not a file", path)
+    parts = _file_below(root, path)
     fds, names = _descend(trusted, root, parts[:-1])
     root_index = len(names) - len(parts)   # `root` is names[root_index] (-1: root is the top itself)
     try:

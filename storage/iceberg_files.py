@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import logging
 import os
-import stat
 from typing import Any, Callable
 
 import fastavro
@@ -21,7 +20,7 @@ from obstore.exceptions import InvalidPathError, PermissionDeniedError
 
 from coordinator.errors import BadRequest, NotFound
 
-from .files import NOT_A_FILE, FileIO, is_within, local_path, really_within
+from .files import MAX_READ_WITHIN_BYTES, NOT_A_FILE, FileIO, is_within, local_path
 
 log = logging.getLogger(__name__)
 
@@ -66,27 +65,27 @@ def _unique(uris: list[Any]) -> list[str]:
     return [uri for uri in dict.fromkeys(u for u in uris if isinstance(u, str) and u)]
 
 
-MAX_MANIFEST_BYTES = 256 << 20   # far above any manifest or manifest list; a purge reads each whole
+# Far above any manifest or manifest list; a purge reads each whole. (Local reads are bounded by FileIO's own
+# MAX_READ_WITHIN_BYTES, the same.)
+MAX_MANIFEST_BYTES = MAX_READ_WITHIN_BYTES
 
 
 class _Unreadable(Exception):
     """A path that can never be read as a table file: it names nothing."""
 
 
-def _read(files: FileIO, uri: str) -> bytes:
+def _read(files: FileIO, uri: str, within: str | None = None) -> bytes:
     """The file's bytes. NotFound if it is gone; `_Unreadable` if it never can be read as a table file (not a
-    regular file: a FIFO would block the purge for good; too large; a path the store refuses). Other errors
-    (storage unreachable) are raised: the purge is retried."""
+    regular file: a FIFO would block the purge for good; too large; reached through a link below `within`; a path
+    the store refuses). Other errors (storage unreachable) are raised: the purge is retried."""
     path = local_path(uri)
     try:
         if path is not None:
-            info = os.stat(path)
-            regular, size = stat.S_ISREG(info.st_mode), info.st_size
-        else:
-            store, key = files.object_store(uri)
-            regular, size = True, obstore.head(store, key)["size"]
-        if not regular or size > MAX_MANIFEST_BYTES:
-            raise _Unreadable(f"not a regular file of at most {MAX_MANIFEST_BYTES} bytes")
+            # (a regular file, bounded in size, reached without following a link below its place)
+            return files.read_within_sync(uri, within or os.path.dirname(path))
+        store, key = files.object_store(uri)
+        if obstore.head(store, key)["size"] > MAX_MANIFEST_BYTES:
+            raise _Unreadable(f"larger than {MAX_MANIFEST_BYTES} bytes")
         return files.read_sync(uri)
     except FileNotFoundError:
         raise NotFound(uri) from None
@@ -95,16 +94,16 @@ def _read(files: FileIO, uri: str) -> bytes:
             raise _Unreadable(str(exc)) from None
         raise
     except (BadRequest, ValueError, TypeError, PermissionDeniedError, InvalidPathError) as exc:
-        # A directory, a name too long; a path the object store refuses, or may never be read (S3 answers 403
-        # for a missing key without list rights): retrying would fail the same way forever.
+        # A directory, a link, a name too long; a path the object store refuses, or may never be read (S3 answers
+        # 403 for a missing key without list rights): retrying would fail the same way forever.
         raise _Unreadable(str(exc)) from None
 
 
 def _records(files: FileIO, location: str, uri: str) -> list[dict[str, Any]]:
-    if not is_within(location, uri) or not really_within(location, uri):
+    if not is_within(location, uri):
         return []
     try:
-        data = _read(files, uri)
+        data = _read(files, uri, location)
     except NotFound:   # deleted by an earlier, interrupted run of the purge, after what it names
         return []
     except _Unreadable as exc:

@@ -290,9 +290,9 @@ class DropTable:
         - with `gc.enabled` (Java's guard: false when data files may be shared with another table), data,
           manifests and metadata (`delete_own_location`: only while no other table is at, above or below it).
           The location is claimed until then (Decision.purge). In a location the service gave the table and that
-          it never left (IcebergTable.owns_location) that is the whole tree; in any other (chosen by the client, registered,
-          or moved to) only the files the metadata reaches (PurgeClaim.metadata_location), as Java does: such a place
-          may also hold files of a table that moved away from it or was dropped without purge;
+          it never left (IcebergTable.owns_location) that is the whole tree; in any other (chosen by the client,
+          registered, or moved to) only the files the metadata reaches (PurgeClaim.metadata_location), as Java
+          does: such a place may also hold files of a table that moved away from it or was dropped without purge;
         - without, the files the metadata names there (metadata files, manifest lists, statistics), not data
           files: unique names no new table writes, so nothing is claimed.
         Files outside the location (a table moved by `set-location` leaves its older ones behind) stay."""
@@ -309,7 +309,6 @@ class DropTable:
                 after = functools.partial(_purge_named_files, self.files, self.store, location, state)
         return Decision(None, reply=None, delete=True, after_durable=after, purge=claim,
                         idempotency=_idempotency(self.idempotency_key, 204, None))
-
 
 
 async def _not_purged(ident: TableIdent, location: str | None) -> None:

@@ -5,8 +5,9 @@ A writer stages its manifest itself and asks for version N; the server FINALIZES
 commit log, then the staged bytes become `_versions/<final name>` (`Decision.published`: written only by the
 process whose database write applied, so a fenced former owner can never overwrite a committed manifest), and the
 staging file is gone (locally it is renamed into place, in one step; on an object store it is deleted afterwards,
-best effort). Until then it is what restores a final manifest lost to a crash, see `LanceCatalog._load_state`. Everything that needs I/O (reading the staged manifest) is done by the catalog
-before the proposal reaches the actor, so these rules can be re-decided and composed freely.
+best effort). Until then it is what restores a final manifest lost to a crash, see `LanceCatalog._load_state`.
+Everything that needs I/O (reading the staged manifest) is done by the catalog before the proposal reaches the
+actor, so these rules can be re-decided and composed freely.
 """
 
 from __future__ import annotations
