@@ -143,6 +143,54 @@ class Flow(ABC):
         """(path, body) of one commit request as the flow sends it: the bare app parses exactly this."""
 
 
+class TakingTurns(Flow):
+    """One writer that commits to several tables in turn, one commit at a time: a commit load of one writer
+    that grows each table only 1/len(tables) as fast. The benchmark uses it to measure a commit to a table of N
+    snapshots while the table stays near N (one table, committed to for seconds, would grow by thousands).
+    Its "table" is a tuple of the inner flow's tables."""
+
+    def __init__(self, inner: Flow):
+        self.inner = inner
+        self.name = inner.name
+
+    async def prepare(self, base: str, count: int, tag: str) -> list[Any]:
+        return [tuple(await self.inner.prepare(base, count, tag))]
+
+    def writer(self, base: str, table: tuple, stats: Stats) -> Writer:
+        return _TurnWriter([self.inner.writer(base, t, stats) for t in table])
+
+    def sample_request(self) -> tuple[str, Any]:
+        return self.inner.sample_request()
+
+
+class _TurnWriter(Writer):
+    def __init__(self, writers: list[Writer]):
+        self.writers = writers
+        self.turn = 0
+
+    @property
+    def retry_mode(self) -> str:  # type: ignore[override]
+        return self.writers[0].retry_mode
+
+    @retry_mode.setter
+    def retry_mode(self, mode: str) -> None:
+        for w in self.writers:
+            w.retry_mode = mode
+
+    async def start(self) -> None:
+        for w in self.writers:
+            await w.start()
+
+    async def commit(self, deadline: float) -> bool:
+        w = self.writers[self.turn]
+        self.turn = (self.turn + 1) % len(self.writers)
+        return await w.commit(deadline)
+
+    async def close(self) -> None:
+        for w in self.writers:
+            await w.close()
+
+
 async def parallel(base: str, items: list[Any], fn: Callable[[HttpConnection, Any], Awaitable[Any]],
                    concurrency: int = SETUP_CONCURRENCY) -> list[Any]:
     """Run fn(conn, item) for every item over `concurrency` keep-alive connections; results in item order."""
