@@ -230,7 +230,8 @@ def sqlcatalog_hot_table(uri: str, warehouse: str, writers: int, duration_s: flo
     results = []
     for p, out in zip(procs, outs):
         if p.returncode != 0:
-            raise SystemExit(f"a SqlCatalog writer failed (exit {p.returncode}); see {log}")
+            raise SystemExit(f"a SqlCatalog writer failed (exit {p.returncode}); it printed "
+                             f"{out.decode(errors='replace')[-2000:]!r}; see {log}")
         results.append(json.loads(out.decode().strip().splitlines()[-1]))
     commits = sum(r["commits"] for r in results)
     latencies = [x for r in results for x in r["latencies_s"]]

@@ -397,8 +397,7 @@ class FileIO:
                 if st.st_size > MAX_READ_WITHIN_BYTES:
                     raise BadRequest(f"{uri} is {st.st_size} bytes; a file read here may have at most "
                                      f"{MAX_READ_WITHIN_BYTES}")
-                with os.fdopen(os.dup(fd), "rb") as f:
-                    data = f.read(MAX_READ_WITHIN_BYTES + 1)
+                data = _read_at_most(fd, st.st_size, MAX_READ_WITHIN_BYTES)
                 if len(data) > MAX_READ_WITHIN_BYTES:   # (grown since)
                     raise BadRequest(f"{uri} is larger than {MAX_READ_WITHIN_BYTES} bytes")
                 return data
@@ -621,6 +620,24 @@ def _write_in_place(name: str, data: bytes, dir_fd: int | None = None) -> None:
     except BaseException:
         _quietly(functools.partial(os.unlink, dir_fd=dir_fd), tmp)
         raise
+
+
+def _read_at_most(fd: int, size: int, limit: int) -> bytes:
+    """A regular file's bytes from its start, `size` as `fstat` saw it, but at most `limit + 1` (more means it grew
+    past the limit). One read in the common case: a buffer of the size expected, not of the limit (a 256 MiB
+    buffer per read was allocated and unmapped again each time, which stalls the process's other threads)."""
+    data = os.pread(fd, min(size, limit) + 1, 0)
+    if len(data) <= size:
+        return data   # (a short read of a regular file is its end)
+    parts = [data]
+    total = len(data)
+    while total <= limit:   # grown since fstat
+        more = os.pread(fd, min(1 << 20, limit + 1 - total), total)
+        if not more:
+            break
+        parts.append(more)
+        total += len(more)
+    return b"".join(parts)
 
 
 def _write_all(fd: int, data: bytes) -> None:

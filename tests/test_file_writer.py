@@ -319,3 +319,18 @@ async def test_a_read_from_within_a_place_is_bounded_in_size(tmp_path, monkeypat
     assert await fileio.read(str(tmp_path / "_versions" / "small"), within=str(tmp_path)) == b"x" * 10
     with pytest.raises(BadRequest, match="at most 10"):
         await fileio.read(str(tmp_path / "_versions" / "big"), within=str(tmp_path))
+
+
+def test_a_bounded_read_sees_a_file_that_grew_or_shrank_since_it_was_measured(tmp_path):
+    """`_read_at_most` is given the size fstat saw: a file grown since is still read to its end (or to just past
+    the limit, which the caller refuses), and one shrunk since to its end."""
+    path = tmp_path / "f"
+    path.write_bytes(b"0123456789" * 300)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert files_module._read_at_most(fd, 10, 10_000) == b"0123456789" * 300        # grew: read on
+        assert files_module._read_at_most(fd, 10, 2_000) == (b"0123456789" * 300)[:2_001]   # past the limit
+        assert files_module._read_at_most(fd, 3_000, 3_000) == b"0123456789" * 300     # as measured
+        assert files_module._read_at_most(fd, 5_000, 10_000) == b"0123456789" * 300     # shrank
+    finally:
+        os.close(fd)
