@@ -168,17 +168,9 @@ class _TurnWriter(Writer):
         self.writers = writers
         self.turn = 0
 
-    @property
-    def retry_mode(self) -> str:  # type: ignore[override]
-        return self.writers[0].retry_mode
-
-    @retry_mode.setter
-    def retry_mode(self, mode: str) -> None:
-        for w in self.writers:
-            w.retry_mode = mode
-
     async def start(self) -> None:
         for w in self.writers:
+            w.retry_mode = self.retry_mode   # (set on this writer by the runner)
             await w.start()
 
     async def commit(self, deadline: float) -> bool:

@@ -96,8 +96,9 @@ class LanceCatalog:
         """A final manifest is written once its version is recorded, so a crash in between leaves a recorded
         version without it. Its staged manifest is gone only once the final one is in place (renamed into it, or
         removed after the copy), so it is still there: copy it back, from the latest version down to the first
-        whose final manifest exists (earlier ones were written before that one). Without a matching staged copy the version is logged and the table served;
-        a storage error fails the load instead, so that nothing is answered while a restorable file is missing."""
+        whose final manifest exists (earlier ones were written before that one). Without a matching staged copy
+        the version is logged and the table served; a storage error fails the load instead, so that nothing is
+        answered while a restorable file is missing."""
         for v in reversed(state.versions):
             # (a directory put in its place is not it, nor a link: only a file reached without following one)
             found = await self.files.size(v.manifest_uri, within=state.location)
