@@ -3,6 +3,7 @@ itself afterwards, and no acknowledged commit lost."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import threading
 import time
@@ -26,9 +27,12 @@ def own_postgres():
     root = Path(tempfile.mkdtemp(prefix="coordinator-restart-pg-"))
     root.chmod(0o755)
     pg = EmbeddedPostgres(root / "pg")
-    pg.start()
-    yield pg
-    pg.destroy()
+    try:
+        pg.start()
+        yield pg
+    finally:
+        pg.destroy()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_database_restart_under_load(own_postgres, tmp_path):
