@@ -362,7 +362,7 @@ def commits_page(table: DeltaTable, table_uri: str, start: int, end: int | None,
 
 
 def check_metrics(table: DeltaTable, req: MetricsRequest) -> None:
-    """Seed, Write Metrics: `commit_version` required (and a version UC ratified), counts non-negative,
+    """Seed, Write Metrics: `commit_version` required (a version of the table: 0, its creation, or one UC ratified), counts non-negative,
     histogram arrays of one length, boundaries sorted from 0."""
     require_managed(table, req.table_uri)
     report = req.report.commit_report if req.report is not None else None
@@ -370,9 +370,11 @@ def check_metrics(table: DeltaTable, req: MetricsRequest) -> None:
         return
     if report.commit_version is None:
         raise BadRequest("report.commit_report.commit_version is required")
-    if not 0 < report.commit_version <= table.last:
-        raise BadRequest(f"report.commit_report.commit_version {report.commit_version} is not a ratified version "
-                         f"of the table (1..{table.last})")
+    # Version 0 counts: the table was created at it (seed: "registers the table as created at commit version
+    # 0"), and a CTAS's 0.json adds files like any commit.
+    if not 0 <= report.commit_version <= table.last:
+        raise BadRequest(f"report.commit_report.commit_version {report.commit_version} is not a version of the "
+                         f"table (0..{table.last})")
     for field, value in report:
         if isinstance(value, int) and value < 0:
             raise BadRequest(f"report.commit_report.{field} must be >= 0, got {value}")

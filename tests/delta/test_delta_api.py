@@ -728,6 +728,9 @@ def test_metrics(uc):
     r = uc.post("/delta/metrics", json={**base, "report": {"commit_report": report}})
     assert r.status_code == 200 and r.json() == {}
     assert uc.post("/delta/metrics", json=base).status_code == 200
+    # Version 0, the table's creation (a CTAS's 0.json adds files), has metrics like any commit.
+    r = uc.post("/delta/metrics", json={**base, "report": {"commit_report": {**report, "commit_version": 0}}})
+    assert r.status_code == 200, r.text
 
     hist = report["file_size_histogram"]
     rows = [
@@ -737,6 +740,7 @@ def test_metrics(uc):
         ({**base, "report": {"commit_report": {k: v for k, v in report.items() if k != "commit_version"}}},
          400, "INVALID_PARAMETER_VALUE"),
         ({**base, "report": {"commit_report": {**report, "commit_version": 7}}}, 400, "INVALID_PARAMETER_VALUE"),
+        ({**base, "report": {"commit_report": {**report, "commit_version": -1}}}, 400, "INVALID_PARAMETER_VALUE"),
         ({**base, "report": {"commit_report": {**report, "num_files_added": -1}}}, 400, "INVALID_PARAMETER_VALUE"),
         ({**base, "report": {"commit_report": {**report, "num_rows_updated": "many"}}}, 400,
          "INVALID_PARAMETER_VALUE"),
