@@ -12,6 +12,7 @@ exists, else one we create), and lives where that user can reach it.
 from __future__ import annotations
 
 import glob
+import grp
 import hashlib
 import logging
 import os
@@ -60,8 +61,22 @@ def _run_as_user() -> str | None:
     wanted = os.environ.get("COORDINATOR_PG_OS_USER", "postgres")
     try:
         pwd.getpwnam(wanted)
+        return wanted
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", wanted], check=True)
+        pass
+    # A group of that name often outlives its user (or comes with the PostgreSQL packages); join it, since
+    # useradd would otherwise try to create it and fail.
+    try:
+        grp.getgrnam(wanted)
+        group = ["-g", wanted]
+    except KeyError:
+        group = []
+    proc = subprocess.run(["useradd", "--system", "--no-create-home", *group, wanted], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EmbeddedPostgresError(
+            f"PostgreSQL refuses to run as root, and the OS user {wanted!r} to run it as could not be created "
+            f"(useradd exited {proc.returncode}: {proc.stderr.strip()}). Create the user, name another with "
+            f"COORDINATOR_PG_OS_USER, or pass --database-url / COORDINATOR_DATABASE_URL to use an existing server.")
     return wanted
 
 
@@ -169,8 +184,18 @@ class EmbeddedPostgres:
                       "-c", f"CREATE DATABASE {DATABASE}")
 
     def stop(self, mode: str = "fast") -> None:
-        if self.is_running():
-            self._run(str(self.bin / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(self.pgdata), check=False)
+        if not self.pgdata.exists():
+            return
+        status = self._run(str(self.bin / "pg_ctl"), "status", "-D", str(self.pgdata), check=False)
+        if status.returncode == 3:   # pg_ctl: "no server running"
+            return
+        if status.returncode != 0:   # e.g. runuser cannot find the OS user: say so rather than leave it running
+            log.warning("could not tell whether the embedded PostgreSQL in %s is running (%s); stop it with "
+                        "pg_ctl stop -D %s", self.pgdata, status.stderr.strip() or status.returncode, self.pgdata)
+            return
+        proc = self._run(str(self.bin / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(self.pgdata), check=False)
+        if proc.returncode != 0:
+            log.warning("embedded PostgreSQL in %s did not stop: %s", self.pgdata, proc.stderr.strip())
 
     def destroy(self) -> None:
         self.stop("immediate")
