@@ -30,6 +30,7 @@ from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict
 from ..paging import decode_page_token, one_more, page
 from ..registry import delete_own_location
 from . import rules
+from .columns import column_infos
 from .models import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
                      GetCommitsRequest, MetricsRequest)
 from .rules import DeltaTable, StagingTable
@@ -380,7 +381,7 @@ class DeltaCatalog:
     async def create_table(self, body: CreateTable) -> dict[str, Any]:
         await self._check_new_name(body.catalog_name, body.schema_name, body.name)
         full = (body.catalog_name, body.schema_name, body.name)
-        columns = [c.to_json() for c in body.columns]
+        columns = column_infos(body.columns, "columns")
         if body.storage_location is None:
             raise BadRequest("storage_location is required")
         if body.data_source_format is None:

@@ -29,8 +29,8 @@ class _Body(BaseModel):
 
 
 class ColumnInfo(BaseModel):
-    """`ColumnInfo`. Unknown keys are kept and echoed: the seed's own commit sample sends `{"name", "type",
-    "nullable"}`, and a catalog should hand back what the writer declared."""
+    """`ColumnInfo`. Other keys are let through to `columns.column_infos`: the seed's own commit sample sends
+    Delta StructFields (`{"name", "type", "nullable"}`), which it converts."""
 
     model_config = ConfigDict(strict=True, extra="allow")
 

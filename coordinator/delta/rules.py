@@ -21,6 +21,7 @@ from uuid import UUID
 import orjson
 
 from ..errors import BadRequest, CommitConflict, NotFound, TooManyRequests
+from .columns import column_infos
 from .models import CommitInfo, CommitRequest, Metadata, MetricsRequest, Uniform
 
 TABLE_ID_PROPERTY = "io.unitycatalog.tableId"
@@ -316,7 +317,7 @@ def _apply_metadata(info: dict[str, Any], table: DeltaTable, metadata: Metadata,
         check_required_properties(table.table_id, props, "metadata.properties")
     info["properties"] = {**props, STAMP_PROPERTIES[0]: str(ci.version), STAMP_PROPERTIES[1]: str(ci.timestamp)}
     if metadata.schema_ is not None:
-        info["columns"] = [c.to_json() for c in metadata.schema_]
+        info["columns"] = column_infos(metadata.schema_, "metadata.schema")
     if metadata.description is not None:
         info["comment"] = metadata.description
     info["updated_at"] = now_ms

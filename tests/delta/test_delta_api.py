@@ -205,6 +205,9 @@ def test_create_table_errors(uc):
     refused({**good, "table_type": "NONSENSE"}, 400, "INVALID_PARAMETER_VALUE")
     refused({**good, "properties": {"io.unitycatalog.tableId": str(uuid.uuid4())}}, 400, "INVALID_PARAMETER_VALUE")
     refused({**good, "columns": [{"name": "x", "type_name": "long"}]}, 400, "INVALID_PARAMETER_VALUE")
+    refused({**good, "columns": [COLUMNS[0], {**COLUMNS[0], "name": "ID"}]}, 400, "INVALID_PARAMETER_VALUE",
+            "case-insensitive")
+    refused({**good, "columns": [{"type_name": "LONG"}]}, 400, "INVALID_PARAMETER_VALUE", "name is required")
     refused({**good, "name": "not_the_staged_name"}, 400, "INVALID_PARAMETER_VALUE", "allocated for")
 
     # The right request still works after all the refusals.
@@ -367,7 +370,12 @@ def test_commit_seed_samples(uc):
     assert r.status_code == 200, r.text
     info = uc.get("/tables/main.default.my_table").json()
     assert info["comment"] == "Updated table description"
-    assert info["columns"] == metadata["schema"]
+    # The seed sample's columns are Delta StructFields; the entry answers with ColumnInfos built from them.
+    assert info["columns"] == [
+        {"name": "id", "type_name": "LONG", "type_text": "bigint", "nullable": False, "position": 0,
+         "type_json": '{"name":"id","type":"long","nullable":false,"metadata":{}}'},
+        {"name": "name", "type_name": "STRING", "type_text": "string", "nullable": True, "position": 1,
+         "type_json": '{"name":"name","type":"string","nullable":true,"metadata":{}}'}]
     assert info["properties"] == {**metadata["properties"], "delta.lastCommitTimestamp": str(c2["timestamp"])}
     assert info["updated_at"] >= table["updated_at"]
 
@@ -808,6 +816,51 @@ def test_a_known_endpoint_with_another_method_is_405(uc):
         e = error(r, 405, "METHOD_NOT_ALLOWED")
         assert r.headers["Allow"] == allowed and method in e["message"], (method, path, r.headers, e)
 
+
+
+def test_commit_columns_are_column_infos_checked_as_delta_checks_a_schema(uc):
+    """Columns sent as Delta StructFields (the seed's commit sample) come back as UC ColumnInfos, nested types
+    included; a column without a name, two names equal but for case, or a type Delta does not have is refused
+    with nothing changed; keys ColumnInfo does not define are not kept."""
+    table = uc.create_managed("t")
+    props = table_properties(table["table_id"])
+    nested = {"type": "struct", "fields": [
+        {"name": "amount", "type": "decimal(10,2)", "nullable": True, "metadata": {}},
+        {"name": "tags", "type": {"type": "array", "elementType": "string", "containsNull": True},
+         "nullable": True, "metadata": {}},
+        {"name": "attrs", "type": {"type": "map", "keyType": "string", "valueType": "integer",
+                                   "valueContainsNull": False}, "nullable": True, "metadata": {}}]}
+    schema = [{"name": "id", "type": "long", "nullable": False, "metadata": {"comment": "the key"}},
+              {"name": "detail", "type": nested, "nullable": True},
+              {"name": "price", "type": "decimal(12, 3)", "nullable": True, "bogus": 1}]
+    r = uc.commit(table, 1, metadata={"schema": schema, "properties": props})
+    assert r.status_code == 200, r.text
+    columns = uc.get("/tables/main.default.t").json()["columns"]
+    assert [(c["name"], c["type_name"], c["type_text"], c["position"]) for c in columns] == [
+        ("id", "LONG", "bigint", 0),
+        ("detail", "STRUCT", "struct<amount:decimal(10,2),tags:array<string>,attrs:map<string,int>>", 1),
+        ("price", "DECIMAL", "decimal(12,3)", 2)]
+    assert columns[0]["comment"] == "the key" and columns[0]["nullable"] is False
+    assert json.loads(columns[1]["type_json"]) == {"name": "detail", "type": nested, "nullable": True,
+                                                   "metadata": {}}
+    assert (columns[2]["type_precision"], columns[2]["type_scale"]) == (12, 3) and "bogus" not in columns[2]
+
+    before = snapshot(uc, table)
+    for bad, says in [
+        ([{"name": "id", "type": "long"}, {"name": "ID", "type": "string"}], "case-insensitive"),
+        ([{"type": "long"}], "name is required"),
+        ([{"name": "", "type": "long"}], "name is required"),
+        ([{"name": "id", "type": "bigint"}], "is not a Delta type"),
+        ([{"name": "id", "type": "decimal(40,2)"}], "is not a Delta type"),
+        ([{"name": "s", "type": {"type": "struct", "fields": [{"name": "a", "type": "long"},
+                                                              {"name": "A", "type": "long"}]}}], "twice"),
+        ([{"name": "s", "type": {"type": "array", "elementType": "nope"}}], "elementType"),
+        ([{"name": "id", "type": "long", "nullable": "yes"}], "nullable"),
+    ]:
+        body = error(uc.commit(table, 2, metadata={"schema": bad, "properties": props}), 400,
+                     "INVALID_PARAMETER_VALUE")
+        assert says in body["message"], body
+        assert snapshot(uc, table) == before
 
 def test_seed_samples_parse():
     """The seed's request samples are valid requests for our models, as written."""
