@@ -16,6 +16,7 @@ from werkzeug.exceptions import HTTPException
 from coordinator.auth import Privilege
 from coordinator.delta import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
                                GetCommitsRequest, MetricsRequest)
+from coordinator.delta.models import GenerateTemporaryPathCredential, GenerateTemporaryTableCredential
 from coordinator.delta.rules import split_full_name
 from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
@@ -63,7 +64,7 @@ def _error_code(exc: CoordinatorError) -> tuple[int, str]:
         return 403, "PERMISSION_DENIED"
     if exc.status >= 500:   # a fault (e.g. a peer member's, over the channel): the outcome is unknown
         return exc.status, "INTERNAL_ERROR"
-    return 400, "INVALID_PARAMETER_VALUE"
+    return 400, "FAILED_PRECONDITION" if kind == "precondition" else "INVALID_PARAMETER_VALUE"
 
 
 def uc_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -180,6 +181,11 @@ async def _commit_needs() -> Needs:
 
 async def _metrics_needs() -> Needs:
     return await _on_table_id(WRITE, (await read_model(MetricsRequest)).table_id)
+
+
+async def _table_credentials_needs() -> Needs:
+    req = await read_model(GenerateTemporaryTableCredential)
+    return await _on_table_id(WRITE if req.operation == "READ_WRITE" else READ, req.table_id)
 
 
 def _listing(key: str, items: list[dict], token: str | None) -> Response:
@@ -340,6 +346,23 @@ async def commit() -> Response:
 async def write_metrics() -> Response:
     await _catalog().write_metrics(await read_model(MetricsRequest))
     return json_response({})
+
+
+# -- temporary credentials (UC OSS; engines ask before they read or write a table's files) ------------------------
+
+
+@bp.post("/temporary-table-credentials")
+@guard(_table_credentials_needs)
+async def temporary_table_credentials() -> Response:
+    return json_response(await _catalog().temporary_table_credentials(
+        await read_model(GenerateTemporaryTableCredential)))
+
+
+@bp.post("/temporary-path-credentials")
+@guard(authenticated)   # no credential is ever vended for a path (rules.temporary_credentials): nothing to guard
+async def temporary_path_credentials() -> Response:
+    return json_response(await _catalog().temporary_path_credentials(
+        await read_model(GenerateTemporaryPathCredential)))
 
 
 @bp.route("/<path:rest>", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])

@@ -32,7 +32,8 @@ from ..registry import delete_own_location
 from . import rules
 from .columns import column_infos
 from .models import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
-                     GetCommitsRequest, MetricsRequest)
+                     GenerateTemporaryPathCredential, GenerateTemporaryTableCredential, GetCommitsRequest,
+                     MetricsRequest)
 from .rules import DeltaTable, StagingTable
 
 REALM = "uc"
@@ -184,6 +185,19 @@ class CheckMetrics:
     def decide(self, state: Any) -> Decision:
         rules.check_metrics(rules.require_table(state, self.request.table_id), self.request)
         return Decision(state)
+
+
+@dataclass
+class Locate:
+    """Where a table keeps its files; a staging table's too, since its writer fills it before the table is made
+    (the spec: credentials "as though the staging table were a regular table")."""
+
+    table_id: str
+
+    def decide(self, state: Any) -> Decision:
+        if isinstance(state, StagingTable):
+            return Decision(state, reply=state.location)
+        return Decision(state, reply=rules.require_table(state, self.table_id).location)
 
 
 # -- response shapes ---------------------------------------------------------------------------------------------
@@ -514,6 +528,20 @@ class DeltaCatalog:
     async def get_commits(self, req: GetCommitsRequest) -> tuple[list[dict], int]:
         return await self.registry.submit(parse_table_id(req.table_id),
                                           GetCommits(req, self.config.delta_commits_page_size))
+
+    async def temporary_table_credentials(self, req: GenerateTemporaryTableCredential) -> dict[str, Any]:
+        location = await self.registry.submit(parse_table_id(req.table_id), Locate(req.table_id))
+        return rules.temporary_credentials(location, req.operation, self._s3_keys(location))
+
+    async def temporary_path_credentials(self, req: GenerateTemporaryPathCredential) -> dict[str, Any]:
+        return rules.temporary_credentials(req.url, req.operation, self._s3_keys(req.url))
+
+    def _s3_keys(self, location: str) -> dict[str, str] | None:
+        """The service's static S3 keys, for its own warehouse and only while authentication is off: they reach
+        the whole warehouse, so with grants in force a reader of one table could write every other."""
+        if self.c.auth is not None or not rules.is_within(self.config.warehouse_uri, location):
+            return None
+        return self.config.s3_options
 
     async def write_metrics(self, req: MetricsRequest) -> None:
         table_id = parse_table_id(req.table_id)

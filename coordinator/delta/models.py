@@ -214,3 +214,16 @@ class MetricsRequest(_Body):
     table_id: str
     table_uri: str
     report: Optional[Report] = None
+
+
+# -- temporary credentials (UC OSS `TemporaryCredentials`) -------------------------------------------------------
+
+
+class GenerateTemporaryTableCredential(_Body):
+    table_id: str
+    operation: Literal["UNKNOWN_TABLE_OPERATION", "READ", "READ_WRITE"]
+
+
+class GenerateTemporaryPathCredential(_Body):
+    url: str
+    operation: Literal["UNKNOWN_PATH_OPERATION", "PATH_READ", "PATH_READ_WRITE", "PATH_CREATE_TABLE"]

@@ -362,6 +362,31 @@ def commits_page(table: DeltaTable, table_uri: str, start: int, end: int | None,
     return commits[:page_size], table.last
 
 
+def temporary_credentials(location: str, operation: str, s3_keys: Mapping[str, str] | None) -> dict[str, Any]:
+    """UC OSS `CloudCredentialVendor`, for what this service holds. A local path needs no credential: the answer
+    names the path only. An s3:// location gets the service's static keys (`s3_keys`: `Config.s3_options`, given
+    only while authentication is off and for the warehouse, as Iceberg's /credentials does). Anything else is a
+    clear refusal, not an answer without credentials that the engine would only fail on later."""
+    if operation.startswith("UNKNOWN_"):
+        raise BadRequest(f"operation {operation} asks for no access: name the access wanted (READ or READ_WRITE "
+                         f"for a table, PATH_READ, PATH_READ_WRITE or PATH_CREATE_TABLE for a path)")
+    if not location or "\x00" in location:
+        raise BadRequest(f"invalid storage location {location!r}")
+    scheme = urlparse(location).scheme
+    if scheme in ("", "file"):
+        if not location.startswith(("/", "file:/")):
+            raise BadRequest(f"storage location {location!r} must be an absolute path or a file:// URL")
+        return {"url": location}
+    if scheme in ("s3", "s3a") and s3_keys and "access_key_id" in s3_keys:
+        aws = {"access_key_id": s3_keys["access_key_id"], "secret_access_key": s3_keys.get("secret_access_key")}
+        if "session_token" in s3_keys:
+            aws["session_token"] = s3_keys["session_token"]
+        return {"url": location, "aws_temp_credentials": aws}
+    raise BadRequest(f"no temporary credentials for {location}: this service vends none for {scheme}:// storage "
+                     f"here (static S3 keys only for its own warehouse, and only while authentication is off); give "
+                     f"the engine its own credentials for it", kind="precondition")
+
+
 def check_metrics(table: DeltaTable, req: MetricsRequest) -> None:
     """Seed, Write Metrics: `commit_version` required (a version of the table: 0, its creation, or one UC ratified), counts non-negative,
     histogram arrays of one length, boundaries sorted from 0."""

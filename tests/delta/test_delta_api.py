@@ -763,6 +763,49 @@ def test_metrics(uc):
         error(uc.post("/delta/metrics", json=body), status, code)
 
 
+
+def test_temporary_credentials(uc):
+    """UC OSS temporary credentials: none are needed for local files, so the answer names the location only; an
+    unknown table is 404, an operation that asks for nothing or a relative path 400, and an object store 400
+    FAILED_PRECONDITION (no cloud credentials are vended here)."""
+    table = uc.create_managed("t")
+    staging = uc.staging("u")
+    for table_id, location in [(table["table_id"], table["storage_location"]),
+                               (staging["id"], staging["staging_location"])]:
+        for operation in ("READ", "READ_WRITE"):
+            r = uc.post("/temporary-table-credentials", json={"table_id": table_id, "operation": operation})
+            assert r.status_code == 200 and r.json() == {"url": location}, r.text
+    error(uc.post("/temporary-table-credentials", json={"table_id": str(uuid.uuid4()), "operation": "READ"}),
+          404, "TABLE_DOES_NOT_EXIST")
+    for body in [{"table_id": table["table_id"], "operation": "UNKNOWN_TABLE_OPERATION"},
+                 {"table_id": table["table_id"], "operation": "WRITE"}, {"operation": "READ"},
+                 {"table_id": "not-a-uuid", "operation": "READ"}]:
+        error(uc.post("/temporary-table-credentials", json=body), 400, "INVALID_PARAMETER_VALUE")
+
+    r = uc.post("/temporary-path-credentials", json={"url": table["storage_location"], "operation": "PATH_READ"})
+    assert r.status_code == 200 and r.json() == {"url": table["storage_location"]}, r.text
+    body = error(uc.post("/temporary-path-credentials", json={"url": "s3://bucket/x", "operation": "PATH_READ"}),
+                 400, "FAILED_PRECONDITION")
+    assert "s3://" in body["message"]
+    for bad in [{"url": "relative/x", "operation": "PATH_READ"}, {"url": "", "operation": "PATH_READ"},
+                {"url": "/tmp/x", "operation": "UNKNOWN_PATH_OPERATION"}, {"url": "/tmp/x"}]:
+        error(uc.post("/temporary-path-credentials", json=bad), 400, "INVALID_PARAMETER_VALUE")
+
+
+def test_temporary_credentials_for_an_s3_warehouse_are_its_static_keys_while_auth_is_off(config):
+    """As Iceberg's /credentials: the configured static S3 keys, for the warehouse only; elsewhere a refusal."""
+    keys = {"access_key_id": "AKIAEXAMPLE", "secret_access_key": "secret", "session_token": "token",
+            "region": "eu-west-1"}
+    s3 = replace(config, warehouse="s3://bucket/wh", s3_options=keys)
+    with EmbeddedService(s3) as base:
+        uc = UC(base)
+        r = uc.post("/temporary-path-credentials", json={"url": "s3a://bucket/wh/t", "operation": "PATH_READ"})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"url": "s3a://bucket/wh/t", "aws_temp_credentials": {
+            "access_key_id": "AKIAEXAMPLE", "secret_access_key": "secret", "session_token": "token"}}
+        error(uc.post("/temporary-path-credentials", json={"url": "s3://other/t", "operation": "PATH_READ"}),
+              400, "FAILED_PRECONDITION")
+
 def test_state_survives_restart(config):
     """The actor's memory is rebuilt from the table row and the commit log alone."""
     with EmbeddedService(config) as base:

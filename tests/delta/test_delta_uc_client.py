@@ -23,11 +23,12 @@ from pathlib import Path
 import asyncpg
 import pytest
 from unitycatalog.client import (ApiClient, ApiException, CatalogsApi, Configuration, DeltaCommitsApi, SchemasApi,
-                                 TablesApi)
+                                 TablesApi, TemporaryCredentialsApi)
 from unitycatalog.client.models import (ColumnInfo, ColumnInfos, CreateCatalog, CreateSchema, CreateStagingTable,
                                         CreateTable, DataSourceFormat, DeltaCommit, DeltaCommitInfo,
                                         DeltaCommitMetadataProperties, DeltaGetCommits, DeltaGetCommitsResponse,
-                                        DeltaMetadata, TableType)
+                                        DeltaMetadata, GenerateTemporaryPathCredential,
+                                        GenerateTemporaryTableCredential, PathOperation, TableOperation, TableType)
 
 from .conftest import FIRST, PREFIX, first_commit, local_path, table_properties, write_log_file
 
@@ -206,6 +207,43 @@ def test_two_hundred_commits_like_delta(service):
                 assert (log / f"{v:020d}.json").read_bytes() == (log / "_staged_commits" / name).read_bytes()
             table = await TablesApi(api).get_table("main.default.events")
             assert table.comment == "events, now with a note" and [c.name for c in table.columns] == ["id", "note"]
+
+    asyncio.run(main())
+
+
+def test_an_engine_gets_credentials_for_the_staging_table_then_the_table(service):
+    """Engines ask UC for temporary credentials before they touch a table's files, a staging table's too (written
+    before the table exists). Local files need none: the answer names the location and holds no credential. An
+    object-store path gets a clear refusal: this service vends no cloud credentials."""
+    async def main() -> None:
+        async with client_for(service) as api:
+            creds = TemporaryCredentialsApi(api)
+            await CatalogsApi(api).create_catalog(CreateCatalog(name="main"))
+            await SchemasApi(api).create_schema(CreateSchema(name="default", catalog_name="main"))
+            staging = await TablesApi(api).create_staging_table(CreateStagingTable(
+                name="t", catalog_name="main", schema_name="default"))
+            got = await creds.generate_temporary_table_credentials(GenerateTemporaryTableCredential(
+                table_id=staging.id, operation=TableOperation.READ_WRITE))
+            assert got.url == staging.staging_location and got.aws_temp_credentials is None
+
+            write_log_file(staging.staging_location, FIRST, first_commit(staging.id))
+            info = await TablesApi(api).create_table(CreateTable(
+                name="t", catalog_name="main", schema_name="default", table_type=TableType.MANAGED,
+                data_source_format=DataSourceFormat.DELTA, storage_location=staging.staging_location,
+                columns=[ColumnInfo(name="id", type_name="LONG", type_text="bigint", position=0)],
+                properties=table_properties(staging.id)))
+            got = await creds.generate_temporary_table_credentials(GenerateTemporaryTableCredential(
+                table_id=info.table_id, operation=TableOperation.READ))
+            assert got.url == info.storage_location
+
+            got = await creds.generate_temporary_path_credentials(GenerateTemporaryPathCredential(
+                url=info.storage_location, operation=PathOperation.PATH_READ))
+            assert got.url == info.storage_location
+            with pytest.raises(ApiException) as refused:
+                await creds.generate_temporary_path_credentials(GenerateTemporaryPathCredential(
+                    url="s3://bucket/tables/t", operation=PathOperation.PATH_READ_WRITE))
+            assert refused.value.status == 400
+            assert json.loads(refused.value.body)["error_code"] == "FAILED_PRECONDITION"
 
     asyncio.run(main())
 
