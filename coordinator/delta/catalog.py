@@ -103,7 +103,7 @@ class DropTable:
         return Decision(None, delete=True, after_durable=cleanup, purge=claim)
 
 
-def _unused_staging(state: Any, full: FullName, location: str) -> StagingTable:
+def _unused_staging(state: Any, full: FullName, location: str, schema_id: str) -> StagingTable:
     if isinstance(state, DeltaTable):
         if state.full_name == full:
             # A second create of the same table (a retry, or a race lost to an identical request).
@@ -115,6 +115,10 @@ def _unused_staging(state: Any, full: FullName, location: str) -> StagingTable:
     if (state.catalog_name, state.schema_name, state.name) != full:
         raise BadRequest(f"staging location {location!r} was allocated for "
                          f"{state.catalog_name}.{state.schema_name}.{state.name}, not {'.'.join(full)}")
+    if state.schema_id is not None and state.schema_id != schema_id:
+        # Its schema was deleted (and one of the same name made since): the staging table went with it.
+        raise NotFound(f"Staging table does not exist at {location!r}: schema {full[0]}.{full[1]} was deleted "
+                       f"after it was allocated; create a new staging table", kind="table")
     return state
 
 
@@ -122,9 +126,10 @@ def _unused_staging(state: Any, full: FullName, location: str) -> StagingTable:
 class CheckStaging:
     full: FullName
     location: str
+    schema_id: str
 
     def decide(self, state: Any) -> Decision:
-        return Decision(state, reply=_unused_staging(state, self.full, self.location))
+        return Decision(state, reply=_unused_staging(state, self.full, self.location, self.schema_id))
 
 
 @dataclass
@@ -133,6 +138,7 @@ class CreateFromStaging:
 
     full: FullName
     location: str
+    schema_id: str
     first_commit: dict[str, Any]
     columns: list[dict[str, Any]]
     comment: str | None
@@ -140,7 +146,7 @@ class CreateFromStaging:
     now_ms: int
 
     def decide(self, state: Any) -> Decision:
-        state = _unused_staging(state, self.full, self.location)
+        state = _unused_staging(state, self.full, self.location, self.schema_id)
         catalog, schema, name = self.full
         info = {"name": name, "catalog_name": catalog, "schema_name": schema, "table_type": "MANAGED",
                 "data_source_format": "DELTA", "columns": self.columns, "storage_location": state.location,
@@ -258,7 +264,7 @@ class DeltaCatalog:
         if "staging" in s:
             st = s["staging"]
             return StagingTable(row.table_id, st["catalog_name"], st["schema_name"], st["name"], st["location"],
-                                st["created_at"])
+                                st["created_at"], st.get("schema_id"))
         last, published = s["last"], s["published"]
         entries = await self.store.read_log(row.table_id, start=published) if last >= 0 else []
         unpublished = tuple(e.payload for e in entries if e.version > published)
@@ -362,17 +368,20 @@ class DeltaCatalog:
 
     # -- tables ------------------------------------------------------------------------------------------------
 
-    async def _check_new_name(self, catalog: str, schema: str, name: str) -> None:
+    async def _check_new_name(self, catalog: str, schema: str, name: str) -> str:
+        """The name is free in an existing schema; returns the schema's id."""
         rules.check_name("table", name)
-        await self.get_schema(catalog, schema)
+        schema_id = (await self.get_schema(catalog, schema))["schema_id"]
         if await self.store.find_table(REALM, catalog, schema, name) is not None:
             raise AlreadyExists(f"Table already exists: {catalog}.{schema}.{name}", kind="table")
+        return schema_id
 
     async def create_staging_table(self, body: CreateStagingTable) -> dict[str, Any]:
-        await self._check_new_name(body.catalog_name, body.schema_name, body.name)
+        schema_id = await self._check_new_name(body.catalog_name, body.schema_name, body.name)
         table_id = uuid.uuid4()
         location = join(self.managed_root, str(table_id))
-        staging = StagingTable(table_id, body.catalog_name, body.schema_name, body.name, location, now_ms())
+        staging = StagingTable(table_id, body.catalog_name, body.schema_name, body.name, location, now_ms(),
+                               schema_id)
         row = TableRow(table_id=table_id, realm=REALM, catalog=STAGING_CATALOG, namespace="", name=str(table_id),
                        format=FORMAT, location=location)
         await self.registry.create(row, state=staging, row_state=staging.row_state())
@@ -393,7 +402,7 @@ class DeltaCatalog:
             raise NotFound(f"Staging table does not exist at {location!r}", kind="table") from None
 
     async def create_table(self, body: CreateTable) -> dict[str, Any]:
-        await self._check_new_name(body.catalog_name, body.schema_name, body.name)
+        schema_id = await self._check_new_name(body.catalog_name, body.schema_name, body.name)
         full = (body.catalog_name, body.schema_name, body.name)
         columns = column_infos(body.columns, "columns")
         if body.storage_location is None:
@@ -408,7 +417,7 @@ class DeltaCatalog:
             raise BadRequest(f"a MANAGED table must have data_source_format DELTA, got {body.data_source_format}")
         table_id = self._staging_id(body.storage_location)
         # Refuse an unknown or used location before reading anything there; the create re-checks (it may race).
-        staging = await self.registry.submit(table_id, CheckStaging(full, body.storage_location))
+        staging = await self.registry.submit(table_id, CheckStaging(full, body.storage_location, schema_id))
         log_file = join(staging.location, "_delta_log", rules.FIRST_COMMIT_FILE)
         try:
             data = await self.files.read(log_file)
@@ -422,7 +431,8 @@ class DeltaCatalog:
         rules.check_required_properties(table_id, body.properties, "properties")
         try:
             table = await self.registry.submit(table_id, CreateFromStaging(
-                full, body.storage_location, first, columns, body.comment, dict(body.properties), now_ms()))
+                full, body.storage_location, schema_id, first, columns, body.comment, dict(body.properties),
+                now_ms()))
         except NotFound as exc:
             if exc.kind == "namespace":  # the schema went away since we looked
                 raise NotFound(f"Schema does not exist: {body.catalog_name}.{body.schema_name}",

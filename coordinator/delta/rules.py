@@ -60,10 +60,12 @@ class StagingTable:
     name: str
     location: str
     created_at: int
+    schema_id: str | None = None   # the schema it was allocated in; None in rows written before it was kept
 
     def row_state(self) -> dict[str, Any]:
         return {"staging": {"catalog_name": self.catalog_name, "schema_name": self.schema_name,
-                            "name": self.name, "location": self.location, "created_at": self.created_at}}
+                            "name": self.name, "location": self.location, "created_at": self.created_at,
+                            "schema_id": self.schema_id}}
 
 
 @dataclass(frozen=True)
@@ -388,8 +390,8 @@ def temporary_credentials(location: str, operation: str, s3_keys: Mapping[str, s
 
 
 def check_metrics(table: DeltaTable, req: MetricsRequest) -> None:
-    """Seed, Write Metrics: `commit_version` required (a version of the table: 0, its creation, or one UC ratified), counts non-negative,
-    histogram arrays of one length, boundaries sorted from 0."""
+    """Seed, Write Metrics: `commit_version` required (a version of the table: 0, its creation, or one UC
+    ratified), counts non-negative, histogram arrays of one length, boundaries sorted from 0."""
     require_managed(table, req.table_uri)
     report = req.report.commit_report if req.report is not None else None
     if report is None:

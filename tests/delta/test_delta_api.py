@@ -151,6 +151,23 @@ def test_staging_table_errors(uc):
         "name"] == "t"
 
 
+
+def test_a_staging_table_goes_with_its_schema(uc):
+    """A staging table allocated in a schema that was deleted (and made again under the same name) is gone: it
+    cannot become a table of the new schema."""
+    uc.setup_schema("main", "gone")
+    st = uc.staging("t", schema="gone")
+    write_log_file(st["staging_location"], FIRST, first_commit(st["id"]))
+    assert uc.delete("/schemas/main.gone").status_code == 200
+    uc.setup_schema("main", "gone")
+    body = error(uc.post("/tables", json={
+        "name": "t", "catalog_name": "main", "schema_name": "gone", "table_type": "MANAGED",
+        "data_source_format": "DELTA", "columns": COLUMNS, "storage_location": st["staging_location"],
+        "properties": table_properties(st["id"])}), 404, "TABLE_DOES_NOT_EXIST")
+    assert "was deleted" in body["message"]
+    assert uc.get("/tables/main.gone.t").status_code == 404
+    uc.create_managed("t", schema="gone")   # a new staging table in the new schema works
+
 def _bad_logs(table_id: str):
     other = str(uuid.uuid4())
     yield "minReaderVersion", first_commit(table_id, reader=2)
