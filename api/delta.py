@@ -16,7 +16,8 @@ from werkzeug.exceptions import HTTPException
 from coordinator.auth import Privilege
 from coordinator.delta import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
                                GetCommitsRequest, MetricsRequest)
-from coordinator.delta.models import GenerateTemporaryPathCredential, GenerateTemporaryTableCredential
+from coordinator.delta.models import (GenerateTemporaryPathCredential, GenerateTemporaryTableCredential,
+                                     UpdateCatalogOrSchema)
 from coordinator.delta.rules import split_full_name
 from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
@@ -218,6 +219,12 @@ async def get_catalog(name: str) -> Response:
     return json_response(await _catalog().get_catalog(name))
 
 
+@bp.patch("/catalogs/<name>")
+@guard(lambda name: _on(WRITE, name))
+async def update_catalog(name: str) -> Response:
+    return json_response(await _catalog().update_catalog(name, await read_model(UpdateCatalogOrSchema)))
+
+
 @bp.delete("/catalogs/<name>")
 @guard(lambda name: _on(DROP, name))
 async def delete_catalog(name: str) -> Response:
@@ -244,6 +251,13 @@ async def list_schemas() -> Response:
 @guard(_on_full_name(READ, 2, "schema"))
 async def get_schema(full_name: str) -> Response:
     return json_response(await _catalog().get_schema(*split_full_name(full_name, 2, "schema")))
+
+
+@bp.patch("/schemas/<full_name>")
+@guard(_on_full_name(WRITE, 2, "schema"))
+async def update_schema(full_name: str) -> Response:
+    catalog, schema = split_full_name(full_name, 2, "schema")
+    return json_response(await _catalog().update_schema(catalog, schema, await read_model(UpdateCatalogOrSchema)))
 
 
 @bp.delete("/schemas/<full_name>")

@@ -33,7 +33,7 @@ from . import rules
 from .columns import column_infos
 from .models import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
                      GenerateTemporaryPathCredential, GenerateTemporaryTableCredential, GetCommitsRequest,
-                     MetricsRequest)
+                     MetricsRequest, UpdateCatalogOrSchema)
 from .rules import DeltaTable, StagingTable
 
 REALM = "uc"
@@ -236,6 +236,13 @@ def _entry(body: CreateCatalog | CreateSchema, id_field: str) -> dict[str, Any]:
     return {id_field: str(uuid.uuid4()), **_owned(body.comment, body.properties, now_ms())}
 
 
+def _no_rename(kind: str, name: str, new_name: str | None) -> None:
+    """Renames are refused: a table's full name (and its access grants) would change under its readers."""
+    if new_name is not None and new_name != name.rpartition(".")[2]:
+        raise BadRequest(f"renaming a {kind} is not supported: {name} keeps its name; send comment or properties "
+                         f"only")
+
+
 def _refuse_unsafe(location: str) -> None:
     unsafe = unsafe_location(location)
     if unsafe is not None:
@@ -288,6 +295,28 @@ class DeltaCatalog:
             raise NotFound(f"Catalog does not exist: {name}", kind="catalog")
         return catalog_info(name, entry)
 
+    async def update_catalog(self, name: str, body: UpdateCatalogOrSchema) -> dict[str, Any]:
+        _no_rename("catalog", name, body.new_name)
+        entry = await self._update_entry(CATALOG_REALM, "", name, body)
+        if entry is None:
+            raise NotFound(f"Catalog does not exist: {name}", kind="catalog")
+        return catalog_info(name, entry)
+
+    async def _update_entry(self, realm: str, catalog: str, name: str,
+                            body: UpdateCatalogOrSchema) -> dict[str, Any] | None:
+        """UC OSS: a comment sent replaces the comment, properties sent replace the properties (an empty map keeps
+        them, as UC does). The entry after the change, or None if there is none."""
+        updates: dict[str, Any] = {"updated_at": now_ms(), "updated_by": OWNER}
+        if body.comment is not None:
+            updates["comment"] = body.comment
+        if body.properties:
+            updates["properties"] = body.properties
+        try:
+            before = await self.store.update_namespace_properties(realm, catalog, name, [], updates)
+        except NotFound:
+            return None
+        return {**before, **updates}
+
     async def list_catalogs(self, page_token: str | None, limit: int) -> tuple[list[dict], str | None]:
         return await self._list_entries(CATALOG_REALM, "", page_token, limit, catalog_info)
 
@@ -338,6 +367,14 @@ class DeltaCatalog:
     async def get_schema(self, catalog: str, name: str) -> dict[str, Any]:
         await self.get_catalog(catalog)
         entry = await self.store.get_namespace(REALM, catalog, name)
+        if entry is None:
+            raise NotFound(f"Schema does not exist: {catalog}.{name}", kind="schema")
+        return schema_info(catalog, name, entry)
+
+    async def update_schema(self, catalog: str, name: str, body: UpdateCatalogOrSchema) -> dict[str, Any]:
+        _no_rename("schema", f"{catalog}.{name}", body.new_name)
+        await self.get_catalog(catalog)
+        entry = await self._update_entry(REALM, catalog, name, body)
         if entry is None:
             raise NotFound(f"Schema does not exist: {catalog}.{name}", kind="schema")
         return schema_info(catalog, name, entry)

@@ -68,6 +68,14 @@ class CreateSchema(_Body):
     storage_root: Optional[str] = None
 
 
+class UpdateCatalogOrSchema(_Body):
+    """UC OSS `UpdateCatalog` / `UpdateSchema` (the same three fields)."""
+
+    comment: Optional[str] = None
+    properties: Optional[dict[str, str]] = None
+    new_name: Optional[str] = None
+
+
 class CreateStagingTable(_Body):
     name: str
     catalog_name: str

@@ -138,6 +138,33 @@ def test_create_managed_table_seed_flow(uc):
     error(uc.post("/tables", json={**request, "name": "other"}), 400, "INVALID_PARAMETER_VALUE")
 
 
+
+def test_update_catalog_and_schema(uc):
+    """UC OSS PATCH: a comment sent replaces the comment, properties sent replace the properties, what is not sent
+    stays; a rename is refused (400) and a missing catalog or schema is 404, each changing nothing."""
+    assert uc.post("/catalogs", json={"name": "main", "comment": "prod", "properties": {"team": "data"}}
+                   ).status_code == 200
+    assert uc.post("/schemas", json={"name": "s", "catalog_name": "main", "properties": {"a": "1"}}
+                   ).status_code == 200
+    for path, key in [("/catalogs/main", "catalogs"), ("/schemas/main.s", "schemas")]:
+        before = uc.get(path).json()
+        r = uc.patch(path, json={"comment": "renamed nothing"})
+        assert r.status_code == 200, r.text
+        after = r.json()
+        assert after["comment"] == "renamed nothing" and after["properties"] == before["properties"]
+        assert after["updated_at"] >= before["updated_at"] and uc.get(path).json() == after
+        after = uc.patch(path, json={"properties": {"owner_team": "ml"}, "new_name": path.rpartition(".")[2]
+                                     .rpartition("/")[2]}).json()
+        assert after["properties"] == {"owner_team": "ml"} and after["comment"] == "renamed nothing"
+        unchanged = uc.get(path).json()
+        body = error(uc.patch(path, json={"new_name": "other", "comment": "x"}), 400, "INVALID_PARAMETER_VALUE")
+        assert "renam" in body["message"]
+        error(uc.patch(path, json={"properties": {"n": 1}}), 400, "INVALID_PARAMETER_VALUE")
+        assert uc.get(path).json() == unchanged
+    error(uc.patch("/catalogs/nope", json={"comment": "x"}), 404, "CATALOG_DOES_NOT_EXIST")
+    error(uc.patch("/schemas/main.nope", json={"comment": "x"}), 404, "SCHEMA_DOES_NOT_EXIST")
+    error(uc.patch("/schemas/nope.s", json={"comment": "x"}), 404, "CATALOG_DOES_NOT_EXIST")
+
 def test_staging_table_errors(uc):
     uc.setup_schema()
     body = {"name": "t", "catalog_name": "main", "schema_name": "default"}

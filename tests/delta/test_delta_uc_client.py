@@ -28,7 +28,8 @@ from unitycatalog.client.models import (ColumnInfo, ColumnInfos, CreateCatalog, 
                                         CreateTable, DataSourceFormat, DeltaCommit, DeltaCommitInfo,
                                         DeltaCommitMetadataProperties, DeltaGetCommits, DeltaGetCommitsResponse,
                                         DeltaMetadata, GenerateTemporaryPathCredential,
-                                        GenerateTemporaryTableCredential, PathOperation, TableOperation, TableType)
+                                        GenerateTemporaryTableCredential, PathOperation, TableOperation, TableType,
+                                        UpdateCatalog, UpdateSchema)
 
 from .conftest import FIRST, PREFIX, first_commit, local_path, table_properties, write_log_file
 
@@ -211,15 +212,20 @@ def test_two_hundred_commits_like_delta(service):
     asyncio.run(main())
 
 
-def test_an_engine_gets_credentials_for_the_staging_table_then_the_table(service):
-    """Engines ask UC for temporary credentials before they touch a table's files, a staging table's too (written
-    before the table exists). Local files need none: the answer names the location and holds no credential. An
+def test_catalog_updates_then_credentials_for_the_staging_table_and_the_table(service):
+    """Catalog and schema updates through the client; then, as engines do before they touch a table's files, temporary
+    credentials for the staging table (written before the table exists) and the table. Local files need none: the answer names the location and holds no credential. An
     object-store path gets a clear refusal: this service vends no cloud credentials."""
     async def main() -> None:
         async with client_for(service) as api:
             creds = TemporaryCredentialsApi(api)
             await CatalogsApi(api).create_catalog(CreateCatalog(name="main"))
             await SchemasApi(api).create_schema(CreateSchema(name="default", catalog_name="main"))
+            updated = await CatalogsApi(api).update_catalog("main", UpdateCatalog(comment="lake",
+                                                                                  properties={"team": "data"}))
+            assert updated.comment == "lake" and updated.properties == {"team": "data"}
+            updated = await SchemasApi(api).update_schema("main.default", UpdateSchema(comment="tables"))
+            assert updated.comment == "tables" and updated.full_name == "main.default"
             staging = await TablesApi(api).create_staging_table(CreateStagingTable(
                 name="t", catalog_name="main", schema_name="default"))
             got = await creds.generate_temporary_table_credentials(GenerateTemporaryTableCredential(
