@@ -213,9 +213,10 @@ def test_two_hundred_commits_like_delta(service):
 
 
 def test_catalog_updates_then_credentials_for_the_staging_table_and_the_table(service):
-    """Catalog and schema updates through the client; then, as engines do before they touch a table's files, temporary
-    credentials for the staging table (written before the table exists) and the table. Local files need none: the answer names the location and holds no credential. An
-    object-store path gets a clear refusal: this service vends no cloud credentials."""
+    """Catalog and schema updates through the client; then, as engines do before they touch a table's files,
+    temporary credentials for the staging table (written before the table exists) and the table. Local files need
+    none: the answer names the location and holds no credential. An object-store path outside the warehouse gets a
+    clear refusal."""
     async def main() -> None:
         async with client_for(service) as api:
             creds = TemporaryCredentialsApi(api)
