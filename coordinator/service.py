@@ -11,7 +11,7 @@ import trio
 
 from storage.embedded import EmbeddedPostgres
 from storage.files import FileIO
-from storage.postgres import PostgresStore
+from storage.postgres import APPLICATION_NAME, PostgresStore
 
 from .auth import AuthConfig, Authority, new_signing_key
 from .config import Config
@@ -62,11 +62,12 @@ class Coordinator:
 
     def close(self, *, stop_embedded: bool = False) -> None:
         """Stops the storage thread. The embedded PostgreSQL keeps running unless asked (a restarted service
-        reuses it), mirroring how a real deployment's database outlives the service."""
+        reuses it), mirroring how a real deployment's database outlives the service; asked, it still keeps running
+        while another process uses it."""
         if self.store is not None:
             self.store.close()
         if stop_embedded and self.embedded is not None:
-            self.embedded.stop()
+            self.embedded.stop_unless_shared(APPLICATION_NAME)
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Runs the actors (and background jobs) until cancelled."""

@@ -168,20 +168,22 @@ class EmbeddedPostgres:
                 "shared_buffers = 128MB\nwal_level = minimal\nmax_wal_senders = 0\n"
             )
 
-    def _ensure_database(self, timeout_s: float) -> None:
+    def _psql(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         psql = str(self.bin / "psql") if (self.bin / "psql").exists() else "psql"
+        return self._run(psql, "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER, "-d", "postgres", *args,
+                         check=check)
+
+    def _ensure_database(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
-            proc = self._run(psql, "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER, "-d", "postgres",
-                             "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'", check=False)
+            proc = self._psql("-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'", check=False)
             if proc.returncode == 0:
                 break
             if time.monotonic() > deadline:
                 raise EmbeddedPostgresError(f"PostgreSQL did not accept connections: {proc.stderr.strip()}")
             time.sleep(0.2)
         if proc.stdout.strip() != "1":
-            self._run(psql, "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER, "-d", "postgres",
-                      "-c", f"CREATE DATABASE {DATABASE}")
+            self._psql("-c", f"CREATE DATABASE {DATABASE}")
 
     def stop(self, mode: str = "fast") -> None:
         if not self.pgdata.exists():
@@ -196,6 +198,21 @@ class EmbeddedPostgres:
         proc = self._run(str(self.bin / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(self.pgdata), check=False)
         if proc.returncode != 0:
             log.warning("embedded PostgreSQL in %s did not stop: %s", self.pgdata, proc.stderr.strip())
+
+    def stop_unless_shared(self, application_name: str) -> None:
+        """A graceful stop of the service stops the database it started, unless sessions other than its own
+        (`application_name`) still use it: another `serve` on the same data dir (a cluster member, or one that
+        failed to start because the port was taken) would be left answering 503."""
+        if self.port is None or not self.is_running():
+            return
+        proc = self._psql("-tAc", f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{DATABASE}' AND "
+                                  f"application_name <> '{application_name}'", check=False)
+        others = proc.stdout.strip()
+        if proc.returncode != 0 or others != "0":
+            log.info("embedded PostgreSQL in %s left running: %s other sessions use it (another coordinator on "
+                     "this data dir?)", self.pgdata, others if proc.returncode == 0 else "perhaps")
+            return
+        self.stop()
 
     def destroy(self) -> None:
         self.stop("immediate")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Errors that mean "the connection is gone": the statement may or may not have reached the server.
+# Each process's sessions say whose they are (pg_stat_activity): an embedded database is stopped on a graceful exit
+# only when no other process's sessions use it (storage/embedded.py).
+APPLICATION_NAME = f"coordinator-{os.getpid()}"
 CONNECTION_ERRORS = (OSError, ConnectionError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
                      asyncio.TimeoutError, asyncpg.exceptions.CannotConnectNowError,
                      asyncpg.exceptions.AdminShutdownError)
@@ -447,7 +451,8 @@ class PostgresStore:
             try:
                 self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
                                                       init=_connection_setup(self.timeout_s), reset=_keep_session,
-                                                      command_timeout=self.timeout_s)
+                                                      command_timeout=self.timeout_s,
+                                                      server_settings={"application_name": APPLICATION_NAME})
                 break
             except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
                 if time.monotonic() > deadline:

@@ -1,17 +1,23 @@
-"""The embedded PostgreSQL as root: when it cannot run as another OS user, it says so and what to do, and a stop
-that cannot tell whether the server runs says so instead of leaving it running in silence."""
+"""The embedded PostgreSQL as root: when it cannot run as another OS user, it says so and what to do; a stop
+that cannot tell whether the server runs says so instead of leaving it running in silence; and a graceful stop
+never takes the database from under another process using it."""
 
 from __future__ import annotations
 
 import logging
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
-from storage.embedded import EmbeddedPostgres, EmbeddedPostgresError
+from storage.embedded import EmbeddedPostgres, EmbeddedPostgresError, free_port
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="as another user PostgreSQL runs as that user")
 
@@ -51,3 +57,57 @@ def test_a_stop_that_cannot_check_the_server_says_so(root, caplog):
     finally:
         pg.user = user
         pg.destroy()
+
+
+def _serve(data_dir: Path, port: int, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "api.cli", "serve", "--port", str(port), "--data-dir",
+                             str(data_dir), "--log-level", "info"], stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+                            cwd=Path(__file__).resolve().parents[1])
+
+
+def _ready(proc: subprocess.Popen, port: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"serve exited with {proc.returncode}"
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("serve did not become ready")
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    return proc.wait(timeout=30)
+
+
+def test_a_second_serve_on_the_same_data_dir_leaves_the_first_its_database(root):
+    """Two `serve`s on one data dir share its embedded PostgreSQL. Stopping one, or one failing to start because
+    the port is taken, leaves the database running for the other; the last one's graceful stop stops it."""
+    data, port, other_port = root / "data", free_port(), free_port()
+    first = _serve(data, port, root / "first.log")
+    procs = [first]
+    try:
+        _ready(first, port)
+        pg = EmbeddedPostgres(data / "postgres")
+        base = f"http://127.0.0.1:{port}"
+        clash = _serve(data, port, root / "clash.log")   # the port is taken: it exits
+        procs.append(clash)
+        assert clash.wait(timeout=60) != 0
+        second = _serve(data, other_port, root / "second.log")
+        procs.append(second)
+        _ready(second, other_port)
+        assert _stop(second) == 0
+        assert "left running" in (root / "second.log").read_text()
+        assert pg.is_running()
+        assert httpx.get(base + "/readyz").status_code == 200
+        assert httpx.post(base + "/v1/namespaces", json={"namespace": ["still_here"]}).status_code == 200
+        assert _stop(first) == 0
+        assert not pg.is_running(), (root / "first.log").read_text()[-2000:]
+    finally:
+        for proc in procs:
+            _stop(proc)
+        EmbeddedPostgres(data / "postgres").stop("immediate")
