@@ -323,6 +323,10 @@ class FileIO:
     async def exists(self, uri: str) -> bool:
         return await trio.to_thread.run_sync(self.exists_sync, uri)
 
+    async def names_in(self, directory: str) -> set[str]:
+        """The names directly in `directory` (none if it does not exist): one listing to check many files by."""
+        return await trio.to_thread.run_sync(self.names_in_sync, directory)
+
     async def size(self, uri: str, within: str | None = None) -> int | None:
         """The size of the file at `uri`; None if there is none (or, locally, something else is there, or, given
         the table's place, it is reached through a link)."""
@@ -536,6 +540,19 @@ class FileIO:
                 return None
             raise
         return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+    def names_in_sync(self, directory: str) -> set[str]:
+        path = to_local_path(directory)
+        if path is not None:
+            try:
+                return set(os.listdir(path))
+            except (FileNotFoundError, NotADirectoryError):
+                return set()
+        import obstore
+        store, key = self.object_store(directory)
+        prefix = key.rstrip("/") + "/"
+        names = (meta["path"][len(prefix):] for chunk in obstore.list(store, prefix=prefix) for meta in chunk)
+        return {name for name in names if "/" not in name}
 
     def exists_sync(self, uri: str) -> bool:
         path = to_local_path(uri)

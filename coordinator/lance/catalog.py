@@ -34,7 +34,7 @@ from . import storage as lance_storage
 from .models import CreateTableVersionEntry, CreateTableVersionRequest, parse_mode
 from .rules import CreateVersion, DeleteVersions, ReadTable, RemoveTable, Steps, show
 from .table import (INT64_MAX, MANIFEST_MAGIC, NAMING_SCHEMES, VERSIONS_KEPT, LanceTable, TableVersion,
-                    check_staging_path, infer_scheme, is_staged, manifest_uri, resolve_path)
+                    check_staging_path, infer_scheme, is_staged, manifest_uri, object_path, resolve_path)
 
 log = logging.getLogger(__name__)
 
@@ -528,7 +528,29 @@ class LanceCatalog:
         if entry is None:
             what = "has no versions" if version is None else f"has no version {version}"
             raise NotFound(f"table {show(ident)} {what}", kind="version")
+        if version is not None and not await self._still_there(ref, state, [entry]):
+            raise NotFound(f"table {show(ident)} has no version {version} any more: its manifest "
+                           f"{object_path(entry.manifest_uri)} was deleted (cleanup_old_versions)", kind="version")
         return entry
+
+    async def _still_there(self, ref: TableRef, state: LanceTable, versions: list[TableVersion]
+                           ) -> list[TableVersion]:
+        """`versions` less those whose manifest is gone. Lance's `cleanup_old_versions` deletes old versions'
+        manifests itself and tells the namespace nothing; a version that cannot be opened is none (lance's own
+        directory namespace lists `_versions/` and shows only what is there). Cleanup never takes the latest
+        version, so the commit path's `version/list` limit 1 costs no listing."""
+        latest = await self._version(ref, state, None)
+        older = [v for v in versions if latest is None or v.version < latest.version]
+        if not older:
+            return versions
+        present: dict[str, set[str]] = {}
+        for v in older:
+            directory = v.manifest_uri.rpartition("/")[0]
+            if directory not in present:
+                present[directory] = await self.files.names_in(directory)
+        gone = {v.version for v in older if v.manifest_uri.rpartition("/")[2] not in
+                present[v.manifest_uri.rpartition("/")[0]]}
+        return [v for v in versions if v.version not in gone] if gone else versions
 
     async def list_table_versions(self, ident: Ident, limit: int | None, page_token: str | None,
                                   descending: bool, branch: str | None = None) -> Page:
@@ -549,7 +571,8 @@ class LanceCatalog:
         if limit is not None and len(versions) > limit:
             versions = versions[:limit]
             nxt = str(versions[-1].version) if versions else None
-        return Page(versions, nxt)
+        # The token counts what was recorded, so a page may come back short of versions cleaned up since.
+        return Page(await self._still_there(ref, state, versions), nxt)
 
     async def delete_table_versions(self, ident: Ident, ranges: list[tuple[int, int]],
                                     branch: str | None = None) -> int:

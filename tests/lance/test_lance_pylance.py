@@ -11,6 +11,7 @@ import os
 import tempfile
 import uuid
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import lance
@@ -242,6 +243,40 @@ def test_same_client_visible_results_as_lance_reference_server(service):
     assert [step[0] for step in ours] == [step[0] for step in reference]
     assert ours == reference
 
+
+
+def _after_cleanup(client) -> dict:
+    """Three versions, lance's own `cleanup_old_versions` (it deletes old manifests and tells the namespace
+    nothing), then what the namespace and pylance see."""
+    client.create_namespace(CreateNamespaceRequest(id=["c"]))
+    t = ["c", "t"]
+    lance.write_dataset(pa.table({"a": [1]}), namespace_client=client, table_id=t, mode="create")
+    for i in (2, 3):
+        lance.write_dataset(pa.table({"a": [i]}), namespace_client=client, table_id=t, mode="append")
+    lance.dataset(namespace_client=client, table_id=t).cleanup_old_versions(older_than=timedelta(0),
+                                                                           delete_unverified=True)
+    seen: dict = {"listed": versions(client, t)}
+    try:
+        client.describe_table_version({"id": t, "version": 1})
+        seen["describe 1"] = "found"
+    except Exception as exc:   # lance_namespace raises its TableVersionNotFound for a 404 with code 11
+        seen["describe 1"] = type(exc).__name__
+    seen["latest"] = rows(lance.dataset(namespace_client=client, table_id=t))
+    seen["appended"] = lance.write_dataset(pa.table({"a": [4]}), namespace_client=client, table_id=t,
+                                           mode="append").version
+    seen["listed after"] = versions(client, t)
+    return seen
+
+
+def test_versions_lance_cleaned_up_are_no_longer_listed(service):
+    """After `cleanup_old_versions`, `version/list` shows only versions that can still be opened and
+    `version/describe` of a cleaned one is 404 (code 11), exactly as lance's own directory namespace shows."""
+    with tempfile.TemporaryDirectory() as root:
+        with RestAdapter("dir", {"root": root, "table_version_tracking_enabled": "true"}, port=0) as adapter:
+            reference = _after_cleanup(lance_namespace.connect("rest", {"uri": f"http://127.0.0.1:{adapter.port}"}))
+    ours = _after_cleanup(lance_namespace.connect("rest", {"uri": service}))
+    assert ours["listed"] == [3] and ours["describe 1"] != "found"
+    assert ours == reference
 
 @pytest.fixture
 def ns_without_grace(config):
