@@ -213,6 +213,18 @@ def test_namespace_drop_racing_a_new_table_or_child_leaves_no_orphan(service):
                 assert a.post(f"{LANCE_NS}/{ns}$c/describe", json={}).status_code == 404
 
 
+def test_iceberg_namespace_drop_racing_a_new_child_leaves_no_orphan(service):
+    with httpx.Client(base_url=service, timeout=60) as a, httpx.Client(base_url=service, timeout=60) as b:
+        for i in range(25):
+            ns = f"irace{i}"
+            ok(a.post("/v1/namespaces", json={"namespace": [ns]}))
+            created, dropped = _race(functools.partial(a.post, "/v1/namespaces", json={"namespace": [ns, "c"]}),
+                                     functools.partial(b.delete, f"/v1/namespaces/{ns}"))
+            assert (created, dropped) in ((200, 409), (404, 204)), (created, dropped)
+            if dropped == 204:
+                assert a.get(f"/v1/namespaces/{ns}%1Fc").status_code == 404
+
+
 def test_catalog_delete_racing_a_new_schema_leaves_no_orphan(service):
     with httpx.Client(base_url=service, timeout=60) as a, httpx.Client(base_url=service, timeout=60) as b:
         for i in range(25):

@@ -188,6 +188,8 @@ def test_iceberg_register_reads_and_takes_only_what_is_in_the_warehouse(http, wa
                                        ["q?x"], ["h#x"], ["sp ace"]])
 def test_iceberg_names_cannot_move_default_locations_out(http, warehouse, tmp_path, namespace):
     """Namespace levels and table names become directory names only in a safe spelling."""
+    for depth in range(1, len(namespace)):   # a nested namespace needs its parents
+        assert http.post("/v1/namespaces", json={"namespace": namespace[:depth]}).status_code == 200
     r = http.post("/v1/namespaces", json={"namespace": namespace})
     if any("/" in level for level in namespace):  # could never be addressed (a path's %2F is decoded): refused
         assert r.status_code == 400, r.text

@@ -1,7 +1,7 @@
 """Input the Iceberg REST spec does not allow is refused with the spec's error and changes nothing, over real HTTP.
 
 Each case is one a conformance probe found stored: partition transforms, decimal types, view versions, namespace
-levels with `/`, a property both updated and removed; and the spec's paging rules for list routes.
+levels with `/`, a nested namespace without its parent, a property both updated and removed; and the spec's paging rules for list routes.
 """
 
 from __future__ import annotations
@@ -194,6 +194,22 @@ def test_a_valid_version_with_every_field_loads_in_pyiceberg(service, http):
 def test_a_namespace_level_with_a_slash_is_refused_like_a_table_name(http, namespace):
     assert_bad_request(http.post("/v1/namespaces", json={"namespace": namespace}))
     assert http.get("/v1/namespaces").json()["namespaces"] == [["db"]]
+
+
+def test_a_nested_namespace_needs_its_parent(http):
+    """Created without its parent, a child would be unreachable: no listing leads to it. Refused as Polaris does."""
+    r = http.post("/v1/namespaces", json={"namespace": ["orph", "kid"]})
+    assert_bad_request(r, 404, "NoSuchNamespaceException")
+    assert "orph" in r.json()["error"]["message"] and "create it" in r.json()["error"]["message"]
+    assert http.get("/v1/namespaces/orph%1Fkid").status_code == 404
+    assert http.get("/v1/namespaces").json()["namespaces"] == [["db"]]
+    assert_bad_request(http.post("/v1/namespaces", json={"namespace": ["db", "no", "kid"]}), 404,
+                       "NoSuchNamespaceException")
+    assert http.get("/v1/namespaces", params={"parent": "db"}).json()["namespaces"] == []
+    # Parents first, and the same request succeeds.
+    assert http.post("/v1/namespaces", json={"namespace": ["orph"]}).status_code == 200
+    assert http.post("/v1/namespaces", json={"namespace": ["orph", "kid"]}).status_code == 200
+    assert http.get("/v1/namespaces", params={"parent": "orph"}).json()["namespaces"] == [["orph", "kid"]]
 
 
 def test_a_property_both_updated_and_removed_is_unprocessable(http):

@@ -492,7 +492,16 @@ class IcebergCatalog:
         _check_namespace(namespace)
         result = {"namespace": list(namespace), "properties": properties}
         record = idempotency_key.record(200, orjson.dumps(result)) if idempotency_key else None
-        await self.store.create_namespace(REALM, catalog, join_namespace(namespace), properties, record)
+        # The parent is checked and share-locked in the insert itself (not looked up before): a concurrent drop of
+        # it either sees this child and refuses, or comes first and this fails. A child without its parent would
+        # be unreachable: no listing leads to it.
+        parent = (REALM, catalog, join_namespace(namespace[:-1])) if len(namespace) > 1 else None
+        try:
+            await self.store.create_namespace(REALM, catalog, join_namespace(namespace), properties, record,
+                                              parent=parent)
+        except NotFound:
+            raise NotFound(f"Parent namespace does not exist: {'.'.join(namespace[:-1])}; create it before "
+                           f"{'.'.join(namespace)}", kind="namespace") from None
         return result
 
     async def load_namespace(self, catalog: str, namespace: tuple[str, ...]) -> dict[str, str]:
