@@ -63,6 +63,56 @@ def test_bad_transaction_bodies_are_400(http):
     assert "q" not in props(http, "a")
 
 
+# -- requirements before updates (Java CatalogHandlers) ------------------------------------------------------
+
+ASSERT_CREATE = {"type": "assert-create"}
+WRONG_UUID = {"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}
+
+
+def locations(http):
+    return {t: http.get(f"/v1/namespaces/db/tables/{t}").json()["metadata-location"] for t in "abc"}
+
+
+def assert_commit_failed(r: httpx.Response, says: str) -> None:
+    assert r.status_code == 409, r.text
+    assert r.json()["error"]["type"] == "CommitFailedException" and r.json()["error"]["code"] == 409
+    assert says in r.json()["error"]["message"], r.text
+
+
+def test_assert_create_on_an_existing_table_fails_as_a_requirement(http):
+    """Not 400 over the metadata its (here: no) updates would leave incomplete: the requirement is checked
+    first, on the table as it is."""
+    before = locations(http)
+    r = http.post("/v1/namespaces/db/tables/a", json={"requirements": [ASSERT_CREATE], "updates": []})
+    assert_commit_failed(r, "table already exists")
+    for changes in ([{**change("a", {}), "requirements": [ASSERT_CREATE], "updates": []}],
+                    [change("b", {"x": "1"}), {**change("a", {}), "requirements": [ASSERT_CREATE], "updates": []}]):
+        assert_commit_failed(http.post("/v1/transactions/commit", json={"table-changes": changes}),
+                             "table already exists")
+    assert locations(http) == before and "x" not in props(http, "b")
+
+
+def test_a_failed_requirement_comes_before_a_refused_relocation(http):
+    before = locations(http)
+    taken = http.get("/v1/namespaces/db/tables/b").json()["metadata"]["location"]
+    r = http.post("/v1/namespaces/db/tables/a", json={"requirements": [WRONG_UUID], "updates": [
+        {"action": "set-location", "location": taken}]})
+    assert_commit_failed(r, "UUID does not match")
+    assert locations(http) == before
+
+
+def test_a_failed_requirement_comes_before_another_tables_invalid_update(http):
+    """Whichever table the transaction's parts are validated in first (table-id order), the failed requirement
+    is the answer: the client refreshes and retries."""
+    before = locations(http)
+    bad_update = {"action": "set-current-schema", "schema-id": 42}
+    for good, bad in (("a", "b"), ("b", "a")):
+        r = http.post("/v1/transactions/commit", json={"table-changes": [
+            {**change(good, {}), "updates": [bad_update]}, change(bad, {"y": "1"}, [WRONG_UUID])]})
+        assert_commit_failed(r, "UUID does not match")
+    assert locations(http) == before
+
+
 def test_transactions_racing_single_commits_never_lose_a_table(service, http):
     """Iceberg's reference handlers commit one table after another and lose the second table's change under
     this race; every acknowledged transaction here must have changed every table it named."""

@@ -50,6 +50,15 @@ def test_create_load_list_and_exists(http):
     assert http.post("/v1/namespaces/db/tables", json={"name": "v", "schema": SCHEMA}).status_code == 409
 
 
+def test_a_create_transaction_on_a_views_name_says_a_view_has_it(http):
+    create(http)
+    r = http.post("/v1/namespaces/db/tables/v", json={"requirements": [{"type": "assert-create"}], "updates": []})
+    assert r.status_code == 409 and r.json()["error"]["type"] == "AlreadyExistsException", r.text
+    assert "View with same name already exists" in r.json()["error"]["message"]
+    assert http.get("/v1/namespaces/db/views/v").json()["metadata"]["current-version-id"] == 1
+    assert http.get("/v1/namespaces/db/tables").json()["identifiers"] == []
+
+
 def test_replace_adds_version_and_reuses_identical_ones(http):
     view_uuid = create(http).json()["metadata"]["view-uuid"]
 

@@ -24,13 +24,14 @@ from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow
 
 from ..actor import Decision
 from ..registry import Compaction, purge_after_drop
-from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, NotFound, Unavailable, location_taken
+from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotFound, Unavailable,
+                      location_taken)
 from ..idempotency import IdempotencyKey
 from ..paging import decode_page_token, one_more, page
 from ..transaction import Create
-from . import apply_commit, new_table_metadata
+from . import apply_commit, check_requirements, new_table_metadata
 from .models import AssertCreate, SetLocationUpdate
-from .views import apply_view_commit, new_view_metadata
+from .views import apply_view_commit, check_view_requirements, new_view_metadata
 
 log = logging.getLogger(__name__)
 
@@ -686,7 +687,7 @@ class IcebergCatalog:
                            idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
         if _creates_table(requirements):
             return await self._commit_create(ident, requirements, updates, idempotency_key)
-        await self._check_relocation(ident, updates)
+        await self._check_relocation(ident, requirements, updates)
         try:
             return await self._submit(ident, lambda: CommitTable(ident, requirements, updates, idempotency_key,
                                                                  self.files, self.warehouse))
@@ -695,12 +696,19 @@ class IcebergCatalog:
             # later ones), which is what a client refreshes to after a commit anyway.
             return await self.load_table(ident)
 
-    async def _check_relocation(self, ident: TableIdent, updates: list, kind: str = "table") -> None:
+    async def _check_relocation(self, ident: TableIdent, requirements: list, updates: list,
+                                kind: str = "table") -> None:
         """`set-location` onto, above or below another table's location: refused before any file is written
-        there (the write checks again, under the lock every placement takes)."""
-        for u in updates:
-            if not isinstance(u, SetLocationUpdate) or not is_within(self.warehouse, u.location):
-                continue  # not a move, or one the commit itself refuses (outside the warehouse, unsafe)
+        there (the write checks again, under the lock every placement takes). The requirements are checked
+        first, against the state now (the actor checks them again): as in Java's `CatalogHandlers.commit`, a
+        failed requirement (409, refresh and retry) is the answer before anything the updates get wrong."""
+        moves = [u for u in updates if isinstance(u, SetLocationUpdate) and is_within(self.warehouse, u.location)]
+        if moves and requirements:   # (the others: no move, or one the commit itself refuses)
+            if kind == "table":
+                check_requirements((await self.load_table(ident)).metadata, requirements)
+            else:
+                check_view_requirements((await self.load_view(ident)).metadata, requirements)
+        for u in moves:
             self.check_location(u.location, ident)
             if await self.store.location_taken(u.location, exclude=await self._resolve(ident, kind)):
                 raise location_taken(u.location)
@@ -717,6 +725,7 @@ class IcebergCatalog:
         the default location; and whether it is the default one (IcebergTable.owns_location). A location the
         updates set is the client's, even the one a stage-create handed out: it may have chosen it again."""
         await self._check_creatable(ident)
+        await self._check_absent(ident)
         generated = str(uuid.uuid4())
         metadata = apply_commit(None, requirements, updates, base_location=None, now_ms=_now_ms(),
                                 table_uuid=generated)
@@ -727,10 +736,24 @@ class IcebergCatalog:
         self.check_location(metadata["location"], ident)
         return metadata, False
 
+    async def _check_absent(self, ident: TableIdent) -> None:
+        """`assert-create` is a requirement, checked against the name as it is before any update is looked at
+        (Java `CatalogHandlers.create`): on a table that exists it fails 409 CommitFailed whatever the updates
+        say, not 400 over metadata the updates leave incomplete. (A create that loses a race for the name after
+        this is refused AlreadyExists at the insert, as Java's commit of a new table is.)"""
+        row = await self.store.find_table(REALM, ident.catalog, ident.ns_path, ident.name)
+        if row is None:
+            return
+        if row.kind == "table":
+            raise CommitConflict("Requirement failed: table already exists")
+        raise AlreadyExists(f"View with same name already exists: {ident}", kind="view")
+
     async def commit_transaction(self, changes: list[tuple[TableIdent, list, list]],
                                  idempotency_key: IdempotencyKey | None = None) -> None:
         """All table changes apply atomically or none do (coordinator.transaction); `assert-create` changes
         create their table in the same database transaction."""
+        if len(changes) > 1:
+            await self._check_requirements_first(changes)
         parts, creates = [], []
         for ident, requirements, updates in changes:
             if _creates_table(requirements):
@@ -741,7 +764,7 @@ class IcebergCatalog:
                 if await self.store.location_taken(metadata["location"]):  # before its files are written there
                     raise location_taken(metadata["location"])
             else:
-                await self._check_relocation(ident, updates)
+                await self._check_relocation(ident, requirements, updates)
                 parts.append((await self._resolve(ident), CommitTable(ident, requirements, updates,
                                                                       files=self.files, warehouse=self.warehouse)))
         record = idempotency_key.record(204) if idempotency_key else None
@@ -753,6 +776,18 @@ class IcebergCatalog:
             raise
         for c in creates:
             self._ids[(c.state.ident, "table")] = c.row.table_id
+
+    async def _check_requirements_first(self, changes: list[tuple[TableIdent, list, list]]) -> None:
+        """Every change's requirements, in the order sent, before any change's updates: the actors validate their
+        parts in table-id order, so a transaction with a table changed meanwhile (409: refresh and retry) could
+        otherwise be answered 400 for another table's updates. Java's `CatalogHandlers` checks requirements before
+        updates too. The actors check them again, while they hold their tables."""
+        for ident, requirements, _ in changes:
+            if _creates_table(requirements):
+                await self._check_absent(ident)
+                check_requirements(None, requirements)
+            elif requirements:
+                check_requirements((await self.load_table(ident)).metadata, requirements)
 
     async def report_metrics(self, ident: TableIdent, report: dict[str, Any]) -> None:
         table_id = await self._resolve(ident)
@@ -807,7 +842,7 @@ class IcebergCatalog:
 
     async def replace_view(self, ident: TableIdent, requirements: list, updates: list,
                            idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
-        await self._check_relocation(ident, updates, "view")
+        await self._check_relocation(ident, requirements, updates, "view")
         return await self._submit(ident, lambda: ReplaceView(ident, requirements, updates, idempotency_key,
                                                              self.warehouse),
                                   kind="view")

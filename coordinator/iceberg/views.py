@@ -145,13 +145,18 @@ class _Builder:
         return self.md
 
 
-def apply_view_commit(base: dict[str, Any], requirements: list[AssertViewUUID], updates: list, *,
-                      now_ms: int) -> dict[str, Any]:
-    """Replace a view: check `assert-view-uuid`, apply the updates; returns `base` itself when nothing changed."""
+def check_view_requirements(base: dict[str, Any], requirements: list[AssertViewUUID]) -> None:
+    """Raise CommitConflict for the first requirement that does not hold against `base`."""
     for r in requirements:
         if r.uuid != base.get("view-uuid"):
             raise CommitConflict(f"Requirement failed: view UUID does not match: expected {r.uuid}, "
                                  f"found {base.get('view-uuid')}")
+
+
+def apply_view_commit(base: dict[str, Any], requirements: list[AssertViewUUID], updates: list, *,
+                      now_ms: int) -> dict[str, Any]:
+    """Replace a view: check `assert-view-uuid`, apply the updates; returns `base` itself when nothing changed."""
+    check_view_requirements(base, requirements)
     b = _Builder(base, now_ms)
     for i, u in enumerate(updates):
         field = f"updates[{i}]"
