@@ -521,9 +521,17 @@ async def commit_transaction(prefix: str) -> Response:
 @guard(_on_object(DROP))
 @idempotent("drop-table")
 async def drop_table(prefix: str, namespace: str, table: str) -> Response:
-    purge = request.args.get("purgeRequested", "false").lower() == "true"
-    await _catalog().drop_table(_ident(prefix, namespace, table), purge, _key())
+    await _catalog().drop_table(_ident(prefix, namespace, table), _purge_requested(), _key())
     return empty_response(204)
+
+
+def _purge_requested() -> bool:
+    """The spec's boolean `purgeRequested`: `true` or `false`, in any case. Anything else is refused before the
+    drop: read as false (Java's `Boolean.parseBoolean`), a misspelt purge would drop the table and keep its files."""
+    raw = request.args.get("purgeRequested", "false")
+    if raw.lower() not in ("true", "false"):
+        raise BadRequest(f"purgeRequested must be true or false, got {raw!r}")
+    return raw.lower() == "true"
 
 
 class ReportMetricsRequest(BaseModel):

@@ -1,12 +1,14 @@
 """Input the Iceberg REST spec does not allow is refused with the spec's error and changes nothing, over real HTTP.
 
 Each case is one a conformance probe found stored: partition transforms, decimal types, view versions, namespace
-levels with `/`, a nested namespace without its parent, a property both updated and removed; and the spec's paging rules for list routes.
+levels with `/`, a nested namespace without its parent, a property both updated and removed, a
+`purgeRequested` that is not a boolean; and the spec's paging rules for list routes.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -217,6 +219,31 @@ def test_a_property_both_updated_and_removed_is_unprocessable(http):
     r = http.post("/v1/namespaces/db/properties", json={"updates": {"a": "2", "b": "1"}, "removals": ["a"]})
     assert_bad_request(r, 422, "UnprocessableEntityException")
     assert http.get("/v1/namespaces/db").json()["properties"] == {"a": "1"}
+
+
+# -- query parameters --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["maybe", "1", "yes", "", "truee"])
+def test_a_purge_requested_that_is_not_a_boolean_is_refused_and_drops_nothing(http, value):
+    before = table_location(http)
+    r = http.delete("/v1/namespaces/db/tables/t", params={"purgeRequested": value})
+    assert_bad_request(r)
+    assert "purgeRequested" in r.json()["error"]["message"]
+    assert table_location(http) == before and Path(httpx.URL(before).path).is_file()
+
+
+@pytest.mark.parametrize("value", ["TRUE", "False", "true", "false"])
+def test_purge_requested_is_read_in_any_case(http, value):
+    kept = Path(httpx.URL(table_location(http)).path)
+    assert http.delete("/v1/namespaces/db/tables/t", params={"purgeRequested": value}).status_code == 204
+    assert http.get("/v1/namespaces/db/tables/t").status_code == 404
+    purged = value.lower() == "true"
+    for _ in range(200):   # the purge runs once the drop is durable, after the answer
+        if kept.exists() != purged:
+            break
+        time.sleep(0.025)
+    assert kept.exists() != purged
 
 
 # -- paging ------------------------------------------------------------------------------------------------------
