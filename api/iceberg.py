@@ -369,8 +369,9 @@ async def get_config() -> Response:
     defaults = {}
     if current_app.config["COORDINATOR"].authority is not None:
         defaults["oauth2-server-uri"] = request.host_url + "v1/oauth/tokens"
-    return json_response({"defaults": defaults, "overrides": {}, "endpoints": ENDPOINTS,
-                          "namespace-separator": "%1F", "idempotency-key-lifetime": f"PT{LIFETIME_S // 60}M"})
+    # The separator is a /config override (spec, `parent`), where Java and pyiceberg read it: not a top-level key.
+    return json_response({"defaults": defaults, "overrides": {"namespace-separator": "%1F"}, "endpoints": ENDPOINTS,
+                          "idempotency-key-lifetime": f"PT{LIFETIME_S // 60}M"})
 
 
 # -- namespaces ----------------------------------------------------------------------------------------------

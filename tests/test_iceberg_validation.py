@@ -221,6 +221,19 @@ def test_a_property_both_updated_and_removed_is_unprocessable(http):
     assert http.get("/v1/namespaces/db").json()["properties"] == {"a": "1"}
 
 
+# -- config ------------------------------------------------------------------------------------------------------
+
+
+def test_the_namespace_separator_is_a_config_override(service, http):
+    """The spec names it "the /config override `namespace-separator`"; clients read it from the merged
+    properties (defaults, their own, overrides), never from a top-level key."""
+    config = http.get("/v1/config").json()
+    assert config["overrides"]["namespace-separator"] == "%1F" and "namespace-separator" not in config
+    catalog = load_catalog("c", type="rest", uri=service)
+    assert catalog.properties["namespace-separator"] == "%1F"
+    assert catalog.list_namespaces("db") == []   # the `parent` it sends is joined with that separator
+
+
 # -- query parameters --------------------------------------------------------------------------------------------
 
 
