@@ -59,6 +59,27 @@ def test_a_create_transaction_on_a_views_name_says_a_view_has_it(http):
     assert http.get("/v1/namespaces/db/tables").json()["identifiers"] == []
 
 
+def test_a_name_taken_by_the_other_kind_says_which_kind_has_it(http):
+    """Java's words: a view refused for a table's name is told "Table with same name already exists"."""
+    create(http)
+    assert http.post("/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).status_code == 200
+    refusals = {"Table with same name already exists: db.t": [create(http, name="t"), http.post(
+                    "/v1/views/rename", json={"source": {"namespace": ["db"], "name": "v"},
+                                              "destination": {"namespace": ["db"], "name": "t"}})],
+                "View with same name already exists: db.v": [http.post(
+                    "/v1/namespaces/db/tables", json={"name": "v", "schema": SCHEMA}), http.post(
+                    "/v1/tables/rename", json={"source": {"namespace": ["db"], "name": "t"},
+                                               "destination": {"namespace": ["db"], "name": "v"}})],
+                "View already exists: db.v": [create(http)]}
+    for message, answers in refusals.items():
+        for r in answers:
+            assert r.status_code == 409 and r.json()["error"] == {
+                "message": message, "type": "AlreadyExistsException", "code": 409}, r.text
+    assert http.get("/v1/namespaces/db/views").json()["identifiers"] == [{"namespace": ["db"], "name": "v"}]
+    assert http.get("/v1/namespaces/db/tables").json()["identifiers"] == [{"namespace": ["db"], "name": "t"}]
+    assert http.get("/v1/namespaces/db/views/v").json()["metadata"]["current-version-id"] == 1
+
+
 def test_replace_adds_version_and_reuses_identical_ones(http):
     view_uuid = create(http).json()["metadata"]["view-uuid"]
 

@@ -399,6 +399,14 @@ def _creation(ident: TableIdent, metadata: dict[str, Any], table_uuid: str, meta
                   files)
 
 
+def _name_taken(row: TableRow | None, ident: TableIdent, kind: str) -> AlreadyExists:
+    """A create (or rename) of a `kind` refused for its name: which kind holds it, in Java's words (a view's name
+    is taken by a table: "Table with same name already exists"), so that the client looks for the right object."""
+    if row is not None and row.kind != kind:
+        return AlreadyExists(f"{row.kind.capitalize()} with same name already exists: {ident}", kind=row.kind)
+    return AlreadyExists(f"{kind.capitalize()} already exists: {ident}", kind=kind)
+
+
 def _creates_table(requirements: list) -> bool:
     """`assert-create`: the change creates its table (the create transaction after a stage-create)."""
     return any(isinstance(r, AssertCreate) for r in requirements)
@@ -655,8 +663,12 @@ class IcebergCatalog:
                       idempotency_key: IdempotencyKey | None, metadata_location: str | None = None,
                       kind: str = "table", owns_location: bool = False) -> IcebergTable:
         new = _creation(ident, metadata, table_uuid, metadata_location, kind, owns_location)
-        await self.registry.create(new.row, state=new.state, row_state=new.row_state, log_entries=new.log,
-                                   files=new.files, idempotency=_idempotency(idempotency_key, 200, new.state))
+        try:
+            await self.registry.create(new.row, state=new.state, row_state=new.row_state, log_entries=new.log,
+                                       files=new.files, idempotency=_idempotency(idempotency_key, 200, new.state))
+        except AlreadyExists:
+            row = await self.store.find_table(REALM, ident.catalog, ident.ns_path, ident.name)
+            raise _name_taken(row, ident, kind) from None
         self._ids[(ident, kind)] = new.row.table_id
         return new.state
 
@@ -746,7 +758,7 @@ class IcebergCatalog:
             return
         if row.kind == "table":
             raise CommitConflict("Requirement failed: table already exists")
-        raise AlreadyExists(f"View with same name already exists: {ident}", kind="view")
+        raise _name_taken(row, ident, "table")
 
     async def commit_transaction(self, changes: list[tuple[TableIdent, list, list]],
                                  idempotency_key: IdempotencyKey | None = None) -> None:
@@ -816,13 +828,14 @@ class IcebergCatalog:
 
     async def rename_table(self, source: TableIdent, dest: TableIdent,
                            idempotency_key: IdempotencyKey | None = None) -> None:
-        await self._rename(source, dest, idempotency_key, "table", "Table already exists")
+        await self._rename(source, dest, idempotency_key, "table")
 
-    async def _rename(self, source: TableIdent, dest: TableIdent, idempotency_key: IdempotencyKey | None, kind: str,
-                      taken: str) -> None:
+    async def _rename(self, source: TableIdent, dest: TableIdent, idempotency_key: IdempotencyKey | None,
+                      kind: str) -> None:
         await self._check_creatable(dest)
-        if await self.store.find_table(REALM, dest.catalog, dest.ns_path, dest.name) is not None:
-            raise AlreadyExists(f"{taken}: {dest}", kind=kind)
+        row = await self.store.find_table(REALM, dest.catalog, dest.ns_path, dest.name)
+        if row is not None:
+            raise _name_taken(row, dest, kind)
         await self._submit(source, lambda: RenameTable(source, dest, idempotency_key), kind=kind)
         self._ids.pop((source, kind), None)
 
@@ -853,7 +866,7 @@ class IcebergCatalog:
 
     async def rename_view(self, source: TableIdent, dest: TableIdent,
                           idempotency_key: IdempotencyKey | None = None) -> None:
-        await self._rename(source, dest, idempotency_key, "view", "View or table already exists")
+        await self._rename(source, dest, idempotency_key, "view")
 
 
 def _format_version(properties: dict[str, str]) -> int | None:
