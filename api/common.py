@@ -51,7 +51,9 @@ async def _parts(parts: list[bytes]):
 
 
 def empty_response(status: int = 204, headers: dict[str, str] | None = None) -> Response:
-    return Response(b"", status=status, headers=headers)
+    response = Response(b"", status=status, headers=headers)
+    del response.headers["Content-Type"]   # Quart's default (text/html) would describe a body there is none of
+    return response
 
 
 def describe_validation_error(exc: ValidationError) -> str:

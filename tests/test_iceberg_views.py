@@ -80,6 +80,17 @@ def test_a_name_taken_by_the_other_kind_says_which_kind_has_it(http):
     assert http.get("/v1/namespaces/db/views/v").json()["metadata"]["current-version-id"] == 1
 
 
+def test_head_answers_carry_no_content_type(http):
+    """A 204 has no body, so no type for one (Quart's default text/html was sent)."""
+    create(http)
+    assert http.post("/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).status_code == 200
+    for path in ("/v1/namespaces/db", "/v1/namespaces/db/tables/t", "/v1/namespaces/db/views/v"):
+        r = http.head(path)
+        assert r.status_code == 204 and "content-type" not in r.headers and r.content == b"", (path, r.headers)
+    r = http.delete("/v1/namespaces/db/views/v")
+    assert r.status_code == 204 and "content-type" not in r.headers
+
+
 def test_replace_adds_version_and_reuses_identical_ones(http):
     view_uuid = create(http).json()["metadata"]["view-uuid"]
 
