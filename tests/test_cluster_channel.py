@@ -134,3 +134,38 @@ async def test_nothing_is_unpickled_from_a_connection_without_the_cluster_key():
         # and the right key still works
         assert await Peer(f"127.0.0.1:{port}", Codec({}), nursery, KEY).call("echo", 7) == 7
         nursery.cancel_scope.cancel()
+
+
+async def test_a_peer_that_goes_away_is_no_error(caplog):
+    """A member killed mid-conversation resets its connections: the server drops them quietly (no ERROR log, no
+    traceback), as the normal end of a peer, and goes on serving others."""
+    import logging
+    import socket
+    import struct
+
+    async def slow(value):
+        await trio.sleep(0.5)
+        return value
+
+    server = ChannelServer(Codec({}), {"slow": slow}, KEY)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(server.serve, "127.0.0.1", 0)
+        port = listeners[0].socket.getsockname()[1]
+        with caplog.at_level(logging.WARNING, logger="coordinator.cluster.channel"):
+            peer = Peer(f"127.0.0.1:{port}", Codec({}), nursery, KEY)
+            nursery.start_soon(lambda: _ignore_loss(peer.call("slow", 1)))
+            await trio.sleep(0.1)
+            # a reset, as the kernel sends for a process killed with SIGKILL
+            peer._stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            peer._stream.socket.close()
+            await trio.sleep(0.3)
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+        assert await Peer(f"127.0.0.1:{port}", Codec({}), nursery, KEY).call("slow", 2) == 2
+        nursery.cancel_scope.cancel()
+
+
+async def _ignore_loss(call) -> None:
+    try:
+        await call
+    except AnswerLost:
+        pass

@@ -145,6 +145,9 @@ def _wire_error(exc: BaseException) -> CoordinatorError:
     return CoordinatorError(f"peer failed: {type(exc).__name__}: {exc}")
 
 
+_PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)   # a peer that went away: no fault
+
+
 class ChannelServer:
     """Answers peers' calls with `handlers[method](*args)`; each call runs in its own task."""
 
@@ -161,11 +164,14 @@ class ChannelServer:
         try:
             await accept_handshake(stream, self.key)
             async with trio.open_nursery() as nursery:
-                async for payload in read_frames(stream):
-                    call_id, method, args = self.codec.loads(payload)
-                    nursery.start_soon(self._answer, stream, lock, call_id, method, args)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass  # the peer went away; its calls' answers are lost, and it resolves them itself
+                try:
+                    async for payload in read_frames(stream):
+                        call_id, method, args = self.codec.loads(payload)
+                        nursery.start_soon(self._answer, stream, lock, call_id, method, args)
+                except _PEER_GONE:   # caught here: out of the nursery it would come wrapped in an ExceptionGroup
+                    nursery.cancel_scope.cancel()   # its calls' answers are lost, and it resolves them itself
+        except _PEER_GONE:
+            pass
         except (HandshakeFailed, trio.TooSlowError) as exc:
             log.warning("refused a channel connection from %s: %s", _remote(stream), exc)
         except Exception:  # a frame we cannot read: drop this connection, never the member
