@@ -136,8 +136,10 @@ def test_set_location_keeps_locations_exclusive(http):
     def move(to: str):
         return http.post("/v1/namespaces/sl/tables/mover", json={"requirements": [], "updates": [
             {"action": "set-location", "location": to}]})
-    for target in (lance, lance + "/inner", lance.rsplit("/", 1)[0]):
+    for target in (lance, lance + "/inner"):
         overlap_refused(move(target))
+    r = move(lance.rsplit("/", 1)[0])   # the namespace's own directory: refused as that, before any overlap
+    assert r.status_code == 400 and "directory of namespace" in r.text, r.text
     assert ok(http.get("/v1/namespaces/sl/tables/mover"))["metadata"]["location"] == before
     assert not list(to_local_path(lance).rglob("*.metadata.json"))  # nothing written into the Lance table
 
@@ -146,6 +148,55 @@ def test_set_location_keeps_locations_exclusive(http):
     overlap_refused(http.post(f"{LANCE_TABLE}/sl$late/declare", json={"location": moved_to + "/x"}))
     ok(http.post(f"{LANCE_TABLE}/sl$late/declare", json={"location": before}))  # the old place is free
 
+
+def test_an_iceberg_table_is_not_placed_at_or_above_a_namespace_directory(http):
+    """As for Lance: a location the client chooses that is, or holds, a namespace's directory (Iceberg or Lance,
+    which share the warehouse; within a catalog prefix, that prefix's) would overlap every table later placed there
+    by default. The create, register or move that chose it is refused, not the innocent creates after it."""
+    ok(http.post("/v1/namespaces", json={"namespace": ["nd"]}))
+    ok(http.post("/v1/namespaces", json={"namespace": ["nd", "kid"]}))
+    ok(http.post(f"{LANCE_NS}/lnd/create", json={}))
+    t = ok(http.post("/v1/namespaces/nd/tables", json={"name": "t", "schema": ICEBERG_SCHEMA}))
+    nd_dir = t["metadata"]["location"].rsplit("/", 1)[0]
+    warehouse = nd_dir.rsplit("/", 1)[0]
+
+    def refused(r) -> None:
+        assert r.status_code == 400 and "directory of namespace" in r.text, r.text
+
+    for location in (nd_dir, nd_dir + "/kid", warehouse + "/lnd"):
+        refused(http.post("/v1/namespaces/nd/tables", json={"name": "bad", "location": location,
+                                                             "schema": ICEBERG_SCHEMA}))
+        refused(http.post("/v1/namespaces/nd/tables/t", json={"requirements": [], "updates": [
+            {"action": "set-location", "location": location}]}))
+    staged = ok(http.post("/v1/namespaces/nd/tables", json={"name": "staged", "schema": ICEBERG_SCHEMA,
+                                                             "stage-create": True}))
+    refused(http.post("/v1/namespaces/nd/tables/staged", json={"requirements": [{"type": "assert-create"}],
+                                                                 "updates": [
+        {"action": "assign-uuid", "uuid": staged["metadata"]["table-uuid"]},
+        {"action": "upgrade-format-version", "format-version": 2},
+        {"action": "add-schema", "schema": ICEBERG_SCHEMA}, {"action": "set-current-schema", "schema-id": -1},
+        {"action": "add-spec", "spec": {"spec-id": 0, "fields": []}}, {"action": "set-default-spec", "spec-id": -1},
+        {"action": "add-sort-order", "sort-order": {"order-id": 0, "fields": []}},
+        {"action": "set-default-sort-order", "sort-order-id": -1}, {"action": "set-location", "location": nd_dir}]}))
+    assert ok(http.get("/v1/namespaces/nd/tables/t"))["metadata"]["location"] == t["metadata"]["location"]
+    assert [i["name"] for i in ok(http.get("/v1/namespaces/nd/tables"))["identifiers"]] == ["t"]
+    # Creates placed by default still work there, and a place of its own inside a namespace's directory is fine.
+    ok(http.post("/v1/namespaces/nd/tables", json={"name": "u", "schema": ICEBERG_SCHEMA}))
+    ok(http.post("/v1/namespaces/nd%1Fkid/tables", json={"name": "v", "schema": ICEBERG_SCHEMA}))
+    ok(http.post("/v1/namespaces/nd/tables", json={"name": "w", "location": nd_dir + "/chosen",
+                                                   "schema": ICEBERG_SCHEMA}))
+
+    # A catalog prefix's namespaces live below `<warehouse>/<prefix>~`, which belongs to that prefix alone.
+    ok(http.post("/v1/p/namespaces", json={"namespace": ["pn"]}))
+    for location in (warehouse + "/p~", warehouse + "/p~/pn"):
+        refused(http.post("/v1/p/namespaces/pn/tables", json={"name": "bad", "location": location,
+                                                               "schema": ICEBERG_SCHEMA}))
+    for prefix, location in (("p", warehouse + "/q~/x"), ("", warehouse + "/p~/x")):
+        path = f"/v1/{prefix}/namespaces/pn/tables" if prefix else "/v1/namespaces/nd/tables"
+        r = http.post(path, json={"name": "bad", "location": location, "schema": ICEBERG_SCHEMA})
+        assert r.status_code == 400 and "another Iceberg catalog prefix" in r.text, r.text
+    ok(http.post("/v1/p/namespaces/pn/tables", json={"name": "ok", "location": warehouse + "/p~/pn/own",
+                                                      "schema": ICEBERG_SCHEMA}))
 
 def test_set_location_in_a_transaction_keeps_locations_exclusive(http):
     ok(http.post("/v1/namespaces", json={"namespace": ["tx"]}))

@@ -28,6 +28,7 @@ from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflic
                       location_taken)
 from ..idempotency import IdempotencyKey
 from ..paging import decode_page_token, one_more, page
+from ..placement import check_no_namespace_inside
 from ..transaction import Create
 from . import apply_commit, check_requirements, new_table_metadata
 from .models import AssertCreate, SetLocationUpdate
@@ -638,6 +639,13 @@ class IcebergCatalog:
                                  f"where its namespace's grants reach")
         return location
 
+    async def _check_chosen(self, location: str, ident: TableIdent) -> str:
+        """A location the client chose: `check_location`, and neither a namespace's directory nor one holding such
+        a directory (coordinator/placement.py), where every table placed by default would overlap it."""
+        location = self.check_location(location, ident)
+        await check_no_namespace_inside(self.store, self.warehouse, location, ident.catalog)
+        return location
+
     async def _check_creatable(self, ident: TableIdent) -> None:
         """A new table or view (created, registered or renamed to) needs a valid name in an existing namespace."""
         _check_name(ident.name)
@@ -649,7 +657,7 @@ class IcebergCatalog:
         await self._check_creatable(ident)
         table_uuid = str(uuid.uuid4())
         owns = not location
-        location = self.check_location(location, ident) if location else self.default_location(ident, table_uuid)
+        location = await self._check_chosen(location, ident) if location else self.default_location(ident, table_uuid)
         metadata = new_table_metadata(location=location, schema=schema, partition_spec=partition_spec,
                                       sort_order=write_order, properties=properties,
                                       format_version=_format_version(properties), table_uuid=table_uuid,
@@ -691,7 +699,7 @@ class IcebergCatalog:
             uuid.UUID(metadata["table-uuid"])
         except ValueError:
             raise BadRequest(f"table-uuid {metadata['table-uuid']!r} in metadata-location is not a UUID") from None
-        self.check_location(metadata["location"], ident)
+        await self._check_chosen(metadata["location"], ident)
         return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key,
                                   metadata_location=metadata_location)
 
@@ -721,7 +729,7 @@ class IcebergCatalog:
             else:
                 check_view_requirements((await self.load_view(ident)).metadata, requirements)
         for u in moves:
-            self.check_location(u.location, ident)
+            await self._check_chosen(u.location, ident)
             if await self.store.location_taken(u.location, exclude=await self._resolve(ident, kind)):
                 raise location_taken(u.location)
 
@@ -745,7 +753,7 @@ class IcebergCatalog:
             # Named after the uuid generated here, never one the client assigned: a table dropped without purge
             # may have left its files in the directory named after its own.
             return {**metadata, "location": self.default_location(ident, generated)}, True
-        self.check_location(metadata["location"], ident)
+        await self._check_chosen(metadata["location"], ident)
         return metadata, False
 
     async def _check_absent(self, ident: TableIdent) -> None:
@@ -845,7 +853,7 @@ class IcebergCatalog:
                           properties: dict[str, str], idempotency_key: IdempotencyKey | None = None) -> IcebergTable:
         await self._check_creatable(ident)
         view_uuid = str(uuid.uuid4())
-        location = self.check_location(location, ident) if location else self.default_location(ident, view_uuid)
+        location = await self._check_chosen(location, ident) if location else self.default_location(ident, view_uuid)
         metadata = new_view_metadata(view_uuid=view_uuid, location=location, schema=schema, version=view_version,
                                      properties=properties, now_ms=_now_ms())
         return await self._insert(ident, metadata, view_uuid, idempotency_key, kind="view")

@@ -21,13 +21,14 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from storage.files import NOT_A_FILE, is_below, is_within, join, location_key, path_segment, unsafe_location
+from storage.files import NOT_A_FILE, is_below, is_within, join, path_segment, unsafe_location
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..actor import Proposal
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotEmpty, NotFound,
                       Unavailable)
 from ..paging import decode_page_token, one_more, page
+from ..placement import check_no_namespace_inside
 from ..registry import Compaction, purge_after_drop
 from ..transaction import Create
 from . import storage as lance_storage
@@ -41,8 +42,6 @@ log = logging.getLogger(__name__)
 REALM = "lance"
 CATALOG = ""
 FORMAT = "lance"
-ICEBERG_REALM = "iceberg"   # coordinator/iceberg/catalog.py REALM: its unprefixed namespaces share our directories
-DELTA_MANAGED_DIR = "__unitystorage"   # coordinator/delta/catalog.py MANAGED_DIR: its managed tables' root
 CASCADE_ROUNDS = 10   # a cascade drop drops the tables declared while it ran this many times before giving up
 Ident = tuple[str, ...]   # namespace levels + table name
 VersionRequest = CreateTableVersionRequest | CreateTableVersionEntry   # a batch entry is read as a request
@@ -349,35 +348,7 @@ class LanceCatalog:
         return location
 
     async def check_no_namespace_inside(self, location: str) -> None:
-        """A location given by the client may not be, or contain, an existing namespace's directory (a Lance
-        namespace's, or an Iceberg one's without a prefix: they share the warehouse): every table placed in that
-        namespace by default would overlap it, and the namespace could hold no new table."""
-        segments = location_key(location)[len(location_key(self.warehouse)) + 1:].split("/")
-        if segments[0].endswith("~") or segments[0] == DELTA_MANAGED_DIR:
-            raise BadRequest(f"location {location!r} is inside the directory of an Iceberg catalog prefix or of "
-                             f"Unity Catalog's managed tables; choose another location")
-        for realm in (REALM, ICEBERG_REALM):
-            levels = await self._levels_of(realm, segments)
-            if levels is not None and (await self.store.get_namespace(realm, CATALOG, join_namespace(levels))
-                                       is not None or await self.store.list_namespaces(
-                                           realm, CATALOG, join_namespace(levels), limit=1, recursive=True)):
-                raise BadRequest(f"location {location!r} is the directory of namespace {show(levels)}, or contains "
-                                 f"a namespace's directory: its tables are placed there; choose another location")
-
-    async def _levels_of(self, realm: str, segments: list[str]) -> tuple[str, ...] | None:
-        """The namespace levels whose directories (`path_segment`) are these segments, or None if no namespace
-        has them. A plain segment is its own level; a cleaned one (`a_b~hash`) is found among the children."""
-        levels: tuple[str, ...] = ()
-        for segment in segments:
-            if segment and path_segment(segment) == segment:
-                levels += (segment,)
-                continue
-            children = await self.store.list_namespaces(realm, CATALOG, join_namespace(levels))
-            found = [split_namespace(c)[-1] for c in children if path_segment(split_namespace(c)[-1]) == segment]
-            if not found:
-                return None
-            levels += (found[0],)
-        return levels
+        await check_no_namespace_inside(self.store, self.warehouse, location)
 
     async def check_unused(self, location: str) -> None:
         """A declared table starts with no versions, so its location must hold none (use register for that)."""
