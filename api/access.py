@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Union
 
 from quart import current_app, request
 
-from coordinator.auth import Privilege, Resource
+from coordinator.auth import CALLER, Privilege, Resource
 from coordinator.errors import Forbidden, Unauthorized
 
 from .common import protocol_of
@@ -79,6 +79,7 @@ async def enforce() -> None:
         raise Unauthorized("authentication required: send 'Authorization: Bearer <token>' (tokens come from "
                            "POST /v1/oauth/tokens with grant_type=client_credentials)")
     principal = authority.principal(credential)
+    CALLER.set(principal.name)
     if policy is None:  # no route matched: the caller is known, and will get the protocol's 404
         return
     needs = policy(**(req.view_args or {}))

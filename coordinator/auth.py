@@ -24,6 +24,7 @@ The auth file (TOML) names clients, their hashed secrets and roles, and what eac
 from __future__ import annotations
 
 import base64
+import contextvars
 import enum
 import functools
 import hashlib
@@ -45,6 +46,9 @@ from .errors import Forbidden, Unauthorized
 
 Resource = tuple[str, ...]
 ISSUER = "commit-coordinator"
+# Who sends the request being served (api/access.py sets it once a token is verified), for what records its maker:
+# Unity Catalog's owner / created_by / updated_by. Without authentication everyone is anonymous.
+CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="anonymous")
 VERIFIED_TOKENS_MAX = 4096  # tokens remembered as verified (see Authority.principal)
 
 

@@ -321,7 +321,7 @@ def test_pylance_with_authorization_header(secured, tokens):
 
 def test_unitycatalog_client_with_token(secured, tokens):
     from unitycatalog.client import ApiClient, ApiException, CatalogsApi, Configuration, SchemasApi
-    from unitycatalog.client.models import CreateCatalog, CreateSchema
+    from unitycatalog.client.models import CreateCatalog, CreateSchema, UpdateCatalog
 
     def client(token: str | None) -> ApiClient:
         config = Configuration(host=secured + "/api/2.1/unity-catalog")
@@ -332,9 +332,13 @@ def test_unitycatalog_client_with_token(secured, tokens):
     async def run() -> None:
         async with client(tokens["admin"]) as admin, client(tokens["writer"]) as writer, \
                 client(tokens["reader"]) as reader, client(None) as anonymous:
-            await CatalogsApi(admin).create_catalog(CreateCatalog(name="main"))
+            made = await CatalogsApi(admin).create_catalog(CreateCatalog(name="main"))
+            assert (made.owner, made.created_by, made.updated_by) == ("admin", "admin", "admin")
             await CatalogsApi(admin).create_catalog(CreateCatalog(name="other"))
-            await SchemasApi(writer).create_schema(CreateSchema(name="s", catalog_name="main"))
+            schema = await SchemasApi(writer).create_schema(CreateSchema(name="s", catalog_name="main"))
+            assert (schema.owner, schema.created_by) == ("writer", "writer")   # each object records its maker
+            updated = await CatalogsApi(writer).update_catalog("main", UpdateCatalog(comment="lake"))
+            assert (updated.owner, updated.updated_by) == ("admin", "writer")
             assert [s.name for s in (await SchemasApi(reader).list_schemas("main")).schemas] == ["s"]
             with pytest.raises(ApiException) as exc:
                 await SchemasApi(writer).create_schema(CreateSchema(name="s", catalog_name="other"))

@@ -26,6 +26,7 @@ from storage.files import join, unsafe_location
 from storage.records import LogEntry, PurgeClaim, TableRow
 
 from ..actor import Decision
+from ..auth import CALLER
 from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotEmpty, NotFound, Unavailable
 from ..paging import decode_page_token, one_more, page
 from ..registry import delete_own_location
@@ -42,7 +43,6 @@ STAGING_CATALOG = "\x1estaging"  # control characters are not allowed in UC name
 FORMAT = "delta"
 MANAGED_DIR = "__unitystorage"
 # The service has no authentication yet; UC requires owner fields, so they name nobody in particular.
-OWNER = "anonymous"
 
 FullName = tuple[str, str, str]
 
@@ -144,13 +144,14 @@ class CreateFromStaging:
     comment: str | None
     properties: dict[str, str]
     now_ms: int
+    owner: str   # the caller (read in the request: the actor runs outside it)
 
     def decide(self, state: Any) -> Decision:
         state = _unused_staging(state, self.full, self.location, self.schema_id)
         catalog, schema, name = self.full
         info = {"name": name, "catalog_name": catalog, "schema_name": schema, "table_type": "MANAGED",
                 "data_source_format": "DELTA", "columns": self.columns, "storage_location": state.location,
-                **_owned(self.comment, self.properties, self.now_ms), "table_id": str(state.table_id)}
+                **_owned(self.comment, self.properties, self.now_ms, self.owner), "table_id": str(state.table_id)}
         table = DeltaTable(state.table_id, rules.freeze(info), last=0, published=0, unpublished=(),
                            newest=self.first_commit)
         return Decision(table, reply=table, row_state=table.row_state(), log=[LogEntry(0, self.first_commit)],
@@ -221,19 +222,19 @@ def table_info(table: DeltaTable) -> dict[str, Any]:
     return dict(table.info)
 
 
-def _owned(comment: str | None, properties: dict[str, str], now: int) -> dict[str, Any]:
+def _owned(comment: str | None, properties: dict[str, str], now: int, owner: str) -> dict[str, Any]:
     """The fields every UC object carries after its own: its comment (only when it has one), properties,
     owner and audit stamps."""
     fields: dict[str, Any] = {} if comment is None else {"comment": comment}
-    return {**fields, "properties": properties, "owner": OWNER, "created_at": now, "created_by": OWNER,
-            "updated_at": now, "updated_by": OWNER}
+    return {**fields, "properties": properties, "owner": owner, "created_at": now, "created_by": owner,
+            "updated_at": now, "updated_by": owner}
 
 
 def _entry(body: CreateCatalog | CreateSchema, id_field: str) -> dict[str, Any]:
     if body.storage_root is not None:
         raise BadRequest("storage_root is not supported: managed tables are placed under the service's "
                          "configured managed root")
-    return {id_field: str(uuid.uuid4()), **_owned(body.comment, body.properties, now_ms())}
+    return {id_field: str(uuid.uuid4()), **_owned(body.comment, body.properties, now_ms(), CALLER.get())}
 
 
 def _no_rename(kind: str, name: str, new_name: str | None) -> None:
@@ -306,7 +307,7 @@ class DeltaCatalog:
                             body: UpdateCatalogOrSchema) -> dict[str, Any] | None:
         """UC OSS: a comment sent replaces the comment, properties sent replace the properties (an empty map keeps
         them, as UC does). The entry after the change, or None if there is none."""
-        updates: dict[str, Any] = {"updated_at": now_ms(), "updated_by": OWNER}
+        updates: dict[str, Any] = {"updated_at": now_ms(), "updated_by": CALLER.get()}
         if body.comment is not None:
             updates["comment"] = body.comment
         if body.properties:
@@ -469,7 +470,7 @@ class DeltaCatalog:
         try:
             table = await self.registry.submit(table_id, CreateFromStaging(
                 full, body.storage_location, schema_id, first, columns, body.comment, dict(body.properties),
-                now_ms()))
+                now_ms(), CALLER.get()))
         except NotFound as exc:
             if exc.kind == "namespace":  # the schema went away since we looked
                 raise NotFound(f"Schema does not exist: {body.catalog_name}.{body.schema_name}",
@@ -495,8 +496,8 @@ class DeltaCatalog:
         table_id = uuid.uuid4()
         info = {"name": body.name, "catalog_name": body.catalog_name, "schema_name": body.schema_name,
                 "table_type": "EXTERNAL", "data_source_format": body.data_source_format, "columns": columns,
-                "storage_location": location, **_owned(body.comment, dict(body.properties), now_ms()),
-                "table_id": str(table_id)}
+                "storage_location": location, "table_id": str(table_id),
+                **_owned(body.comment, dict(body.properties), now_ms(), CALLER.get())}
         table = DeltaTable(table_id, rules.freeze(info), last=-1, published=-1, unpublished=(), newest=None)
         row = TableRow(table_id=table_id, realm=REALM, catalog=full[0], namespace=full[1], name=full[2],
                        format=FORMAT, location=location)
