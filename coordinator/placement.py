@@ -1,4 +1,5 @@
-"""A location a client chooses for a table may not be a namespace's directory, nor hold one.
+"""A location a client chooses for a table may not be a namespace's directory, nor hold one (and a namespace
+may not be made where its directory would lie in a table's location).
 
 Tables placed by default go to `<namespace directory>/<name>-<uuid>`, Iceberg's and Lance's alike (an Iceberg
 catalog prefix's namespaces below `<warehouse>/<prefix>~`). A table at or above a namespace's directory overlaps
@@ -42,6 +43,14 @@ async def check_no_namespace_inside(store, warehouse: str, location: str, iceber
             named = ".".join(levels) or f"the catalog prefix {iceberg_prefix!r}"
             raise BadRequest(f"location {location!r} is the directory of namespace {named}, or contains a "
                              f"namespace's directory: its tables are placed there; choose another location")
+
+
+async def check_namespace_directory_free(store, directory: str, name: str) -> None:
+    """The other way round: a new namespace's directory may not lie at or inside a table's location (one a client
+    chose before the namespace existed), where every table placed in the namespace by default would overlap it."""
+    if await store.location_taken(directory, below=False):
+        raise BadRequest(f"the directory of namespace {name}, {directory}, lies within a table's location (or one "
+                         f"still being deleted); move or drop that table first, or choose another name")
 
 
 async def _levels_of(store, realm: str, catalog: str, segments: list[str]) -> tuple[str, ...] | None:

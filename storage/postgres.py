@@ -609,11 +609,12 @@ class PostgresStore:
                                                       table_id))
         return _row(r) if r else None
 
-    async def location_taken(self, location: str, exclude: UUID | None = None, *, purges: bool = True) -> bool:
-        """Whether a table or view (other than `exclude`) lives at, above or below `location`, or (`purges`) a
-        dropped one's files there are still being deleted: a check before writing a table's files there; the
-        write checks again under a lock."""
-        return await self._call(lambda con: _location_in_use(con, location_key(location), exclude, purges))
+    async def location_taken(self, location: str, exclude: UUID | None = None, *, purges: bool = True,
+                             below: bool = True) -> bool:
+        """Whether a table or view (other than `exclude`) lives at, above or (`below`) below `location`, or
+        (`purges`) a dropped one's files there are still being deleted: a check before writing a table's files
+        there; the write checks again under a lock."""
+        return await self._call(lambda con: _location_in_use(con, location_key(location), exclude, purges, below))
 
     async def pending_purges(self, older_than_s: float = 0) -> list[str]:
         """Locations whose deletion was claimed by a drop (TableWrite.purge) and has not ended, and whose claim
@@ -782,13 +783,15 @@ async def _lock_descendants(con: asyncpg.Connection, realm: str, catalog: str, p
         locked |= {r["path"] for r in await con.fetch(sql + " FOR UPDATE", realm, catalog, path)}
 
 
-async def _location_in_use(con: asyncpg.Connection, key: str, exclude: UUID | None, purges: bool = True) -> bool:
-    """Whether a table or view (other than `exclude`) lives at, above or below the location `key`
+async def _location_in_use(con: asyncpg.Connection, key: str, exclude: UUID | None, purges: bool = True,
+                           below: bool = True) -> bool:
+    """Whether a table or view (other than `exclude`) lives at, above or (`below`) below the location `key`
     (files.location_key), or (`purges`) a dropped one whose files there are still being deleted."""
     ancestors = [key]
     while "/" in ancestors[-1].split(":", 1)[1].strip("/"):
         ancestors.append(ancestors[-1].rsplit("/", 1)[0])
-    return await con.fetchval(_LOCATION_TAKEN_SQL, ancestors, key + "/", key + "0", exclude, purges)
+    lo, hi = (key + "/", key + "0") if below else ("", "")   # "" to "": an empty range
+    return await con.fetchval(_LOCATION_TAKEN_SQL, ancestors, lo, hi, exclude, purges)
 
 
 def _show(path: str) -> str:

@@ -149,7 +149,7 @@ def test_set_location_keeps_locations_exclusive(http):
     ok(http.post(f"{LANCE_TABLE}/sl$late/declare", json={"location": before}))  # the old place is free
 
 
-def test_an_iceberg_table_is_not_placed_at_or_above_a_namespace_directory(http):
+def test_tables_are_not_placed_at_or_above_namespace_directories_nor_namespaces_in_tables(http):
     """As for Lance: a location the client chooses that is, or holds, a namespace's directory (Iceberg or Lance,
     which share the warehouse; within a catalog prefix, that prefix's) would overlap every table later placed there
     by default. The create, register or move that chose it is refused, not the innocent creates after it."""
@@ -197,6 +197,20 @@ def test_an_iceberg_table_is_not_placed_at_or_above_a_namespace_directory(http):
         assert r.status_code == 400 and "another Iceberg catalog prefix" in r.text, r.text
     ok(http.post("/v1/p/namespaces/pn/tables", json={"name": "ok", "location": warehouse + "/p~/pn/own",
                                                       "schema": ICEBERG_SCHEMA}))
+
+    # The other way round: a namespace is not made where its directory lies in a table's location (chosen before the
+    # namespace existed), whichever protocol's table or namespace.
+    ok(http.post("/v1/namespaces/nd/tables", json={"name": "early", "location": warehouse + "/later",
+                                                   "schema": ICEBERG_SCHEMA}))
+    ok(http.post(f"{LANCE_TABLE}/lnd$early/declare", json={"location": warehouse + "/later2"}))
+    for r in (http.post("/v1/namespaces", json={"namespace": ["later"]}),
+              http.post("/v1/namespaces", json={"namespace": ["nd", "chosen"]}),   # table w is at nd/chosen
+              http.post(f"{LANCE_NS}/later/create", json={}), http.post(f"{LANCE_NS}/later2/create", json={}),
+              http.post("/v1/namespaces", json={"namespace": ["later2"]})):
+        assert r.status_code == 400 and "lies within a table's location" in r.text, r.text
+    assert http.get("/v1/namespaces/later").status_code == 404
+    assert http.post(f"{LANCE_NS}/later2/exists", json={}).status_code == 404
+    ok(http.post("/v1/namespaces", json={"namespace": ["lat"]}))   # a name beside it, not inside, is fine
 
 def test_set_location_in_a_transaction_keeps_locations_exclusive(http):
     ok(http.post("/v1/namespaces", json={"namespace": ["tx"]}))

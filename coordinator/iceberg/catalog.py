@@ -28,7 +28,7 @@ from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflic
                       location_taken)
 from ..idempotency import IdempotencyKey
 from ..paging import decode_page_token, one_more, page
-from ..placement import check_no_namespace_inside
+from ..placement import check_namespace_directory_free, check_no_namespace_inside
 from ..transaction import Create
 from . import apply_commit, check_requirements, new_table_metadata
 from .models import AssertCreate, SetLocationUpdate
@@ -506,6 +506,8 @@ class IcebergCatalog:
         # it either sees this child and refuses, or comes first and this fails. A child without its parent would
         # be unreachable: no listing leads to it.
         parent = (REALM, catalog, join_namespace(namespace[:-1])) if len(namespace) > 1 else None
+        await check_namespace_directory_free(self.store, self.namespace_dir(TableIdent(catalog, namespace, "")),
+                                             ".".join(namespace))
         try:
             await self.store.create_namespace(REALM, catalog, join_namespace(namespace), properties, record,
                                               parent=parent)

@@ -28,7 +28,7 @@ from ..actor import Proposal
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotEmpty, NotFound,
                       Unavailable)
 from ..paging import decode_page_token, one_more, page
-from ..placement import check_no_namespace_inside
+from ..placement import check_namespace_directory_free, check_no_namespace_inside
 from ..registry import Compaction, purge_after_drop
 from ..transaction import Create
 from . import storage as lance_storage
@@ -171,6 +171,7 @@ class LanceCatalog:
             return {}
         props = dict(properties or {})
         self._not_being_dropped(ns[:-1])
+        await check_namespace_directory_free(self.store, self.namespace_dir(ns), show(ns))
         try:
             await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, parent=_parent(ns))
         except AlreadyExists:
