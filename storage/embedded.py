@@ -127,9 +127,13 @@ class EmbeddedPostgres:
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{DATABASE}"
 
     def is_running(self) -> bool:
+        return self._status().returncode == 0
+
+    def _status(self) -> subprocess.CompletedProcess:
+        """`pg_ctl status`: 0 running, 3 not running (also when there is no cluster yet), else it could not tell."""
         if not self.pgdata.exists():
-            return False
-        return self._run(str(self.bin / "pg_ctl"), "status", "-D", str(self.pgdata), check=False).returncode == 0
+            return subprocess.CompletedProcess([], 3)
+        return self._run(str(self.bin / "pg_ctl"), "status", "-D", str(self.pgdata), check=False)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -186,9 +190,7 @@ class EmbeddedPostgres:
             self._psql("-c", f"CREATE DATABASE {DATABASE}")
 
     def stop(self, mode: str = "fast") -> None:
-        if not self.pgdata.exists():
-            return
-        status = self._run(str(self.bin / "pg_ctl"), "status", "-D", str(self.pgdata), check=False)
+        status = self._status()
         if status.returncode == 3:   # pg_ctl: "no server running"
             return
         if status.returncode != 0:   # e.g. runuser cannot find the OS user: say so rather than leave it running

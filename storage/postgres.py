@@ -29,10 +29,10 @@ from .records import NAMESPACE_SEP, UNFENCED, IdempotencyRecord, LogEntry, Table
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Errors that mean "the connection is gone": the statement may or may not have reached the server.
 # Each process's sessions say whose they are (pg_stat_activity): an embedded database is stopped on a graceful exit
 # only when no other process's sessions use it (storage/embedded.py).
 APPLICATION_NAME = f"coordinator-{os.getpid()}"
+# Errors that mean "the connection is gone": the statement may or may not have reached the server.
 CONNECTION_ERRORS = (OSError, ConnectionError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
                      asyncio.TimeoutError, asyncpg.exceptions.CannotConnectNowError,
                      asyncpg.exceptions.AdminShutdownError)

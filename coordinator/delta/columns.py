@@ -67,7 +67,7 @@ def _from_struct_field(sent: dict[str, Any], where: str) -> dict[str, Any]:
         info["type_precision"], info["type_scale"] = precision_scale
     if isinstance(metadata.get("comment"), str):
         info["comment"] = metadata["comment"]
-    return {**info, **{k: v for k, v in sent.items() if k in _FIELDS}}
+    return {**info, **sent}   # (column_infos keeps ColumnInfo's fields only)
 
 
 def _type_name(delta_type: Any, where: str) -> tuple[str, tuple[int, int] | None]:

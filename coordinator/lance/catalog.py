@@ -511,17 +511,17 @@ class LanceCatalog:
         manifests itself and tells the namespace nothing; a version that cannot be opened is none (lance's own
         directory namespace lists `_versions/` and shows only what is there). Cleanup never takes the latest
         version, so the commit path's `version/list` limit 1 costs no listing."""
-        latest = await self._version(ref, state, None)
-        older = [v for v in versions if latest is None or v.version < latest.version]
-        if not older:
-            return versions
-        present: dict[str, set[str]] = {}
-        for v in older:
-            directory = v.manifest_uri.rpartition("/")[0]
-            if directory not in present:
-                present[directory] = await self.files.names_in(directory)
-        gone = {v.version for v in older if v.manifest_uri.rpartition("/")[2] not in
-                present[v.manifest_uri.rpartition("/")[0]]}
+        latest = state.latest or await self._version(ref, state, None)
+        listed: dict[str, set[str]] = {}   # directory -> its names, listed once (all are usually `_versions/`)
+        gone = set()
+        for v in versions:
+            if latest is not None and v.version >= latest.version:
+                continue
+            directory, _, name = v.manifest_uri.rpartition("/")
+            if directory not in listed:
+                listed[directory] = await self.files.names_in(directory)
+            if name not in listed[directory]:
+                gone.add(v.version)
         return [v for v in versions if v.version not in gone] if gone else versions
 
     async def list_table_versions(self, ident: Ident, limit: int | None, page_token: str | None,
