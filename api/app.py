@@ -15,8 +15,9 @@ from quart_trio import QuartTrio
 
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
 
-from coordinator.errors import BadRequest, CoordinatorError, NotFound
+from coordinator.errors import BadRequest, CoordinatorError, NotFound, from_storage
 from coordinator.service import Coordinator
+from storage.errors import StorageError
 
 from . import delta, iceberg, lance, oauth
 from .access import enforce, public
@@ -46,6 +47,21 @@ OPENAPI_DOCUMENTS = ("iceberg", "lance", "delta")
 @functools.cache
 def openapi_document(name: str) -> bytes:
     return resources.files(__package__).joinpath("openapi", f"{name}.yaml").read_bytes()
+
+
+def _service_error(exc: BaseException) -> Response:
+    """Errors on the service's own routes (health, metrics, OpenAPI documents)."""
+    exc = from_storage(exc)
+    if isinstance(exc, HTTPException):
+        message = f"{exc.name}: {request.method} {request.path}"
+        if isinstance(exc, (RequestEntityTooLarge, RequestTimeout)):
+            message = f"{message}: {exc.description}"
+        return json_response({"error": {"message": message, "code": exc.code}}, exc.code or 400)
+    return json_response({"error": {"message": exc.message, "code": exc.status}}, exc.status)
+
+
+ERROR_RESPONSES = {"iceberg": iceberg.error_response, "delta": delta.error_response, "lance": lance.error_response,
+                   "service": _service_error}
 
 
 class App(QuartTrio):
@@ -116,38 +132,13 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
                                        "status": response.status_code, "ms": round(elapsed * 1000, 2)})
         return response
 
+    # Every error, whoever raised it (a handler, the access check, the framework when no route matched), is
+    # answered in the protocol the path belongs to, by that protocol's one translation.
     @app.errorhandler(HTTPException)
-    async def _unrouted(exc: HTTPException) -> Response:
-        # No route matched (or a bad method): still answer in the protocol the path belongs to, never HTML.
-        protocol = protocol_of(request.path)
-        if protocol == "delta":
-            return await delta._on_http_error(exc)
-        if protocol == "lance":
-            return await lance._on_http_error(exc)
-        message = f"{exc.name}: {request.method} {request.path}"
-        if isinstance(exc, (RequestEntityTooLarge, RequestTimeout)):
-            message = f"{message}: {exc.description}"
-        if protocol == "iceberg":
-            if (exc.code or 400) >= 500:  # a fault we did not foresee (quart's 500): not the client's bad request
-                return json_response({"error": {"message": message, "type": "InternalServerError",
-                                                "code": exc.code}}, exc.code)
-            err = NotFound(message, kind="route") if exc.code == 404 else BadRequest(message)
-            err.status = exc.code or 400
-            return iceberg.error_response(err)
-        return json_response({"error": {"message": message, "code": exc.code}}, exc.code or 400)
-
     @app.errorhandler(CoordinatorError)
-    async def _coordinator_error(exc: CoordinatorError) -> Response:
-        # Protocol blueprints translate the errors of their own routes; this covers the rest (service routes, and
-        # requests refused before any route was matched), in the protocol the path belongs to.
-        protocol = protocol_of(request.path)
-        if protocol == "delta":
-            return await delta._on_error(exc)
-        if protocol == "lance":
-            return lance.error_response(exc)
-        if protocol == "iceberg":
-            return iceberg.error_response(exc)
-        return json_response({"error": {"message": exc.message, "code": exc.status}}, exc.status)
+    @app.errorhandler(StorageError)
+    async def _error(exc: Exception) -> Response:
+        return ERROR_RESPONSES[protocol_of(request.path)](exc)
 
     @app.get("/healthz")
     @public

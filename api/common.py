@@ -155,3 +155,15 @@ async def read_model(model: type[M], allow_empty: bool = False) -> M:
 
 async def _read_model(model: type[M], allow_empty: bool) -> M:
     return parse_model(model, await read_json(allow_empty))
+
+
+def query_flag(name: str, default: bool = False) -> bool:
+    """A boolean query parameter: `true` or `false`, in any case. Anything else is refused before the request does
+    anything: read as false (Java's `Boolean.parseBoolean`), a misspelt `purgeRequested` would drop a table and
+    keep its files."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    if raw.lower() not in ("true", "false"):
+        raise BadRequest(f"{name} must be true or false, got {raw!r}")
+    return raw.lower() == "true"

@@ -19,7 +19,7 @@ from coordinator.delta import (CommitRequest, CreateCatalog, CreateSchema, Creat
 from coordinator.delta.models import (GenerateTemporaryPathCredential, GenerateTemporaryTableCredential,
                                      UpdateCatalogOrSchema)
 from coordinator.delta.rules import split_full_name
-from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
+from coordinator.errors import (from_storage, AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
 
 from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
@@ -73,8 +73,12 @@ def uc_error(status: int, code: str, message: str, headers: dict[str, str] | Non
     return json_response({"error_code": code, "message": message, "details": details}, status, headers)
 
 
-@bp.errorhandler(CoordinatorError)
-async def _on_error(exc: CoordinatorError) -> Response:
+def error_response(exc: BaseException) -> Response:
+    """Any error raised while serving a Unity Catalog path, as UC's error body: the one translation for this protocol
+    (api/app.py sends every error here by the request's path)."""
+    exc = from_storage(exc)
+    if isinstance(exc, HTTPException):
+        return _http_error_response(exc)
     status, code = _error_code(exc)
     if isinstance(exc, OutcomeUnknown):
         message = f"the commit's outcome is unknown; read the table's commits before retrying: {exc.message}"
@@ -97,8 +101,7 @@ def _http_error_code(status: int) -> str:
     return _HTTP_CODES.get(status) or ("INTERNAL_ERROR" if status >= 500 else "INVALID_PARAMETER_VALUE")
 
 
-@bp.errorhandler(HTTPException)
-async def _on_http_error(exc: HTTPException) -> Response:
+def _http_error_response(exc: HTTPException) -> Response:
     # Framework-raised errors in the protocol's shape too. A 500's description is werkzeug's generic sentence, so
     # nothing of the failure's internals reaches the client (quart has logged the exception).
     status = exc.code or 400

@@ -14,9 +14,10 @@ import orjson
 
 from pydantic import BaseModel, ConfigDict, Field
 from quart import Blueprint, Response, current_app, g, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
 
 from coordinator.auth import Privilege, Resource
-from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
+from coordinator.errors import (NoSuchRoute, from_storage, AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
 from coordinator.iceberg import parse_requirements, parse_updates
 from coordinator.idempotency import LIFETIME_S, IdempotencyKey, IdempotencyRecord, bind, parse_key
@@ -118,14 +119,26 @@ def error_response_body(exc: CoordinatorError) -> bytes:
     return orjson.dumps({"error": {"message": exc.message, "type": _error_type(exc), "code": exc.status}})
 
 
-def error_response(exc: CoordinatorError) -> Response:
+def error_response(exc: BaseException) -> Response:
+    """Any error raised while serving an Iceberg path, as the spec's ErrorModel: the one translation for this
+    protocol (api/app.py sends every error here by the request's path)."""
+    exc = from_storage(exc)
+    if isinstance(exc, HTTPException):
+        return _http_error_response(exc)
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
     return json_response(error_response_body(exc), exc.status, headers)
 
 
-@bp.errorhandler(CoordinatorError)
-async def _on_error(exc: CoordinatorError) -> Response:
-    return error_response(exc)
+def _http_error_response(exc: HTTPException) -> Response:
+    message = f"{exc.name}: {request.method} {request.path}"
+    if isinstance(exc, (RequestEntityTooLarge, RequestTimeout)):
+        message = f"{message}: {exc.description}"
+    if (exc.code or 400) >= 500:  # a fault we did not foresee (quart's 500): not the client's bad request
+        return json_response({"error": {"message": message, "type": "InternalServerError", "code": exc.code}},
+                             exc.code)
+    err = NoSuchRoute(message) if exc.code == 404 else BadRequest(message)
+    err.status = exc.code or 400
+    return error_response(err)
 
 
 # -- helpers -------------------------------------------------------------------------------------------------

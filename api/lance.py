@@ -18,7 +18,7 @@ from quart import Blueprint, Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
 from coordinator.auth import Privilege
-from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
+from coordinator.errors import (from_storage, AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable, Unpublished)
 from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersionsRequest,
                                BatchDeleteTableVersionsRequest, CreateNamespaceRequest, CreateTableVersionRequest,
@@ -85,7 +85,12 @@ def _error(message: str, code: int, detail: str, headers: dict[str, str] | None 
     return json_response(body, STATUS_OF_CODE[code], headers)
 
 
-def error_response(exc: CoordinatorError) -> Response:
+def error_response(exc: BaseException) -> Response:
+    """Any error raised while serving a Lance path, as the spec's ErrorResponse: the one translation for this
+    protocol (api/app.py sends every error here by the request's path)."""
+    exc = from_storage(exc)
+    if isinstance(exc, HTTPException):
+        return _http_error_response(exc)
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
     return _error(exc.message, error_code(exc), _detail(exc), headers)
 
@@ -100,13 +105,7 @@ async def _no_slash_in_the_id() -> None:
                          f"contain '/'")
 
 
-@bp.errorhandler(CoordinatorError)
-async def _on_error(exc: CoordinatorError) -> Response:
-    return error_response(exc)
-
-
-@bp.errorhandler(HTTPException)
-async def _on_http_error(exc: HTTPException) -> Response:
+def _http_error_response(exc: HTTPException) -> Response:
     status = exc.code or 400
     if status >= 500:  # an unexpected fault (quart turns any uncaught exception into a 500): not the client's input
         return _error(exc.description or exc.name, 18, "an internal error; whether anything was applied is unknown: "

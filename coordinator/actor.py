@@ -17,14 +17,15 @@ import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import trio
 
-from storage.files import FileWrite, file_write
-from storage.records import IdempotencyRecord, LogEntry, PurgeClaim, TableRow, TableWrite, WriteGroup, shard_of
+from storage.files import file_write
+from storage.records import TableRow, TableWrite, WriteGroup, shard_of
 
+from .decision import Decision, Proposal
 from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, DuplicateRequest, NotFound, NotOwner,
                      OutcomeUnknown, Unavailable, Unpublished, location_taken)
 
@@ -35,56 +36,6 @@ log = logging.getLogger(__name__)
 
 RELOAD_INTERVAL_S = 1.0   # see _decide: reloads a rejection asks for
 RECENT_KEYS = 64  # Idempotency-Keys remembered per table actor (see TableActor.recent_keys)
-
-
-@dataclass
-class Decision:
-    """What one request decided against a table's state.
-
-    `row_state` set (or `delete`/`rename`/`log`/`log_delete`) means a write: the table row's `state` becomes
-    `row_state` and the log rows are appended. No write means a read or a no-op, answered from `state`.
-
-    `files` have names no other commit uses (a stale writer leaves only an orphan), so they are written before
-    the row. `published` files have fixed names (Lance's `_versions/N.manifest`): only the database may decide
-    who writes them, so they are written once it accepted the row, before anyone is told. It records one commit
-    per name (Lance: version N once), so every writer of a name writes the same bytes: a late write by a process
-    that committed and then froze is harmless. The format's loader restores them if the process dies in between.
-    """
-
-    state: Any
-    reply: Any = None
-    row_state: dict[str, Any] | None = None
-    log: list[LogEntry] = field(default_factory=list)
-    log_delete: list[tuple[int, int]] = field(default_factory=list)
-    delete: bool = False
-    rename: tuple[str, str, str] | None = None
-    relocate: str | None = None   # the table moves (Iceberg set-location): its row's location follows
-    purge: PurgeClaim | None = None   # with `delete`: `after_durable` deletes its location; claimed until it has
-    files: list[tuple[str, bytes]] = field(default_factory=list)       # made durable before the row
-    published: list[FileWrite] = field(default_factory=list)   # made durable after it, before replies
-    idempotency: IdempotencyRecord | None = None
-    after_durable: Callable[[], Awaitable[None]] | None = None         # best-effort clean-up (old files)
-    marker: IdempotencyRecord | None = None   # a forwarded request's receipt (coordinator/cluster/routing.py)
-
-    @property
-    def writes(self) -> bool:
-        return (self.row_state is not None or self.delete or self.rename is not None or bool(self.log)
-                or bool(self.log_delete))
-
-    @property
-    def is_simple(self) -> bool:
-        return not (self.delete or self.rename is not None or self.log_delete)
-
-
-class Proposal(Protocol):
-    """A request for one table. `decide` must be pure: it may not change `state` or anything reachable from it,
-    and it raises a CoordinatorError to reject."""
-
-    def decide(self, state: Any) -> Decision: ...
-
-
-class Loader(Protocol):
-    async def __call__(self, row: TableRow) -> Any: ...
 
 
 class Reply:

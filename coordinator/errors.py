@@ -1,33 +1,49 @@
-"""Format-neutral errors raised by the coordinator and its commit rules.
+"""Format-neutral errors raised by the coordinator and its commit rules: one class per outcome a client can tell
+apart, so that every protocol's translation (one place per protocol in `api/`) is a lookup by class.
 
 Every error says two things a client needs: what went wrong (`message`, naming the field or object) and
-whether the request changed anything. Each protocol module in `api/` translates these once, at its boundary,
-into its own status code and body; nothing below `api/` knows about HTTP bodies.
+whether the request changed anything. Nothing below `api/` knows about HTTP bodies; `status` is only the
+HTTP status the class usually maps to.
 
     CoordinatorError
      ├── BadRequest            malformed or invalid input; nothing applied            (400)
-     ├── Unauthorized/Forbidden                                                     (401/403)
+     │    ├── Unsupported      an operation or option this service does not serve
+     │    ├── Unprocessable    well-formed but contradictory                          (422)
+     │    ├── FailedPrecondition  valid, but the object is not in a state that allows it
+     │    └── LocationTaken    a table's location overlaps another's
+     ├── Unauthorized (InvalidClient) / Forbidden                                     (401/403)
      ├── NotFound              the named object does not exist                        (404)
+     │    └── NoSuchNamespace, NoSuchTable (NameMoved), NoSuchView, NoSuchCatalog, NoSuchVersion,
+     │        NoSuchTransaction, NoSuchRoute
      ├── AlreadyExists         create of something that exists                        (409)
+     │    └── NamespaceExists, TableExists, ViewExists, CatalogExists
      ├── NotEmpty              drop of a container that still holds objects           (409)
+     │    └── NamespaceNotEmpty (NamespaceRefilled), CatalogNotEmpty
      ├── CommitConflict        a requirement / expected version did not hold          (409)
+     │    └── VersionExists, Recount, UnpublishedCommits
+     ├── DuplicateRequest      an Idempotency-Key applied a moment ago                (409)
      ├── TooManyRequests       the client must act first (e.g. backfill)              (429)
      ├── Unavailable           overloaded or database down; known NOT applied         (503 + Retry-After)
-     │    └── Unpublished      applied, but a file it publishes is not written yet    (503 + Retry-After)
+     │    ├── Unpublished      applied, but a file it publishes is not written yet
+     │    └── NotOwner         scale-out: another member owns the table now
      └── OutcomeUnknown        the write may or may not have applied                  (5xx, "state unknown")
+          └── AppliedReplyLost applied, but the owner's answer was lost
 """
 
 from __future__ import annotations
 
+from storage import errors as storage_errors
+
 
 class CoordinatorError(Exception):
     status = 500
+    kind: str | None = None   # transitional: protocols now tell errors apart by class
 
     def __init__(self, message: str, *, kind: str | None = None, reload: bool = False):
         super().__init__(message)
         self.message = message
-        # `kind` refines the error for protocols that have finer codes, e.g. NotFound(kind="namespace").
-        self.kind = kind
+        if kind is not None:
+            self.kind = kind
         # A rejection that shows storage holding what the table's state does not know of (a client saw it): the
         # actor reloads before its next request, and the format's loader reconciles the two.
         self.reload = reload
@@ -40,8 +56,48 @@ class BadRequest(CoordinatorError):
     status = 400
 
 
+class Unsupported(BadRequest):
+    """An operation, option or branch this service does not serve (Lance: 406, code 0)."""
+
+    kind = "unsupported"
+
+
+class Unprocessable(BadRequest):
+    """Well-formed but contradictory, e.g. a property key both updated and removed: Iceberg's spec answers 422
+    (UnprocessableEntityException) there. Nothing applied, as for any BadRequest."""
+
+    status = 422
+
+
+class FailedPrecondition(BadRequest):
+    """Valid, but the object is not in a state that allows it (UC's FAILED_PRECONDITION)."""
+
+    kind = "precondition"
+
+
+class LocationTaken(BadRequest):
+    """A new table whose location equals, contains or lies inside another table's or view's: refused, as dropping
+    either would delete the other's files (and two commit authorities would write one directory)."""
+
+    def __init__(self, location: str | None = None):
+        what = f"location {location}" if location else "the new location"
+        super().__init__(f"{what} overlaps another table's location (or a dropped table's, whose files are still "
+                         f"being deleted): a table's location must be its own, neither inside nor containing "
+                         f"another's; choose another location, or retry once the deletion has ended")
+
+
+def location_taken(location: str | None) -> LocationTaken:
+    return LocationTaken(location)
+
+
 class Unauthorized(CoordinatorError):
     status = 401
+
+
+class InvalidClient(Unauthorized):
+    """OAuth2 client credentials that are wrong (the token endpoint's `invalid_client`)."""
+
+    kind = "invalid_client"
 
 
 class Forbidden(CoordinatorError):
@@ -52,18 +108,104 @@ class NotFound(CoordinatorError):
     status = 404
 
 
+class NoSuchNamespace(NotFound):
+    """A namespace (Unity Catalog: a schema) that does not exist."""
+
+    kind = "namespace"
+
+
+class NoSuchTable(NotFound):
+    kind = "table"
+
+
+class NameMoved(NoSuchTable):
+    """A cached name's table id now belongs to another name (renamed): resolve the name again."""
+
+    kind = "table-moved"
+
+
+class NoSuchView(NotFound):
+    kind = "view"
+
+
+class NoSuchCatalog(NotFound):
+    kind = "catalog"
+
+
+class NoSuchVersion(NotFound):
+    kind = "version"
+
+
+class NoSuchTransaction(NotFound):
+    kind = "transaction"
+
+
+class NoSuchRoute(NotFound):
+    """No route matched the path."""
+
+    kind = "route"
+
+
 class AlreadyExists(CoordinatorError):
     status = 409
+
+
+class NamespaceExists(AlreadyExists):
+    kind = "namespace"
+
+
+class TableExists(AlreadyExists):
+    kind = "table"
+
+
+class ViewExists(AlreadyExists):
+    kind = "view"
+
+
+class CatalogExists(AlreadyExists):
+    kind = "catalog"
 
 
 class NotEmpty(CoordinatorError):
     status = 409
 
 
+class NamespaceNotEmpty(NotEmpty):
+    kind = "namespace"
+
+
+class NamespaceRefilled(NamespaceNotEmpty):
+    """A cascading drop found tables created in the namespace while it was being dropped."""
+
+    kind = "tables"
+
+
+class CatalogNotEmpty(NotEmpty):
+    kind = "catalog"
+
+
 class CommitConflict(CoordinatorError):
     """A commit's requirement or expected version did not hold against the current state; nothing applied."""
 
     status = 409
+
+
+class VersionExists(CommitConflict):
+    """Lance: the version a client tried to create exists (or is not the next one)."""
+
+    kind = "version-exists"
+
+
+class Recount(CommitConflict):
+    """Lance: the table's versions changed while their records were counted; counted again, it may apply."""
+
+    kind = "recount"
+
+
+class UnpublishedCommits(CommitConflict):
+    """Delta: the commit must wait until the client has published (backfilled) earlier ratified commits."""
+
+    kind = "published"
 
 
 class TooManyRequests(CoordinatorError):
@@ -81,8 +223,13 @@ class Unavailable(CoordinatorError):
 
 
 class Unpublished(Unavailable):
-    """Applied, but a file it publishes (actor.Decision.published) could not be written yet. Still safe to
-    retry: the table's next load restores the file, and the retry is answered as the same commit."""
+    """Applied, but a file it publishes (Decision.published) could not be written yet. Still safe to retry: the
+    table's next load restores the file, and the retry is answered as the same commit."""
+
+
+class NotOwner(Unavailable):
+    """Scale-out: this member does not (or no longer) own the table's shard; nothing applied. A member that
+    forwarded the request retries at the current owner; a client that sees it retries after Retry-After."""
 
 
 class OutcomeUnknown(CoordinatorError):
@@ -97,27 +244,29 @@ class AppliedReplyLost(OutcomeUnknown):
     success rather than "state unknown"; anywhere else it stays a 5xx unknown."""
 
 
-class NotOwner(Unavailable):
-    """Scale-out: this member does not (or no longer) own the table's shard; nothing applied. A member that
-    forwarded the request retries at the current owner; a client that sees it retries after Retry-After."""
-
-
 class DuplicateRequest(CoordinatorError):
     """A request whose Idempotency-Key the table's owner has just applied (the same key sent again, through
     another member, while the first was in flight). Nothing applied twice: the caller answers with the first
     request's recorded answer."""
 
     status = 409
+    kind = "duplicate"
 
     def __init__(self, key, message: str = "request already applied under this Idempotency-Key"):
-        super().__init__(message, kind="duplicate")
+        super().__init__(message)
         self.key = key
 
 
-def location_taken(location: str | None) -> BadRequest:
-    """A new table whose location equals, contains or lies inside another table's or view's: refused, as dropping
-    either would delete the other's files (and two commit authorities would write one directory)."""
-    what = f"location {location}" if location else "the new location"
-    return BadRequest(f"{what} overlaps another table's location (or a dropped table's, whose files are still "
-                      f"being deleted): a table's location must be its own, neither inside nor containing "
-                      f"another's; choose another location, or retry once the deletion has ended")
+def from_storage(exc: BaseException) -> BaseException:
+    """The coordinator's error for what the store or the file IO raised (anything else as it is): the one place
+    where storage's errors get their meaning for clients."""
+    s = storage_errors
+    if not isinstance(exc, s.StorageError):
+        return exc
+    mapped = {s.StoreUnavailable: Unavailable, s.OutcomeLost: OutcomeUnknown, s.NamespaceMissing: NoSuchNamespace,
+              s.NamespaceExists: NamespaceExists, s.NamespaceRefilled: NamespaceRefilled,
+              s.NamespaceNotEmpty: NamespaceNotEmpty, s.FileMissing: NotFound, s.FileRefused: BadRequest}
+    for storage_class in type(exc).__mro__:
+        if storage_class in mapped:
+            return mapped[storage_class](exc.message)
+    return Unavailable(exc.message)

@@ -7,11 +7,7 @@ cluster's router, which calls back `owner` here on whichever member holds the ta
 
 from __future__ import annotations
 
-import functools
 import logging
-import threading
-import time
-import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable
@@ -19,14 +15,14 @@ from uuid import UUID
 
 import trio
 
-from storage.files import DeletionStopped
-from storage.iceberg_files import delete_reachable_sync
-from storage.records import IdempotencyRecord, LogEntry, PurgeClaim, TableRow, TableWrite, WriteGroup, shard_of
+from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
 
-from .actor import Participant, Proposal, TableActor
+from .actor import Participant, TableActor
 from .config import Config
+from .decision import KEEP_STATE, Compaction, Proposal
 from .errors import AlreadyExists, NotFound, NotOwner, Unavailable, location_taken
 from .metrics import Metrics
+from .purges import Resumer
 from .transaction import transact
 
 log = logging.getLogger(__name__)
@@ -41,109 +37,6 @@ class Dormant:
     row: TableRow
     compact: Any
     epoch: int | None
-
-
-@dataclass(frozen=True)
-class Compaction:
-    """How a format keeps an idle table small (e.g. Iceberg: the metadata file's bytes, not the parsed dict)."""
-
-    compact: Callable[[Any], Any]
-    expand: Callable[[TableRow, Any], Any]
-
-
-PURGE_RETRY_S = 600  # a failed deletion of a dropped table's files is retried this often
-# How long since a claim was renewed: boot time, which (unlike the monotonic clock) also runs while the host is
-# suspended, so a process resumed from that knows its claims may have been taken over.
-_clock = functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") \
-    else time.monotonic
-KEEP_STATE = Compaction(compact=lambda state: state, expand=lambda row, state: state)
-
-
-def purge_after_drop(store, files, location: str, metadata_location: str | None = None
-                     ) -> tuple[PurgeClaim, Callable[[], Awaitable[bool]]]:
-    """A drop's claim on its location (Decision.purge) and the deletion that ends it (its `after_durable`): a
-    partial of a module function, not a closure, so that it can travel to a table's owner in a cluster."""
-    claim = PurgeClaim(location, uuid.uuid4(), metadata_location)
-    return claim, functools.partial(delete_own_location, store, files, location, claim.owner)
-
-
-async def delete_own_location(store, files, location: str, owner: UUID | None = None) -> bool:
-    """Delete a dropped table's location, unless another table lives at, above or below it (rows from before
-    locations were exclusive, or an Iceberg table moved there by `set-location`): then nothing, and a warning.
-    True if deleted. A module function, so that a clean-up partial can travel to a table's owner.
-
-    The drop claimed the location (Decision.purge), so no table can be created there meanwhile; the claim ends
-    here, or stays if the deletion failed, to be retried (Registry.resume_purges). `owner` is the claim's token
-    (PurgeClaim.owner, or a member's that took the claim over; None in claims from before drops wrote one). A
-    claim that names an Iceberg metadata file deletes only the files it reaches, else the location's tree."""
-    confirmed_at = _clock()   # the database stamps the claim no earlier than this
-    ours, metadata = await store.confirm_purge(location, owner)
-    if not ours:
-        # Taken over by another member while this one was frozen (perhaps even ended), or never inserted: another
-        # drop's claim held the place (tables sharing it, from before locations were exclusive). Not ours to
-        # touch: this table's files there, if any, are left.
-        log.warning("not deleting %s: the claim on it is not this deletion's (taken over, or another drop's); "
-                    "files this drop left there stay", location)
-        return False
-    if await store.location_taken(location, purges=False):
-        # Ended, not left for later: a later pass could delete what that table keeps once it is deregistered.
-        log.warning("not deleting %s: another table lives at, above or below it; its files stay", location)
-        await store.end_purge(location, owner)
-        return False
-    renewal = _Renewal(store, {location: owner}, confirmed_at)
-    failure = None
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(renewal.run)
-        try:
-            if metadata is None:
-                await files.delete_tree(location, renewal.lapsed)
-            else:
-                await trio.to_thread.run_sync(delete_reachable_sync, files, location, metadata, renewal.lapsed)
-        except Exception as exc:   # raised as it is, not inside the nursery's ExceptionGroup
-            failure = exc
-        if failure is None and renewal.lapsed():
-            failure = DeletionStopped(f"the deletion of {location} stopped: its claim could not be renewed")
-        nursery.cancel_scope.cancel()
-    if failure is not None:
-        raise failure   # the claim stays: a later pass deletes what is left
-    await store.end_purge(location, owner)
-    return True
-
-
-class _Renewal:
-    """Keeps claims renewed while their deletions run or wait their turn (a large table on an object store may take
-    long), so that `Registry.resume_purges` here or on another member never starts a second deletion that would
-    outlive the claim.
-
-    `lapsed()` turns true once the claims may no longer be ours, and the deletion (a thread, which cannot be
-    cancelled) stops at its next file, its claim left for later: when another member took a claim over, when
-    this task ended (a shutdown cancelled it), or when no renewal succeeded for half the time after which
-    another member takes claims over. That last is checked against the clock, not by this task, so that a
-    process that froze (a paused VM) stops at once when it wakes, before this task has run again."""
-
-    def __init__(self, store, claims: dict[str, UUID | None], renewed_at: float):
-        self.store, self.claims = store, claims   # location -> owner token; `claims` may change while this runs
-        self._stop = threading.Event()
-        self._valid_until = renewed_at + PURGE_RETRY_S / 2   # `renewed_at`: `_clock()` when sent, before the renewal
-
-    def lapsed(self) -> bool:
-        return self._stop.is_set() or _clock() > self._valid_until
-
-    async def run(self) -> None:
-        try:
-            while not self.lapsed():
-                await trio.sleep(PURGE_RETRY_S / 10)
-                sent = _clock()   # the database stamps the renewal no earlier than this
-                try:
-                    for location, owner in list(self.claims.items()):
-                        if not await self.store.renew_purge(location, owner):
-                            log.warning("the claim on %s was taken over by another member: stopping", location)
-                            return
-                    self._valid_until = sent + PURGE_RETRY_S / 2
-                except Exception as exc:
-                    log.warning("cannot renew the claims on %s: %s", sorted(self.claims), exc)
-        finally:
-            self._stop.set()
 
 
 class Registry:
@@ -175,58 +68,12 @@ class Registry:
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            resumable = hasattr(self.store, "pending_purges")
             # Taken before anything is served: a drop served from then on holds a claim of its own, running.
-            # In a cluster another member may be deleting at our start-up: only claims nobody renewed.
-            taken = await self._take_over_purges(PURGE_RETRY_S if self.config.cluster else 0.0) if resumable \
-                else ({}, 0.0)
+            resumer = Resumer(self.store, self.files, cluster=self.config.cluster)
+            taken = await resumer.take_over_at_start()
             task_status.started(self)
-            if resumable:
-                nursery.start_soon(self.resume_purges, *taken)
+            nursery.start_soon(resumer.resume_forever, *taken)
             await trio.sleep_forever()
-
-    async def _take_over_purges(self, older_than_s: float) -> tuple[dict[str, UUID], float]:
-        """The claims on dropped tables' locations nobody renewed for `older_than_s`, now ours to delete (of all
-        members at once, one takes each): location -> our owner token; and the `_clock()` time before the first
-        was taken (its renewal)."""
-        started = _clock()
-        taken = {}
-        try:
-            for location in await self.store.pending_purges(older_than_s):
-                owner = await self.store.take_over_purge(location, older_than_s)
-                if owner is not None:
-                    taken[location] = owner
-        except Exception as exc:
-            log.warning("cannot read the pending deletions (retried in %d s): %s", PURGE_RETRY_S, exc)
-        return taken, started
-
-    async def resume_purges(self, taken: dict[str, UUID], taken_at: float) -> None:
-        """Deletions of dropped tables' locations that did not end (a crash, or a failed deletion: the claim
-        stays): those taken over at start-up, then every PURGE_RETRY_S the claims nobody renewed for that long (a
-        running deletion renews its claim, `_Renewal`)."""
-        while True:
-            if taken:
-                await self._resume(taken, taken_at)
-            await trio.sleep(PURGE_RETRY_S)
-            taken, taken_at = await self._take_over_purges(PURGE_RETRY_S)
-
-    async def _resume(self, taken: dict[str, UUID], taken_at: float) -> None:
-        """Delete the locations of claims taken over, one after another."""
-        waiting = dict(taken)   # renewed until their turn: taken over, they are ours alone
-        renewal = _Renewal(self.store, waiting, taken_at)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(renewal.run)
-            for location, owner in taken.items():
-                if renewal.lapsed():
-                    break   # no longer surely ours: left for a later pass, here or on another member
-                del waiting[location]   # from now on its deletion renews it
-                log.info("resuming the deletion of dropped table files at %s", location)
-                try:
-                    await delete_own_location(self.store, self.files, location, owner)
-                except Exception as exc:
-                    log.warning("deleting dropped table files at %s failed (retried in %d s): %s", location,
-                                PURGE_RETRY_S, exc)
-            nursery.cancel_scope.cancel()
 
     # -- addressing ----------------------------------------------------------------------------------------
 

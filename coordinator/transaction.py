@@ -17,16 +17,16 @@ verdict: an owner's clean-up after an applied verdict may remove what would rest
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import trio
 
-from storage.files import FileWrite
-from storage.records import UNFENCED, IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup
+from storage.records import UNFENCED, IdempotencyRecord, TableWrite, WriteGroup
 
-from .actor import Decision, Participant, Proposal, _not_applied_error
+from .actor import Participant, _not_applied_error
+from .decision import Decision, NewTable, Proposal
 from .errors import BadRequest, CoordinatorError, Unavailable, Unpublished
 
 if TYPE_CHECKING:
@@ -35,16 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class Create:
-    """A table that the transaction creates (it has no actor yet)."""
-
-    row: TableRow
-    state: Any
-    row_state: dict[str, Any]
-    log: list[LogEntry] = field(default_factory=list)
-    files: list[tuple[str, bytes]] = field(default_factory=list)
-    published: list[FileWrite] = field(default_factory=list)   # as Decision.published
+Create = NewTable
 
 
 async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, creates: list[Create] = (),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,3 +127,19 @@ class WriteGroup:
     @property
     def is_simple(self) -> bool:
         return len(self.writes) == 1 and self.writes[0].is_simple
+
+
+class Refusal(enum.Enum):
+    """Why a write group applied nothing (its compare-and-set did not hold)."""
+
+    STALE = "stale"                  # the row is not at the expected version (or an interrupted write did not apply)
+    FENCED = "fenced"                # the writer's shard lease moved to a new epoch
+    NAME_TAKEN = "name-taken"        # an inserted or renamed row's name exists
+    NO_NAMESPACE = "no-namespace"    # an inserted or renamed row's namespace does not exist
+    LOCATION_TAKEN = "location-taken"  # an inserted or moved row's location overlaps another's
+
+
+@dataclass
+class WriteResult:
+    applied: bool
+    refusal: Refusal | None = None   # when not applied

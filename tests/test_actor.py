@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 import trio
 
-from coordinator.actor import Decision
+from coordinator.decision import Decision
 from coordinator.errors import CommitConflict, Unavailable
 from coordinator.service import Coordinator
 from storage.records import LogEntry, TableRow

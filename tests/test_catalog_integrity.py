@@ -571,9 +571,9 @@ def test_a_purge_without_gc_claims_nothing_and_a_failed_one_never_deletes_kept_f
 
 
 def test_a_running_deletion_keeps_its_claim_and_is_not_started_twice(config, monkeypatch, slow_deletions):
-    """A deletion that outlasts the retry interval renews its claim: `resume_purges` leaves it alone (a second
+    """A deletion that outlasts the retry interval renews its claim: `Resumer.resume_forever` leaves it alone (a second
     deletion would outlive the claim and delete the files of a table created once the first had ended)."""
-    from coordinator import registry
+    from coordinator import purges as registry
 
     monkeypatch.setattr(registry, "PURGE_RETRY_S", 1)   # renewed every 0.1 s, resumed after 1 s unrenewed
     started, go = slow_deletions

@@ -1,4 +1,4 @@
-"""Claims on dropped tables' locations (table `purges`, coordinator/registry.py) between members of a cluster."""
+"""Claims on dropped tables' locations (table `purges`, coordinator/purges.py) between members of a cluster."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tests.lance.conftest import coord  # noqa: F401 - the fixture: the coordina
 
 async def test_only_one_member_takes_over_a_claim_nobody_renewed(coord):
     """Members resuming deletions at once (a rolling restart): exactly one may resume a stale claim; the others
-    would outlive it (Registry.resume_purges)."""
+    would outlive it (Resumer.resume_forever)."""
     location = f"{coord.config.warehouse_uri}/stale"
     await coord.store.with_connection(lambda con: con.execute(
         "INSERT INTO purges (location_key, location, renewed_at) VALUES ($1, $2, now() - interval '20 minutes')",
@@ -24,7 +24,7 @@ async def test_claims_are_taken_over_before_anything_is_served(config, nursery, 
     then on holds its own claim, renewed while its deletion runs, and is never deleted a second time."""
     import trio
 
-    from coordinator.registry import delete_own_location
+    from coordinator.purges import delete_own_location
     from storage.files import FileIO
     from storage.postgres import PostgresStore
     from tests.lance.conftest import coordinator_in_process
@@ -63,7 +63,7 @@ async def test_claims_waiting_their_turn_stay_renewed_so_no_member_takes_them_ag
 
     import trio
 
-    from coordinator import registry as registry_module
+    from coordinator import purges as registry_module
     from coordinator.metrics import Metrics
     from coordinator.registry import Registry
     from storage.files import FileIO
@@ -140,7 +140,7 @@ async def _deleting_member(config, nursery, monkeypatch, *, renew_fails: bool = 
 
     import trio
 
-    from coordinator import registry as registry_module
+    from coordinator import purges as registry_module
     from coordinator.metrics import Metrics
     from coordinator.registry import Registry
     from storage.postgres import PostgresStore
@@ -217,8 +217,8 @@ async def _slow_deletion(coord, monkeypatch, meanwhile):
 
     import trio
 
-    from coordinator import registry as registry_module
-    from coordinator.registry import delete_own_location
+    from coordinator import purges as registry_module
+    from coordinator.purges import delete_own_location
     from storage.files import FileIO, to_local_path
 
     location = f"{coord.config.warehouse_uri}/slow-drop"
@@ -290,7 +290,7 @@ async def test_a_member_whose_claim_was_taken_over_and_ended_deletes_nothing(coo
     no longer its own and touches nothing: not the whole place, where a table dropped without purge kept files."""
     import orjson
 
-    from coordinator.registry import delete_own_location
+    from coordinator.purges import delete_own_location
     from storage.files import to_local_path
 
     location = f"{coord.config.warehouse_uri}/client-chosen"

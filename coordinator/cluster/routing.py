@@ -22,7 +22,8 @@ import trio
 
 from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, shard_of
 
-from ..actor import Decision, Participant, Proposal
+from ..actor import Participant
+from ..decision import Decision, Proposal
 from ..errors import AppliedReplyLost, CoordinatorError, NotOwner, OutcomeUnknown, Unavailable, Unpublished
 from .channel import AnswerLost, PeerUnreachable
 

@@ -25,11 +25,11 @@ from urllib.parse import urlparse
 from storage.files import join, unsafe_location
 from storage.records import LogEntry, PurgeClaim, TableRow
 
-from ..actor import Decision
+from ..decision import Decision
 from ..auth import CALLER
 from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotEmpty, NotFound, Unavailable
 from ..paging import decode_page_token, one_more, page
-from ..registry import delete_own_location
+from ..purges import delete_own_location
 from . import rules
 from .columns import column_infos
 from .models import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,

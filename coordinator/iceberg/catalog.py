@@ -22,14 +22,15 @@ import trio
 from storage.files import is_below, is_within, join, path_segment, unsafe_location
 from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace, split_namespace
 
-from ..actor import Decision
-from ..registry import Compaction, purge_after_drop
+from ..decision import Decision
+from ..decision import Compaction, NewTable as Create
+from ..purges import purge_after_drop
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotFound, Unavailable,
                       location_taken)
 from ..idempotency import IdempotencyKey
 from ..paging import decode_page_token, one_more, page
 from ..placement import check_namespace_directory_free, check_no_namespace_inside
-from ..transaction import Create
+
 from . import apply_commit, check_requirements, new_table_metadata
 from .models import AssertCreate, SetLocationUpdate
 from .views import apply_view_commit, check_view_requirements, new_view_metadata

@@ -24,13 +24,14 @@ import trio
 from storage.files import NOT_A_FILE, is_below, is_within, join, path_segment, unsafe_location
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
-from ..actor import Proposal
+from ..decision import Proposal
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotEmpty, NotFound,
                       Unavailable)
 from ..paging import decode_page_token, one_more, page
 from ..placement import check_namespace_directory_free, check_no_namespace_inside
-from ..registry import Compaction, purge_after_drop
-from ..transaction import Create
+from ..decision import Compaction, NewTable as Create
+from ..purges import purge_after_drop
+
 from . import storage as lance_storage
 from .models import CreateTableVersionEntry, CreateTableVersionRequest, parse_mode
 from .rules import CreateVersion, DeleteVersions, ReadTable, RemoveTable, Steps, show

@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable
 from storage.files import local_path
 from storage.records import LogEntry, PurgeClaim
 
-from ..actor import Decision, Proposal
+from ..decision import Decision, Proposal
 from ..errors import BadRequest, CommitConflict, CoordinatorError, NotFound
 from .table import LanceTable, TableVersion, in_ranges, manifest_uri
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from coordinator.purges import Resumer
+
 from coordinator.errors import BadRequest
 from storage.files import local_path, path_segment
 
@@ -115,8 +117,9 @@ async def test_a_drop_where_another_table_lives_ends_its_claim_and_deletes_nothi
     assert os.path.exists(local_path(place) + "/_versions"), "deleted while B lives"
     assert not await store.pending_purges(), "A's claim was left"
     await lance.deregister_table(("db", "b"))      # B's files are the user's now: they must stay
-    taken, at = await coord.registry._take_over_purges(0)
-    await coord.registry._resume(taken, at)
+    resumer = Resumer(coord.store, coord.files, cluster=False)
+    taken, at = await resumer._take_over_purges(0)
+    await resumer._resume(taken, at)
     assert os.path.exists(local_path(place) + "/_versions"), "a deregistered table's files were deleted"
 
 
