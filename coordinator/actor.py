@@ -1,13 +1,18 @@
 """The table actor: one trio task per active table, the only place a table's commits are sequenced.
 
 It takes everything queued in its mailbox (a batch), decides each request against the in-memory state in
-arrival order (each sees the effect of those before it), hands the batch's accepted changes to the group-commit
-writer as one compare-and-set, and answers only once the write is durable. A rejected request is answered at
-once and never fails the others. If the write fails, nobody in the batch hears "success" and the actor reloads
-its state from the store before serving again.
+arrival order (each sees the effect of those before it), and makes the batch's accepted changes one part of a
+commit (coordinator/commit.py, the one path every commit takes); it answers only once that is durable. A
+rejected request is answered at once and never fails the others. If the write fails, nobody in the batch hears
+"success" and the actor reloads its state from the store before serving again.
+
+A part of a commit that spans several tables (a `Participant`) is decided here in the same way, against the same
+state, and the table is held until that commit's outcome is known; then the actor takes the outcome into memory
+exactly as it does its own batches' (`_conclude`).
 
 Commit rules live in the formats' modules as `Proposal.decide(state) -> Decision`, pure functions of the state:
-that is what lets the actor re-decide after a reload, and a multi-table transaction decide without applying.
+that is what lets the actor re-decide after a reload, and a multi-table commit decide every part before any is
+written. The actor knows its registry only as a `Host`: it does not import it.
 """
 
 from __future__ import annotations
@@ -16,26 +21,43 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Protocol
 from uuid import UUID
 
 import trio
 
 from storage.files import file_write
-from storage.records import TableRow, TableWrite, WriteGroup, shard_of
+from storage.records import TableRow, TableWrite
 
+from . import commit
+from .commit import Commit, Part, written_row
+from .config import Config
 from .decision import Decision, Proposal
-from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, DuplicateRequest, NotFound, NotOwner,
-                     OutcomeUnknown, Unavailable, Unpublished, location_taken)
-
-if TYPE_CHECKING:
-    from .registry import Registry
+from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, DuplicateRequest, NoSuchTable, NotFound,
+                     NotOwner, OutcomeUnknown, Unavailable, Unpublished)
 
 log = logging.getLogger(__name__)
 
 RELOAD_INTERVAL_S = 1.0   # see _decide: reloads a rejection asks for
 RECENT_KEYS = 64  # Idempotency-Keys remembered per table actor (see TableActor.recent_keys)
+# A commit refused for what it asked (not for the store's state): the table's memory is still right, no reload.
+REFUSALS = (CommitConflict, BadRequest, NotFound, AlreadyExists)
+
+
+class Host(Protocol):
+    """What an actor needs of the registry that runs it."""
+
+    config: Config
+    store: Any
+    files: Any
+
+    async def load_state(self, row: TableRow) -> Any: ...
+    def retire(self, actor: "TableActor") -> bool: ...
+    def serving(self, actor: "TableActor") -> bool: ...
+    def lease_lost(self, actor: "TableActor") -> None: ...
+    def spawn_background(self, fn: Callable[[], Awaitable[None]]) -> None: ...
+    def observe_batch(self, size: int) -> None: ...
 
 
 class Reply:
@@ -96,8 +118,8 @@ class Verdict:
 
 @dataclass
 class Participant:
-    """Sent to an actor's mailbox. The actor answers its reply with (Decision, TableWrite) once its part is
-    validated, then waits for `verdict` before serving anything else."""
+    """Sent to an actor's mailbox. The actor answers its reply with (the proposal's reply, its commit `Part`) once
+    its part is decided, then waits for `verdict` before serving anything else."""
 
     proposal: Proposal
     verdict: Verdict = field(default_factory=Verdict)
@@ -130,7 +152,7 @@ class _Segment:
 
 
 class TableActor:
-    def __init__(self, registry: "Registry", table_id: UUID, mailbox_size: int, epoch: int | None = None):
+    def __init__(self, registry: Host, table_id: UUID, mailbox_size: int, epoch: int | None = None):
         self.registry = registry
         self.table_id = table_id
         self.epoch = epoch                 # the shard lease's epoch this actor serves under (None: no cluster)
@@ -278,26 +300,12 @@ class TableActor:
         decision = self._decide(participant.proposal, req.reply, self.state)
         if decision is None:
             return
-        write = self._table_write([decision])
-        # The transaction writes every part's files once all parts are accepted, so a rejected one leaves none,
-        # and their published files once the database accepted it, before the verdict.
-        req.reply.set((decision, write))
-        # Hold the table: nothing else is decided until the transaction's single write has an outcome.
+        part = self._part([decision])
+        req.reply.set((decision.reply, part))
+        # Hold the table: nothing else is decided until the commit's single write has an outcome.
         with trio.CancelScope(shield=True):
             await participant.verdict.event.wait()
-        if participant.verdict.applied:
-            self.row = _advance(self.row, write)
-            self.state = decision.state
-            self.gone = write.delete
-            # The transaction could not write the published files: restore them before any clean-up may remove
-            # what they are restored from.
-            restored = (not isinstance(participant.verdict.error, Unpublished)
-                        or await self._restore(decision.published))
-            if restored and decision.after_durable is not None:
-                self.registry.spawn_background(decision.after_durable)
-        elif not isinstance(participant.verdict.error, (CommitConflict, BadRequest, NotFound, AlreadyExists)):
-            # The write failed or its outcome is unknown: believe only the store.
-            await self._reload()
+        await self._conclude(part, [decision], participant.verdict.error, applied=participant.verdict.applied)
 
     def _decide(self, proposal: Proposal, reply: Reply, state: Any) -> Decision | None:
         """The proposal's decision, or None once `reply` has been failed with its rejection."""
@@ -322,10 +330,12 @@ class TableActor:
         while len(self.recent_keys) > RECENT_KEYS:
             self.recent_keys.popitem(last=False)
 
-    def _table_write(self, decisions: list[Decision]) -> TableWrite:
+    def _part(self, decisions: list[Decision]) -> Part:
+        """The decisions' changes as this table's part of a commit: one compare-and-set of its row."""
         row = self.row
         w = TableWrite(table_id=self.table_id, expected_version=row.row_version,
                        epoch=row.epoch if self.epoch is None else self.epoch, bump=len(decisions))
+        part = Part(w)
         for d in decisions:
             if d.row_state is not None:
                 w.state = d.row_state
@@ -335,42 +345,34 @@ class TableActor:
             w.rename = d.rename or w.rename
             w.relocate = d.relocate or w.relocate
             w.purge = d.purge or w.purge
-        return w
+            part.files.extend(d.files)
+            part.published.extend(d.published)
+        return part
 
     async def _flush(self, seg: _Segment) -> None:
+        """Write the segment as a commit of this one table, then answer everyone waiting for it."""
         decisions = [d for _, d in seg.decisions]
-        write = self._table_write(decisions)
-        group = WriteGroup([write], [d.idempotency for d in decisions if d.idempotency is not None]
-                           + [d.marker for d in decisions if d.marker is not None])
+        part = self._part(decisions)
+        receipts = [d.idempotency for d in decisions if d.idempotency is not None] \
+            + [d.marker for d in decisions if d.marker is not None]
         if not self.registry.serving(self):
             # Checked again just before any file is written: a former owner writes as little as possible. The
             # database's fencing is what guarantees it applies nothing.
-            return await self._moved(seg.requests)
-        # The write must not be abandoned half-way by a cancelled requester or a shutdown: shield it.
-        with trio.CancelScope(shield=True):
+            error: CoordinatorError | None = NotOwner("")
+        else:
             try:
-                await self.registry.files.write_many([f for d in decisions for f in d.files])
-                result = await self.registry.store.write(group)
+                await commit.write(Commit([part], receipts), self.registry.store, self.registry.files)
+                error = None
             except CoordinatorError as exc:
-                return await self._fail(seg.requests, exc)
+                error = exc
             except Exception as exc:
                 log.exception("writing table %s failed", self.table_id)
-                return await self._fail(seg.requests, Unavailable(f"could not write table files: {exc}"))
-        if not result.applied:
-            if result.reason == "fenced":
-                return await self._moved(seg.requests)
-            return await self._fail(seg.requests, _not_applied_error(self.table_id, result.reason))
-        self.registry.metrics.observe_batch(len(decisions))
-        self.row = _advance(self.row, write)
-        self.state = seg.state
-        if write.delete:
-            self.gone = True
-        self._remember_keys(decisions)
-        if not await self._publish([f for d in decisions for f in d.published]):
-            # Applied, but a published file is still missing: nobody hears success yet, and no clean-up runs (it
-            # may remove what restores the file). A retry is answered as the same commit once it is restored.
-            error = Unpublished(f"table {self.table_id}: the commit was recorded but its files could not be "
-                                f"written yet; retry", retry_after_s=self.registry.config.retry_after_s)
+                error = Unavailable(f"could not write table {self.table_id}: {exc}")
+        applied = error is None or isinstance(error, Unpublished)
+        if isinstance(error, OutcomeUnknown):
+            log.error("outcome unknown for %d requests on table %s: %s", len(seg.requests), self.table_id, error)
+        error = await self._conclude(part, decisions, error, applied=applied)
+        if error is not None:
             for req in seg.requests:
                 req.reply.fail(error)
             return
@@ -380,21 +382,36 @@ class TableActor:
             req.reply.set(reply)
         for req, key in seg.duplicates:
             req.reply.fail(DuplicateRequest(key))
+
+    async def _conclude(self, part: Part, decisions: list[Decision], error: CoordinatorError | None, *,
+                        applied: bool) -> CoordinatorError | None:
+        """Take a commit's outcome for this table's part into memory; the error its requesters hear (None: they
+        hear success). The same for the actor's own batches and for parts of commits that span several tables."""
+        if not applied:
+            if isinstance(error, NotOwner):
+                # The shard's lease moved (fenced by the database, or lapsed on our clock): stop serving the table
+                # here; its next owner loads it from the store. Moved, not dropped: the requesters are told to
+                # retry at the new owner, never "does not exist".
+                self.registry.lease_lost(self)
+                self.gone = self.moved = True
+                return self._gone_error()
+            if not isinstance(error, REFUSALS):
+                await self._reload()   # the write failed or its outcome is unknown: believe only the store
+            return error
+        self.registry.observe_batch(len(decisions))
+        self.row = written_row(self.row, part.write)
+        self.state = decisions[-1].state
+        self.gone = part.write.delete
+        self._remember_keys(decisions)
+        if isinstance(error, Unpublished) and not await self._restore(part.published):
+            # Applied, but a published file is still missing: nobody hears success yet, and no clean-up runs (it
+            # may remove what restores the file). A retry is answered as the same commit once it is restored.
+            return Unpublished(f"table {self.table_id}: the commit was recorded but its files could not be "
+                               f"written yet; retry", retry_after_s=self.registry.config.retry_after_s)
         for d in decisions:
             if d.after_durable is not None:
                 self.registry.spawn_background(d.after_durable)
-
-    async def _publish(self, files: list[tuple[str, bytes]]) -> bool:
-        """Write an applied segment's published files; False if they are still missing (see `_restore`)."""
-        if not files:
-            return True
-        try:
-            with trio.CancelScope(shield=True):
-                await self.registry.files.write_many(files)
-            return True
-        except Exception as exc:
-            log.error("table %s: commit recorded but its files could not be written: %s", self.table_id, exc)
-        return await self._restore(files)
+        return None
 
     async def _restore(self, files: list[tuple[str, bytes]]) -> bool:
         """Published files of an applied change could not be written. The change stands; the format's loader
@@ -415,24 +432,7 @@ class TableActor:
         if self.moved:
             return NotOwner(f"table {self.table_id} moved to another member; nothing applied, retry",
                             retry_after_s=self.registry.config.retry_after_s)
-        return NotFound("Table does not exist", kind="table")
-
-    async def _moved(self, requests: list[Request]) -> None:
-        """The shard's lease moved (fenced by the database, or lapsed on our clock): nothing was applied. Stop
-        serving the table here; its next owner loads it from the store."""
-        if self.registry.cluster is not None and self.epoch is not None:
-            self.registry.cluster.leases.lost(shard_of(self.table_id), self.epoch)
-        # Moved, not dropped: the rest of the batch is told to retry at the new owner, never "does not exist".
-        self.gone = self.moved = True
-        for req in requests:
-            req.reply.fail(self._gone_error())
-
-    async def _fail(self, requests: list[Request], exc: CoordinatorError) -> None:
-        if isinstance(exc, OutcomeUnknown):
-            log.error("outcome unknown for %d requests on table %s: %s", len(requests), self.table_id, exc)
-        for req in requests:
-            req.reply.fail(exc)
-        await self._reload()
+        return NoSuchTable("Table does not exist")
 
     async def _reload(self) -> None:
         """Forget the in-memory state and read the table from the store before serving again."""
@@ -447,25 +447,3 @@ def _key_of(proposal: Any) -> Any:
     """The Idempotency-Key a proposal carries (Iceberg's: an IdempotencyKey; its `key` is what is recorded)."""
     key = getattr(proposal, "idempotency_key", None)
     return getattr(key, "key", key)
-
-
-def _not_applied_error(table_id: UUID, reason: str | None) -> CoordinatorError:
-    if reason == "exists":
-        return AlreadyExists("Table already exists under the new name", kind="table")
-    if reason == "missing-namespace":
-        return NotFound("Namespace does not exist", kind="namespace")
-    if reason == "location":
-        return location_taken(None)
-    if reason == "fenced":
-        return NotOwner(f"table {table_id}'s shard moved to another member; nothing applied, retry")
-    # Our row changed under us: a bug or a new owner (fencing). Nothing applied; we reload before serving.
-    return Unavailable(f"table {table_id} changed concurrently ({reason}); nothing applied, retry")
-
-
-def _advance(row: TableRow, w: TableWrite) -> TableRow:
-    changes: dict[str, Any] = {"row_version": w.new_version}
-    if w.state is not None:
-        changes["state"] = w.state
-    if w.rename is not None:
-        changes["catalog"], changes["namespace"], changes["name"] = w.rename
-    return replace(row, **changes)

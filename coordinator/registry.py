@@ -15,12 +15,13 @@ from uuid import UUID
 
 import trio
 
-from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
+from storage.records import UNFENCED, IdempotencyRecord, LogEntry, TableRow, shard_of
 
 from .actor import Participant, TableActor
 from .config import Config
-from .decision import KEEP_STATE, Compaction, Proposal
-from .errors import AlreadyExists, NotFound, NotOwner, Unavailable, location_taken
+from .commit import Part
+from .decision import KEEP_STATE, Compaction, NewTable, Proposal
+from .errors import NotOwner, Unavailable
 from .metrics import Metrics
 from .purges import Resumer
 from .transaction import transact
@@ -114,8 +115,9 @@ class Registry:
             return await self.cluster.router.submit(table_id, proposal)
         return await self.owner(table_id).offer(proposal).wait()
 
-    async def prepare(self, table_id: UUID, participant: Participant) -> tuple[Any, TableWrite]:
-        """A multi-table transaction's part: the owner validates it and holds the table until the verdict."""
+    async def prepare(self, table_id: UUID, participant: Participant) -> tuple[Any, Part]:
+        """A part of a commit that spans several tables: the owner decides it and holds the table until the
+        verdict. Returns the proposal's reply and the table's commit part."""
         if self.cluster is not None:
             return await self.cluster.router.prepare(table_id, participant)
         return await self.owner(table_id).offer(participant).wait()
@@ -124,6 +126,25 @@ class Registry:
                        idempotency: IdempotencyRecord | None = None) -> list[Any]:
         """All parts (and creates) applied atomically, or none; see coordinator.transaction."""
         return await transact(self, parts, creates=list(creates), idempotency=idempotency)
+
+    def insert_epoch(self, table_id: UUID) -> int:
+        """The epoch a new table's insert is fenced with: this member's lease on its shard if it holds one; else
+        none (the unique name is its compare-and-set, and its owner is told to forget what it knew)."""
+        if self.cluster is None:
+            return 0
+        epoch = self.cluster.leases.epoch(shard_of(table_id))
+        return UNFENCED if epoch is None else epoch
+
+    def created(self, new: NewTable, *, complete: bool) -> None:
+        """A commit created `new`. Its actor here starts with the state in memory, unless its published files are
+        not all written (its first load restores them) or another member owns it (told to forget instead)."""
+        if self.cluster is not None and self.cluster.leases.epoch(shard_of(new.row.table_id)) is None:
+            self.cluster.router.created(new.row.table_id)
+            return
+        if complete:
+            self.adopt(replace(new.row, row_version=1, state=new.row_state), new.state)
+        else:
+            self.forget(new.row.table_id)
 
     def retire(self, actor: TableActor) -> bool:
         """Called by an actor itself; succeeds only if no request is queued (checked in the same tick)."""
@@ -153,61 +174,29 @@ class Registry:
         if self._nursery is not None:
             self._nursery.start_soon(guarded)
 
+    def lease_lost(self, actor: TableActor) -> None:
+        if self.cluster is not None and actor.epoch is not None:
+            self.cluster.leases.lost(shard_of(actor.table_id), actor.epoch)
+
+    def observe_batch(self, size: int) -> None:
+        self.metrics.observe_batch(size)
+
     # -- creation: a table that does not exist yet has no actor; its row is inserted by the writer ------------
 
     async def create(self, row: TableRow, *, state: Any, row_state: dict[str, Any], log_entries: list[LogEntry] = (),
                      files: list[tuple[str, bytes]] = (), idempotency: IdempotencyRecord | None = None) -> None:
-        """Create a table row (unique by name) with its first files and log entries. Raises AlreadyExists or
-        NotFound(namespace). On success the table's actor starts with `state` already in memory."""
+        """Create a table row (unique by name) with its first files and log entries: a commit of one new table.
+        Raises TableExists/ViewExists, NoSuchNamespace or LocationTaken. On success the table's actor starts
+        with `state` already in memory."""
+        new = NewTable(row, state, row_state, list(log_entries), list(files))
         if self.cluster is not None:
-            return await self.cluster.router.create(row, state, row_state, list(log_entries), list(files),
-                                                    idempotency)
-        await self.create_local(row, state, row_state, list(log_entries), list(files), idempotency)
+            return await self.cluster.router.create(new, idempotency)
+        await self.create_local(new, idempotency)
 
-    async def create_local(self, row: TableRow, state: Any, row_state: dict[str, Any], log_entries: list[LogEntry],
-                           files: list[tuple[str, bytes]], idempotency: IdempotencyRecord | None) -> None:
+    async def create_local(self, new: NewTable, idempotency: IdempotencyRecord | None) -> None:
         """`create` on the member that owns the new table's shard (or alone): the insert is fenced like any write."""
-        epoch = self._lease_epoch(row.table_id)
-        if epoch is None:
-            epoch = 0
-        if row.location and await self.store.location_taken(row.location):  # before writing files into it
-            # The name first (spec: 409 "already exists"): a create run twice would otherwise be told that its
-            # own table's location is taken.
-            if await self.store.find_table(row.realm, row.catalog, row.namespace, row.name) is not None:
-                raise AlreadyExists(f"{row.kind.capitalize()} already exists: {row.name}", kind=row.kind)
-            raise location_taken(row.location)
-        try:
-            await self.files.write_many(list(files))
-        except OSError as exc:  # a full or read-only warehouse: known not applied, as for a commit
-            await self._discard(files, row.location)
-            raise Unavailable(f"could not write the table's files ({exc}); nothing applied, retry") from exc
-        write = TableWrite(table_id=row.table_id, expected_version=0, epoch=epoch, state=row_state, bump=1,
-                           log=list(log_entries), insert=row)
-        group = WriteGroup([write], [idempotency] if idempotency else [])
-        with trio.CancelScope(shield=True):
-            result = await self.store.write(group)
-        if not result.applied:
-            await self._discard(files, row.location)
-            if result.reason == "fenced":
-                raise NotOwner(f"table {row.table_id}'s shard moved while it was being created; nothing applied")
-            if result.reason == "missing-namespace":
-                raise NotFound(f"Namespace does not exist: {row.namespace.replace(chr(31), '.')}", kind="namespace")
-            if result.reason == "location":
-                raise location_taken(row.location)
-            if result.reason == "stale":  # an interrupted write, found not applied once its server process ended
-                raise Unavailable(f"creating {row.name} was interrupted and did not apply; retry")
-            raise AlreadyExists(f"{row.kind.capitalize()} already exists: {row.name}", kind=row.kind)
-        self.adopt(replace(row, row_version=write.new_version, state=row_state), state)
-
-    async def _discard(self, files: list[tuple[str, bytes]], location: str | None) -> None:
-        """A refused create's files (a lost race for the name, say) would be orphans outside any table: removed."""
-        if not files:
-            return
-        try:
-            with trio.CancelScope(shield=True):
-                await self.files.discard([uri for uri, _ in files], location)
-        except Exception as exc:  # the refusal is the answer; a leftover file is only litter
-            log.warning("removing the files of a refused create failed: %s", exc)
+        self._lease_epoch(new.row.table_id)   # NotOwner here: the router retries at the owner
+        await transact(self, [], creates=[new], idempotency=idempotency)
 
     def adopt(self, row: TableRow, state: Any) -> None:
         """A table this member just created: its actor starts with `state` in memory instead of reading the store."""

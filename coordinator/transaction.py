@@ -1,105 +1,80 @@
-"""Atomic commits across tables (Iceberg `transactions/commit`, Lance `batch-commit`), format-neutral.
+"""Commits that span several tables, or create one: every part decided by its table's owner, then one commit.
 
-Each participating actor validates its part against its own state while holding its next batch (it stops
-serving until the outcome is known), the storage writer writes every table's row in ONE database transaction,
-then every actor applies or discards. Actors are taken in a canonical order (by table id), so two overlapping
-transactions can never wait for each other in a cycle: a transaction only ever waits for actors that sort
-after every actor it holds.
+Iceberg `transactions/commit`, Lance `batch-commit`, a cross-format commit and a single table's creation all run
+here. Each named table's actor decides its part against its own state and holds the table (it stops serving)
+until the outcome is known (`Participant`); the tables the commit creates have no actor yet (`NewTable`). Then
+every part goes down the one commit path (coordinator/commit.py) as ONE commit, and every actor takes the
+outcome. Actors are taken in a canonical order (by table id), so two overlapping commits can never wait for each
+other in a cycle: a commit only ever waits for actors that sort after every actor it holds.
 
-In a cluster the same steps run across members (two-phase over the internal channel, coordinator/cluster/
-routing.py): a part whose table another member owns is validated and held there (`Registry.prepare`), this
-member writes every row in its one database transaction, the decision point, and sends each owner the verdict.
-Each row's write carries its owner's lease epoch, so a part whose owner lost its lease meanwhile applies nothing.
-The parts' published files (`Decision.published`) are written here once that transaction committed, before any
-verdict: an owner's clean-up after an applied verdict may remove what would restore them.
+In a cluster the same steps run across members (coordinator/cluster/routing.py): a part whose table another
+member owns is decided and held there, this member writes every row in its one database transaction, the
+decision point, and sends each owner the verdict. Each row's write carries its owner's lease epoch, so a part
+whose owner lost its lease meanwhile applies nothing. The parts' published files are written here once that
+transaction committed, before any verdict: an owner's clean-up after an applied verdict may remove what would
+restore them.
 """
 
 from __future__ import annotations
 
-import logging
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from uuid import UUID
 
-import trio
+from storage.records import IdempotencyRecord, TableWrite
 
-from storage.records import UNFENCED, IdempotencyRecord, TableWrite, WriteGroup
-
-from .actor import Participant, _not_applied_error
-from .decision import Decision, NewTable, Proposal
-from .errors import BadRequest, CoordinatorError, Unavailable, Unpublished
-
-if TYPE_CHECKING:
-    from .registry import Registry
-
-log = logging.getLogger(__name__)
+from . import commit
+from .actor import Participant
+from .commit import Commit, Part
+from .decision import NewTable, Proposal
+from .errors import BadRequest, CoordinatorError, Unpublished
 
 
-Create = NewTable
+class Owners(Protocol):
+    """Who decides each part, and where the commit is written (the registry)."""
+
+    store: Any
+    files: Any
+
+    async def prepare(self, table_id: UUID, participant: Participant) -> tuple[Any, Part]: ...
+    def insert_epoch(self, table_id: UUID) -> int: ...
+    def created(self, new: NewTable, *, complete: bool) -> None: ...
 
 
-async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, creates: list[Create] = (),
+async def transact(owners: Owners, parts: list[tuple[UUID, Proposal]], *, creates: list[NewTable] = (),
                    idempotency: IdempotencyRecord | None = None) -> list[Any]:
-    """Apply every part and create every table atomically, or nothing. Returns the parts' replies in the
-    order given. Raises the first rejection (nothing applied), Unavailable, or OutcomeUnknown."""
+    """Apply every part and create every table atomically, or nothing. Returns the parts' replies in the order
+    given. Raises the first refusal (nothing applied), Unavailable, Unpublished (applied) or OutcomeUnknown."""
     ids = [tid for tid, _ in parts] + [c.row.table_id for c in creates]
     if len(set(ids)) != len(ids):
         raise BadRequest("a transaction may name each table only once")
     order = sorted(range(len(parts)), key=lambda i: parts[i][0])
-    prepared: dict[int, tuple[Participant, Decision, TableWrite]] = {}
-    # Every participant offered gets a verdict, even one whose answer we never waited for (cancelled): its
-    # actor holds its table until it hears one.
+    prepared: dict[int, tuple[Any, Part]] = {}
+    # Every participant offered gets a verdict, even one whose answer we never waited for (cancelled): its actor
+    # holds its table until it hears one.
     offered: list[Participant] = []
+    error: CoordinatorError | None = None
     try:
         for i in order:
             table_id, proposal = parts[i]
             participant = Participant(proposal)
             offered.append(participant)
-            decision, write = await registry.prepare(table_id, participant)
-            prepared[i] = (participant, decision, write)
-        # Files only once every part is accepted: a transaction rejected by its last table leaves none behind.
-        files = [f for i in order for f in prepared[i][1].files] + [f for c in creates for f in c.files]
-        try:
-            await registry.files.write_many(files)
-        except CoordinatorError:
-            raise
-        except Exception as exc:
-            raise Unavailable(f"could not write table files: {exc}") from exc
-        writes = [prepared[i][2] for i in order]
-        # A table created here has no owner yet: its insert is not fenced (the unique name is its compare-and-set).
-        create_epoch = 0 if registry.cluster is None else UNFENCED
-        writes += [TableWrite(table_id=c.row.table_id, expected_version=0, epoch=create_epoch, state=c.row_state,
-                              bump=1, log=list(c.log), insert=c.row) for c in creates]
-        group = WriteGroup(writes, [idempotency] if idempotency else [])
-        with trio.CancelScope(shield=True):
-            result = await registry.store.write(group)
+            prepared[i] = await owners.prepare(table_id, participant)
+        new_parts = [Part(TableWrite(table_id=c.row.table_id, expected_version=0,
+                                     epoch=owners.insert_epoch(c.row.table_id), state=c.row_state, bump=1,
+                                     log=list(c.log), insert=c.row), list(c.files), list(c.published))
+                     for c in creates]
+        await commit.write(Commit([prepared[i][1] for i in order] + new_parts, [idempotency] if idempotency else []),
+                           owners.store, owners.files)
+    except Unpublished as exc:
+        error = exc   # applied: each owner restores its published files before any clean-up
     except BaseException as exc:
-        error = exc if isinstance(exc, CoordinatorError) else None
         for participant in offered:
-            participant.verdict.decide(False, error)
+            participant.verdict.decide(False, exc if isinstance(exc, CoordinatorError) else None)
         raise
-    if not result.applied:
-        error = _not_applied_error(writes[0].table_id, result.reason)
-        for participant, _, _ in prepared.values():
-            participant.verdict.decide(False, error)
-        raise error
-    published = [f for i in order for f in prepared[i][1].published] + [f for c in creates for f in c.published]
-    unpublished = None
-    try:
-        with trio.CancelScope(shield=True):
-            await registry.files.write_many(published)
-    except Exception as exc:
-        # Applied, but some published file is missing. Each owner restores its own before any clean-up (see
-        # TableActor._take_part); a created table is not adopted, so that its first load restores them.
-        log.error("transaction recorded but its files could not be written: %s", exc)
-        unpublished = Unpublished(f"the commit was recorded but its files could not be written yet ({exc}); retry")
-    for participant, _, _ in prepared.values():
-        participant.verdict.decide(True, unpublished)
+    for participant in offered:
+        participant.verdict.decide(True, error)
     for c in creates:
-        if registry.cluster is not None:
-            registry.cluster.router.created(c.row.table_id)
-        elif unpublished is None:
-            registry.adopt(replace(c.row, row_version=1, state=c.row_state), c.state)
-    if unpublished is not None:
-        raise unpublished
-    return [prepared[i][1].reply for i in range(len(parts))]
+        owners.created(c, complete=error is None)
+    if error is not None:
+        raise error
+    return [prepared[i][0] for i in range(len(parts))]

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Awaitable, Callable, TypeVar
 from uuid import UUID, uuid4
@@ -24,7 +23,8 @@ from coordinator.errors import AlreadyExists, NotEmpty, NotFound, OutcomeUnknown
 
 from .bridge import AsyncioThread
 from .files import location_key
-from .records import NAMESPACE_SEP, UNFENCED, IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
+from .records import (NAMESPACE_SEP, UNFENCED, IdempotencyRecord, LogEntry, Refusal, TableRow, TableWrite, WriteGroup,
+                      WriteResult, shard_of)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,17 +39,11 @@ CONNECTION_ERRORS = (OSError, ConnectionError, asyncpg.InterfaceError, asyncpg.P
 
 
 class NotApplied(Exception):
-    """A write group's compare-and-set did not hold; `reason` says which check failed."""
+    """A write group's compare-and-set did not hold; `refusal` says which check failed."""
 
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass
-class WriteResult:
-    applied: bool
-    reason: str | None = None  # when not applied: "stale" | "fenced" | "exists" | "missing-namespace" | "location"
+    def __init__(self, refusal: Refusal):
+        super().__init__(refusal.value)
+        self.refusal = refusal
 
 
 def _why(exc: BaseException) -> str:
@@ -259,11 +253,11 @@ class GroupCommitWriter:
         for g in groups:
             if g.is_simple:
                 ok = g.writes[0].table_id in applied
-                results.append(WriteResult(ok, None if ok else "fenced" if g.writes[0].table_id in fenced
-                                           else "stale"))
+                results.append(WriteResult(ok, None if ok else Refusal.FENCED if g.writes[0].table_id in fenced
+                                           else Refusal.STALE))
             else:
                 results.append(complex_results[id(g)])
-        self.fenced_writes += sum(1 for r in results if r.reason == "fenced")
+        self.fenced_writes += sum(1 for r in results if r.refusal is Refusal.FENCED)
         return results
 
     async def _write_simple(self, con: asyncpg.Connection, groups: list[WriteGroup]) -> tuple[set[UUID], set[UUID]]:
@@ -309,10 +303,10 @@ class GroupCommitWriter:
                 for k in group.idempotency:
                     await _put_idempotency(con, k)
         except NotApplied as na:
-            return WriteResult(False, na.reason)
+            return WriteResult(False, na.refusal)
         except asyncpg.UniqueViolationError as exc:
             # A duplicate name is a lost race for that name; a duplicate commit-log version means our row moved.
-            return WriteResult(False, "stale" if exc.constraint_name == "commits_pkey" else "exists")
+            return WriteResult(False, Refusal.STALE if exc.constraint_name == "commits_pkey" else Refusal.NAME_TAKEN)
         return WriteResult(True)
 
     @staticmethod
@@ -332,7 +326,7 @@ class GroupCommitWriter:
                                " FOR SHARE", sorted({s for s, _ in checked}))
         current = {r["shard"]: r["epoch"] for r in rows}
         if any(current.get(shard) != epoch for shard, epoch in checked):
-            raise NotApplied("fenced")
+            raise NotApplied(Refusal.FENCED)
 
     async def _write_one(self, con: asyncpg.Connection, w: TableWrite) -> None:
         if w.insert is not None:
@@ -341,7 +335,7 @@ class GroupCommitWriter:
             if key is not None and await self._location_taken(con, key):
                 exists = await con.fetchval("SELECT 1 FROM tables WHERE realm=$1 AND catalog=$2 AND namespace=$3"
                                             " AND name=$4", r.realm, r.catalog, r.namespace, r.name)
-                raise NotApplied("exists" if exists else "location")   # the name first, as Registry.create_local
+                raise NotApplied(Refusal.NAME_TAKEN if exists else Refusal.LOCATION_TAKEN)   # the name first, as Registry.create_local
             # The namespace row is share-locked until the flush commits: a concurrent drop of the namespace waits,
             # then finds this table and refuses (or, if it came first, this finds no namespace).
             row = await con.fetchrow(
@@ -355,12 +349,12 @@ class GroupCommitWriter:
             if row is None:
                 exists = await con.fetchval("SELECT 1 FROM tables WHERE realm=$1 AND catalog=$2 AND namespace=$3"
                                             " AND name=$4", r.realm, r.catalog, r.namespace, r.name)
-                raise NotApplied("exists" if exists else "missing-namespace")
+                raise NotApplied(Refusal.NAME_TAKEN if exists else Refusal.NO_NAMESPACE)
         elif w.delete:
             row = await con.fetchrow(f"DELETE FROM tables WHERE table_id=$1 AND row_version=$2 AND {self._epoch_cas}"
                                      " RETURNING table_id", w.table_id, w.expected_version, w.epoch)
             if row is None:
-                raise NotApplied("stale")
+                raise NotApplied(Refusal.STALE)
             await con.execute("DELETE FROM commits WHERE table_id=$1", w.table_id)
             if w.purge is not None:
                 await con.execute("INSERT INTO purges (location_key, location, metadata_location, owner)"
@@ -374,7 +368,7 @@ class GroupCommitWriter:
                 if namespace and not await con.fetchval(
                         "SELECT 1 FROM namespaces n JOIN tables t ON t.realm = n.realm WHERE t.table_id=$1"
                         " AND n.catalog=$2 AND n.path=$3 FOR KEY SHARE OF n", w.table_id, catalog, namespace):
-                    raise NotApplied("missing-namespace")
+                    raise NotApplied(Refusal.NO_NAMESPACE)
                 row = await con.fetchrow(
                     "UPDATE tables SET row_version=$4, state=COALESCE($5, state), catalog=$6, namespace=$7, name=$8,"
                     f" epoch=$3, updated_at=now() WHERE table_id=$1 AND row_version=$2 AND {self._epoch_cas}"
@@ -386,11 +380,11 @@ class GroupCommitWriter:
                     f" WHERE table_id=$1 AND row_version=$2 AND {self._epoch_cas} RETURNING table_id",
                     w.table_id, w.expected_version, w.epoch, w.new_version, w.state)
             if row is None:
-                raise NotApplied("stale")
+                raise NotApplied(Refusal.STALE)
             if w.relocate is not None:
                 key = location_key(w.relocate)
                 if await self._location_taken(con, key, exclude=w.table_id):
-                    raise NotApplied("location")
+                    raise NotApplied(Refusal.LOCATION_TAKEN)
                 await con.execute("UPDATE tables SET location=$2, location_key=$3 WHERE table_id=$1", w.table_id,
                                   w.relocate, key)
         for start, end in w.log_delete:
@@ -419,7 +413,7 @@ class GroupCommitWriter:
                                                [g.writes[0].table_id for g in groups])
                         versions = {r["table_id"]: r["row_version"] for r in rows}
                         applied = [g.writes[0].applied_at(versions.get(g.writes[0].table_id)) for g in groups]
-                        return [WriteResult(a, None if a else "stale") for a in applied]
+                        return [WriteResult(a, None if a else Refusal.STALE) for a in applied]
             except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
                 problem = _why(exc)
             if time.monotonic() > deadline:

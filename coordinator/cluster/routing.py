@@ -15,20 +15,18 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import trio
 
-from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, shard_of
+from storage.records import IdempotencyRecord, TableWrite, shard_of
 
 from ..actor import Participant
-from ..decision import Decision, Proposal
+from ..commit import Part
+from ..decision import Decision, NewTable, Proposal
 from ..errors import AppliedReplyLost, CoordinatorError, NotOwner, OutcomeUnknown, Unavailable, Unpublished
 from .channel import AnswerLost, PeerUnreachable
-
-if TYPE_CHECKING:
-    from .cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +52,21 @@ class Marked:
         return decision
 
 
+class Member(Protocol):
+    """What the router needs of the cluster member it routes for (coordinator/cluster/cluster.py)."""
+
+    registry: Any
+    leases: Any
+    config: Any
+    member_id: UUID
+    nursery: trio.Nursery | None
+
+    def peer(self, address: str) -> Any: ...
+    async def call_watching(self, peer: Any, shard: int, member: UUID, method: str, *args: Any) -> Any: ...
+
+
 class Router:
-    def __init__(self, cluster: "Cluster"):
+    def __init__(self, cluster: Member):
         self.cluster = cluster
         self.registry = cluster.registry
         self.leases = cluster.leases
@@ -78,9 +89,9 @@ class Router:
         return await self._route(table_id, lambda: self.registry.owner(table_id).offer(proposal).wait(),
                                  "submit", (table_id, proposal, marker), resolve)
 
-    async def create(self, row: TableRow, state: Any, row_state: dict, log_entries: list[LogEntry],
-                     files: list[tuple[str, bytes]], idempotency: IdempotencyRecord | None) -> None:
-        args = (row, state, row_state, log_entries, files, idempotency)
+    async def create(self, new: NewTable, idempotency: IdempotencyRecord | None) -> None:
+        row = new.row
+        args = (new, idempotency)
 
         async def resolve() -> None:
             found = await self.registry.store.get_table(row.table_id)
@@ -91,10 +102,10 @@ class Router:
 
         return await self._route(row.table_id, lambda: self.registry.create_local(*args), "create", args, resolve)
 
-    async def prepare(self, table_id: UUID, participant: Participant) -> tuple[Decision, TableWrite]:
+    async def prepare(self, table_id: UUID, participant: Participant) -> tuple[Any, Part]:
         """A transaction's part at the table's owner. A remote owner holds its table until `verdict` arrives;
-        its decision comes back without its clean-up hook (that runs at the owner once applied). Its files come
-        back too: this member writes them (published ones once its transaction applied, before the verdict)."""
+        its reply and commit part come back (its clean-up hook stays: it runs at the owner once applied). This
+        member writes the part's files (published ones once its transaction applied, before the verdict)."""
         txid = uuid.uuid4()
 
         async def resolve() -> Any:
@@ -106,11 +117,9 @@ class Router:
         via: list = []
         answer = await self._route(table_id, lambda: self.registry.owner(table_id).offer(participant).wait(),
                                    "prepare", (txid, table_id, participant.proposal), resolve, via=via)
-        if not via:
-            return answer
-        reply, files, published, write = answer
-        self.cluster.nursery.start_soon(self._send_verdict, via[0], txid, participant)
-        return Decision(None, reply=reply, files=files, published=published), write
+        if via:
+            self.cluster.nursery.start_soon(self._send_verdict, via[0], txid, participant)
+        return answer
 
     async def _send_verdict(self, peer, txid: UUID, participant: Participant) -> None:
         await participant.verdict.event.wait()
@@ -188,13 +197,12 @@ class Router:
     async def on_create(self, *args) -> None:
         await self.registry.create_local(*args)
 
-    async def on_prepare(self, txid: UUID, table_id: UUID, proposal: Proposal
-                         ) -> tuple[Any, list, list, TableWrite]:
+    async def on_prepare(self, txid: UUID, table_id: UUID, proposal: Proposal) -> tuple[Any, Part]:
         participant = Participant(proposal)
-        decision, write = await self.registry.owner(table_id).offer(participant).wait()
-        self.prepared[txid] = (participant, write, bool(decision.published))
+        reply, part = await self.registry.owner(table_id).offer(participant).wait()
+        self.prepared[txid] = (participant, part.write, bool(part.published))
         self.cluster.nursery.start_soon(self._settle_if_abandoned, txid, table_id)
-        return decision.reply, decision.files, decision.published, write
+        return reply, part
 
     async def on_verdict(self, txid: UUID, applied: bool, error: CoordinatorError | None) -> None:
         entry = self.prepared.pop(txid, None)
