@@ -13,16 +13,21 @@ import logging
 import threading
 import time
 import uuid
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 from uuid import UUID
 
 import trio
 
 from storage.files import DeletionStopped
-from storage.iceberg_files import delete_reachable_sync
 from storage.records import PurgeClaim
 
 log = logging.getLogger(__name__)
+
+# What a claim that names a file (`PurgeClaim.metadata_location`) deletes: the files within the location that the
+# named file reaches, in deletion order (None: that file is gone, the deletion had ended). Given by the format that
+# writes such claims (Iceberg: its metadata's snapshots, manifests and data files); a claim that names no file
+# deletes its location's whole tree.
+Listing = Callable[[Any, str, str], "list[str] | None"]
 
 PURGE_RETRY_S = 600  # a failed deletion of a dropped table's files is retried this often
 # How long since a claim was renewed: boot time, which (unlike the monotonic clock) also runs while the host is
@@ -31,15 +36,16 @@ _clock = functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME) if hasattr(t
     else time.monotonic
 
 
-def purge_after_drop(store, files, location: str, metadata_location: str | None = None
-                     ) -> tuple[PurgeClaim, Callable[[], Awaitable[bool]]]:
+def purge_after_drop(store, files, location: str, metadata_location: str | None = None,
+                     listing: Listing | None = None) -> tuple[PurgeClaim, Callable[[], Awaitable[bool]]]:
     """A drop's claim on its location (Decision.purge) and the deletion that ends it (its `after_durable`): a
     partial of a module function, not a closure, so that it can travel to a table's owner in a cluster."""
     claim = PurgeClaim(location, uuid.uuid4(), metadata_location)
-    return claim, functools.partial(delete_own_location, store, files, location, claim.owner)
+    return claim, functools.partial(delete_own_location, store, files, location, claim.owner, listing)
 
 
-async def delete_own_location(store, files, location: str, owner: UUID | None = None) -> bool:
+async def delete_own_location(store, files, location: str, owner: UUID | None = None,
+                              listing: Listing | None = None) -> bool:
     """Delete a dropped table's location, unless another table lives at, above or below it (rows from before
     locations were exclusive, or an Iceberg table moved there by `set-location`): then nothing, and a warning.
     True if deleted. A module function, so that a clean-up partial can travel to a table's owner.
@@ -47,7 +53,7 @@ async def delete_own_location(store, files, location: str, owner: UUID | None = 
     The drop claimed the location (Decision.purge), so no table can be created there meanwhile; the claim ends
     here, or stays if the deletion failed, to be retried (Resumer.resume_forever). `owner` is the claim's token
     (PurgeClaim.owner, or a member's that took the claim over; None in claims from before drops wrote one). A
-    claim that names an Iceberg metadata file deletes only the files it reaches, else the location's tree."""
+    claim that names a file deletes only what `listing` says that file reaches, else the location's tree."""
     confirmed_at = _clock()   # the database stamps the claim no earlier than this
     ours, metadata = await store.confirm_purge(location, owner)
     if not ours:
@@ -69,8 +75,10 @@ async def delete_own_location(store, files, location: str, owner: UUID | None = 
         try:
             if metadata is None:
                 await files.delete_tree(location, renewal.lapsed)
+            elif listing is None:   # never the whole tree: the location may hold files the table does not own
+                raise DeletionStopped(f"the claim on {location} names {metadata}, and no format lists its files")
             else:
-                await trio.to_thread.run_sync(delete_reachable_sync, files, location, metadata, renewal.lapsed)
+                await trio.to_thread.run_sync(_delete_listed, files, location, metadata, listing, renewal.lapsed)
         except Exception as exc:   # raised as it is, not inside the nursery's ExceptionGroup
             failure = exc
         if failure is None and renewal.lapsed():
@@ -80,6 +88,12 @@ async def delete_own_location(store, files, location: str, owner: UUID | None = 
         raise failure   # the claim stays: a later pass deletes what is left
     await store.end_purge(location, owner)
     return True
+
+
+def _delete_listed(files, location: str, named: str, listing: Listing, stop: Callable[[], bool]) -> None:
+    """Delete the files `named` reaches within `location`, then the directories that leaves empty (a worker
+    thread)."""
+    files.delete_listed_sync(location, listing(files, location, named) or [], stop)
 
 
 class _Renewal:
@@ -122,8 +136,8 @@ class Resumer:
     """Resumes deletions that did not end (a crash, or a failed deletion: the claim stays), here or, in a cluster,
     those another member stopped renewing."""
 
-    def __init__(self, store, files, *, cluster: bool):
-        self.store, self.files, self.cluster = store, files, cluster
+    def __init__(self, store, files, *, cluster: bool, listing: Listing | None = None):
+        self.store, self.files, self.cluster, self.listing = store, files, cluster, listing
 
     async def take_over_at_start(self) -> tuple[dict[str, UUID], float]:
         """In a cluster another member may be deleting at our start-up: only claims nobody renewed are taken."""
@@ -166,7 +180,7 @@ class Resumer:
                 del waiting[location]   # from now on its deletion renews it
                 log.info("resuming the deletion of dropped table files at %s", location)
                 try:
-                    await delete_own_location(self.store, self.files, location, owner)
+                    await delete_own_location(self.store, self.files, location, owner, self.listing)
                 except Exception as exc:
                     log.warning("deleting dropped table files at %s failed (retried in %d s): %s", location,
                                 PURGE_RETRY_S, exc)

@@ -23,7 +23,7 @@ from .commit import Part
 from .decision import KEEP_STATE, Compaction, NewTable, Proposal
 from .errors import NotOwner, Unavailable
 from .metrics import Metrics
-from .purges import Resumer
+from .purges import Listing, Resumer
 from .transaction import transact
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ class Registry:
         self.actors: dict[UUID, TableActor] = {}
         self.loaders: dict[str, StateLoader] = {}
         self.compactions: dict[str, Compaction] = {}
+        self.purge_listing: Listing | None = None   # what a purge claim naming a file deletes (purges.Listing)
         # Tables whose actor went idle, least recently used first. An idle table costs its row and compact state
         # (~2 KB for a small table) instead of a task and parsed state (~20 KB); the least recently used beyond
         # `dormant_tables_max` are forgotten and reload from the store.
@@ -63,6 +64,11 @@ class Registry:
         self.loaders[fmt] = loader
         self.compactions[fmt] = compaction or KEEP_STATE
 
+    def register_purge_listing(self, listing: Listing) -> None:
+        """The format whose drops claim their files by naming one (Iceberg: the metadata file) says what it
+        reaches, so that a deletion resumed after a crash deletes only that."""
+        self.purge_listing = listing
+
     async def load_state(self, row: TableRow) -> Any:
         return await self.loaders[row.format](row)
 
@@ -70,7 +76,7 @@ class Registry:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             # Taken before anything is served: a drop served from then on holds a claim of its own, running.
-            resumer = Resumer(self.store, self.files, cluster=self.config.cluster)
+            resumer = Resumer(self.store, self.files, cluster=self.config.cluster, listing=self.purge_listing)
             taken = await resumer.take_over_at_start()
             task_status.started(self)
             nursery.start_soon(resumer.resume_forever, *taken)

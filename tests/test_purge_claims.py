@@ -305,9 +305,9 @@ async def test_a_member_whose_claim_was_taken_over_and_ended_deletes_nothing(coo
         "INSERT INTO purges (location_key, location, metadata_location, renewed_at)"
         " VALUES ($1, $2, $3, now() - interval '20 minutes')", location_key(location), location, meta.as_uri()))
     owner = await coord.store.take_over_purge(location, 600)
-    assert await delete_own_location(coord.store, coord.files, location, owner)
+    assert await delete_own_location(coord.store, coord.files, location, owner, coord.registry.purge_listing)
     assert kept.exists() and not meta.exists() and await coord.store.pending_purges(0) == []
-    assert not await delete_own_location(coord.store, coord.files, location, None)
+    assert not await delete_own_location(coord.store, coord.files, location, None, coord.registry.purge_listing)
     assert kept.exists()
 
 

@@ -20,6 +20,7 @@ import orjson
 import trio
 
 from storage.files import is_below, is_within, join, path_segment, unsafe_location
+from storage.iceberg_files import reachable_files
 from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace, split_namespace
 
 from ..decision import Decision
@@ -307,7 +308,8 @@ class DropTable:
                 after = functools.partial(_not_purged, state.ident, location)
             elif _gc_enabled(state.metadata):
                 claim, after = purge_after_drop(self.store, self.files, location,
-                                                None if state.owns_location else state.metadata_location)
+                                                None if state.owns_location else state.metadata_location,
+                                                reachable_files)
             else:
                 after = functools.partial(_purge_named_files, self.files, self.store, location, state)
         return Decision(None, reply=None, delete=True, after_durable=after, purge=claim,
@@ -481,6 +483,7 @@ class IcebergCatalog:
         self.files = coordinator.files
         self.registry.register_format(FORMAT, self._load_state, COMPACTION)
         self.registry.register_format(VIEW_FORMAT, self._load_state, COMPACTION)
+        self.registry.register_purge_listing(reachable_files)
         self._ids: dict[tuple[TableIdent, str], uuid.UUID] = {}
 
     @property
