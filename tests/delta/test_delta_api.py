@@ -38,7 +38,7 @@ def snapshot(uc: UC, table: dict) -> tuple:
 def test_public_surface():
     assert sorted(coordinator.delta.__all__) == [
         "CommitInfo", "CommitRequest", "CreateCatalog", "CreateSchema", "CreateStagingTable", "CreateTable",
-        "DeltaCatalog", "DeltaTable", "GetCommitsRequest", "Metadata", "MetricsRequest", "StagingTable"]
+        "DeltaService", "DeltaTable", "GetCommitsRequest", "Metadata", "MetricsRequest", "StagingTable"]
     for name in coordinator.delta.__all__:
         assert getattr(coordinator.delta, name)
 
@@ -635,7 +635,7 @@ def test_server_fault_is_internal_error(uc, monkeypatch):
     async def broken(self, full):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(coordinator.delta.DeltaCatalog, "get_table", broken)
+    monkeypatch.setattr(coordinator.delta.DeltaService, "get_table", broken)
     e = error(uc.get("/tables/main.default.t"), 500, "INTERNAL_ERROR")
     assert "a bug" not in e["message"]
     monkeypatch.undo()
