@@ -1,4 +1,4 @@
-"""Unity Catalog routes for Delta tables (`/api/2.1/unity-catalog/...`): parse, call the catalog, map the result.
+"""Unity Catalog routes for Delta tables (`/api/2.1/unity-catalog/...`): parse, call the service, map the result.
 
 Specs: the seed (UC Managed Tables 0.1.0: `/staging-tables`, `/tables`, `/delta/commits`, `/delta/commit`,
 `/delta/metrics`) and UC OSS `api/all.yaml` (catalogs, schemas, `/delta/preview/commits`, which today's clients
@@ -17,13 +17,15 @@ from coordinator.auth import Privilege
 from coordinator.delta import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
                                GetCommitsRequest, MetricsRequest)
 from coordinator.delta.models import (GenerateTemporaryPathCredential, GenerateTemporaryTableCredential,
-                                     UpdateCatalogOrSchema)
+                                      UpdateCatalogOrSchema)
 from coordinator.delta.rules import split_full_name
-from coordinator.errors import (from_storage, AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
-                                NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
+from coordinator.errors import (AlreadyExists, BadRequest, CatalogExists, CommitConflict, CoordinatorError,
+                                FailedPrecondition, Forbidden, NamespaceExists, NamespaceNotEmpty, NoSuchCatalog,
+                                NoSuchNamespace, NotEmpty, NotFound, OutcomeUnknown, TooManyRequests, Unauthorized,
+                                Unavailable, from_storage)
 
 from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
-from .common import INT64_MAX, json_response, parse_model, parsed_once, read_json, read_model
+from .common import INT64_MAX, json_response, parse_model, parsed_once, query_flag, read_json, read_model
 
 log = logging.getLogger(__name__)
 
@@ -37,35 +39,32 @@ MAX_TABLES_PAGE = 50  # UC OSS: `max_results` of listTables is at most 50
 # -- error translation ---------------------------------------------------------------------------------------
 
 
+# Classes before their parents: the first that matches gives the status and UC code.
+_ERROR_CODES: tuple[tuple[type[CoordinatorError], int, str], ...] = (
+    (NoSuchCatalog, 404, "CATALOG_DOES_NOT_EXIST"),
+    (NoSuchNamespace, 404, "SCHEMA_DOES_NOT_EXIST"),   # a UC schema is a namespace
+    (NotFound, 404, "TABLE_DOES_NOT_EXIST"),
+    (CatalogExists, 409, "CATALOG_ALREADY_EXISTS"),
+    (NamespaceExists, 409, "SCHEMA_ALREADY_EXISTS"),
+    (AlreadyExists, 400, "TABLE_ALREADY_EXISTS"),       # the seed gives 400 for this one
+    (NamespaceNotEmpty, 400, "SCHEMA_NOT_EMPTY"),
+    (NotEmpty, 400, "CATALOG_NOT_EMPTY"),
+    (CommitConflict, 409, "ALREADY_EXISTS"),
+    (TooManyRequests, 429, "RESOURCE_EXHAUSTED"),
+    (Unavailable, 503, "TEMPORARILY_UNAVAILABLE"),
+    (OutcomeUnknown, 500, "INTERNAL_ERROR"),
+    (Unauthorized, 401, "UNAUTHENTICATED"),
+    (Forbidden, 403, "PERMISSION_DENIED"),
+)
+
+
 def _error_code(exc: CoordinatorError) -> tuple[int, str]:
-    kind = exc.kind or ""
-    if isinstance(exc, NotFound):
-        code = {"catalog": "CATALOG_DOES_NOT_EXIST", "schema": "SCHEMA_DOES_NOT_EXIST",
-                "namespace": "SCHEMA_DOES_NOT_EXIST"}.get(kind, "TABLE_DOES_NOT_EXIST")
-        return 404, code
-    if isinstance(exc, AlreadyExists):
-        if kind == "catalog":
-            return 409, "CATALOG_ALREADY_EXISTS"
-        if kind == "schema":
-            return 409, "SCHEMA_ALREADY_EXISTS"
-        return 400, "TABLE_ALREADY_EXISTS"  # the seed gives 400 for this one
-    if isinstance(exc, NotEmpty):
-        return 400, "SCHEMA_NOT_EMPTY" if kind == "schema" else "CATALOG_NOT_EMPTY"
-    if isinstance(exc, CommitConflict):
-        return 409, "ALREADY_EXISTS"
-    if isinstance(exc, TooManyRequests):
-        return 429, "RESOURCE_EXHAUSTED"
-    if isinstance(exc, Unavailable):
-        return 503, "TEMPORARILY_UNAVAILABLE"
-    if isinstance(exc, OutcomeUnknown):
-        return 500, "INTERNAL_ERROR"
-    if isinstance(exc, Unauthorized):
-        return 401, "UNAUTHENTICATED"
-    if isinstance(exc, Forbidden):
-        return 403, "PERMISSION_DENIED"
+    for cls, status, code in _ERROR_CODES:
+        if isinstance(exc, cls):
+            return status, code
     if exc.status >= 500:   # a fault (e.g. a peer member's, over the channel): the outcome is unknown
         return exc.status, "INTERNAL_ERROR"
-    return 400, "FAILED_PRECONDITION" if kind == "precondition" else "INVALID_PARAMETER_VALUE"
+    return 400, "FAILED_PRECONDITION" if isinstance(exc, FailedPrecondition) else "INVALID_PARAMETER_VALUE"
 
 
 def uc_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -111,7 +110,7 @@ def _http_error_response(exc: HTTPException) -> Response:
 # -- helpers -------------------------------------------------------------------------------------------------
 
 
-def _catalog():
+def _service():
     return current_app.config["COORDINATOR"].delta
 
 
@@ -128,13 +127,6 @@ def _page(cap: int) -> tuple[str | None, int]:
             raise BadRequest(f"max_results must be >= 0, got {size}")
         size = size or DEFAULT_PAGE
     return request.args.get("page_token") or None, min(size, cap)
-
-
-def _force() -> bool:
-    raw = (request.args.get("force") or "false").lower()
-    if raw not in ("true", "false"):
-        raise BadRequest(f"force must be true or false, got {raw!r}")
-    return raw == "true"
 
 
 def _required_arg(name: str) -> str:
@@ -168,7 +160,7 @@ def _on_new_table(privilege: Privilege, model):
 
 
 async def _on_table_id(privilege: Privilege, table_id: str) -> Needs:
-    return [(privilege, await _catalog().securable(table_id))]
+    return [(privilege, await _service().securable(table_id))]
 
 
 async def _create_schema_needs() -> Needs:
@@ -204,41 +196,41 @@ def _listing(key: str, items: list[dict], token: str | None) -> Response:
 
 @bp.post("/catalogs")
 @guard(lambda: _on(CREATE))
-async def create_catalog() -> Response:
-    return json_response(await _catalog().create_catalog(await read_model(CreateCatalog)))
+async def create_service() -> Response:
+    return json_response(await _service().create_catalog(await read_model(CreateCatalog)))
 
 
 @bp.get("/catalogs")
 @guard(lambda: _on(READ))
 async def list_catalogs() -> Response:
     token, size = _page(MAX_PAGE)
-    items, nxt = await _catalog().list_catalogs(token, size)
+    items, nxt = await _service().list_catalogs(token, size)
     return _listing("catalogs", items, nxt)
 
 
 @bp.get("/catalogs/<name>")
 @guard(lambda name: _on(READ, name))
 async def get_catalog(name: str) -> Response:
-    return json_response(await _catalog().get_catalog(name))
+    return json_response(await _service().get_catalog(name))
 
 
 @bp.patch("/catalogs/<name>")
 @guard(lambda name: _on(WRITE, name))
 async def update_catalog(name: str) -> Response:
-    return json_response(await _catalog().update_catalog(name, await read_model(UpdateCatalogOrSchema)))
+    return json_response(await _service().update_catalog(name, await read_model(UpdateCatalogOrSchema)))
 
 
 @bp.delete("/catalogs/<name>")
 @guard(lambda name: _on(DROP, name))
 async def delete_catalog(name: str) -> Response:
-    await _catalog().delete_catalog(name, _force())
+    await _service().delete_catalog(name, query_flag("force"))
     return json_response({})
 
 
 @bp.post("/schemas")
 @guard(_create_schema_needs)
 async def create_schema() -> Response:
-    return json_response(await _catalog().create_schema(await read_model(CreateSchema)))
+    return json_response(await _service().create_schema(await read_model(CreateSchema)))
 
 
 @bp.get("/schemas")
@@ -246,28 +238,28 @@ async def create_schema() -> Response:
 async def list_schemas() -> Response:
     catalog = _required_arg("catalog_name")
     token, size = _page(MAX_PAGE)
-    items, nxt = await _catalog().list_schemas(catalog, token, size)
+    items, nxt = await _service().list_schemas(catalog, token, size)
     return _listing("schemas", items, nxt)
 
 
 @bp.get("/schemas/<full_name>")
 @guard(_on_full_name(READ, 2, "schema"))
 async def get_schema(full_name: str) -> Response:
-    return json_response(await _catalog().get_schema(*split_full_name(full_name, 2, "schema")))
+    return json_response(await _service().get_schema(*split_full_name(full_name, 2, "schema")))
 
 
 @bp.patch("/schemas/<full_name>")
 @guard(_on_full_name(WRITE, 2, "schema"))
 async def update_schema(full_name: str) -> Response:
     catalog, schema = split_full_name(full_name, 2, "schema")
-    return json_response(await _catalog().update_schema(catalog, schema, await read_model(UpdateCatalogOrSchema)))
+    return json_response(await _service().update_schema(catalog, schema, await read_model(UpdateCatalogOrSchema)))
 
 
 @bp.delete("/schemas/<full_name>")
 @guard(_on_full_name(DROP, 2, "schema"))
 async def delete_schema(full_name: str) -> Response:
     catalog, schema = split_full_name(full_name, 2, "schema")
-    await _catalog().delete_schema(catalog, schema, _force())
+    await _service().delete_schema(catalog, schema, query_flag("force"))
     return json_response({})
 
 
@@ -277,13 +269,13 @@ async def delete_schema(full_name: str) -> Response:
 @bp.post("/staging-tables")
 @guard(_on_new_table(CREATE, CreateStagingTable))
 async def create_staging_table() -> Response:
-    return json_response(await _catalog().create_staging_table(await read_model(CreateStagingTable)))
+    return json_response(await _service().create_staging_table(await read_model(CreateStagingTable)))
 
 
 @bp.post("/tables")
 @guard(_on_new_table(CREATE, CreateTable))
 async def create_table() -> Response:
-    return json_response(await _catalog().create_table(await read_model(CreateTable)))
+    return json_response(await _service().create_table(await read_model(CreateTable)))
 
 
 @bp.get("/tables")
@@ -291,20 +283,20 @@ async def create_table() -> Response:
 async def list_tables() -> Response:
     catalog, schema = _required_arg("catalog_name"), _required_arg("schema_name")
     token, size = _page(MAX_TABLES_PAGE)
-    items, nxt = await _catalog().list_tables(catalog, schema, token, size)
+    items, nxt = await _service().list_tables(catalog, schema, token, size)
     return _listing("tables", items, nxt)
 
 
 @bp.get("/tables/<full_name>")
 @guard(_on_full_name(READ, 3, "table"))
 async def get_table(full_name: str) -> Response:
-    return json_response(await _catalog().get_table(split_full_name(full_name, 3, "table")))
+    return json_response(await _service().get_table(split_full_name(full_name, 3, "table")))
 
 
 @bp.delete("/tables/<full_name>")
 @guard(_on_full_name(DROP, 3, "table"))
 async def delete_table(full_name: str) -> Response:
-    await _catalog().delete_table(split_full_name(full_name, 3, "table"))
+    await _service().delete_table(split_full_name(full_name, 3, "table"))
     return json_response({})
 
 
@@ -346,7 +338,7 @@ async def _read_get_commits_request() -> GetCommitsRequest:
 @bp.get("/delta/preview/commits")
 @guard(_get_commits_needs)
 async def get_commits() -> Response:
-    commits, latest = await _catalog().get_commits(await _get_commits_request())
+    commits, latest = await _service().get_commits(await _get_commits_request())
     return json_response({"commits": commits, "latest_table_version": latest})
 
 
@@ -354,14 +346,14 @@ async def get_commits() -> Response:
 @bp.post("/delta/preview/commits")
 @guard(_commit_needs)
 async def commit() -> Response:
-    await _catalog().commit(await read_model(CommitRequest))
+    await _service().commit(await read_model(CommitRequest))
     return json_response({})
 
 
 @bp.post("/delta/metrics")
 @guard(_metrics_needs)
 async def write_metrics() -> Response:
-    await _catalog().write_metrics(await read_model(MetricsRequest))
+    await _service().write_metrics(await read_model(MetricsRequest))
     return json_response({})
 
 
@@ -371,14 +363,14 @@ async def write_metrics() -> Response:
 @bp.post("/temporary-table-credentials")
 @guard(_table_credentials_needs)
 async def temporary_table_credentials() -> Response:
-    return json_response(await _catalog().temporary_table_credentials(
+    return json_response(await _service().temporary_table_credentials(
         await read_model(GenerateTemporaryTableCredential)))
 
 
 @bp.post("/temporary-path-credentials")
 @guard(authenticated)   # no credential is ever vended for a path (rules.temporary_credentials): nothing to guard
 async def temporary_path_credentials() -> Response:
-    return json_response(await _catalog().temporary_path_credentials(
+    return json_response(await _service().temporary_path_credentials(
         await read_model(GenerateTemporaryPathCredential)))
 
 

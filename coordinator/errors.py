@@ -208,6 +208,11 @@ class UnpublishedCommits(CommitConflict):
     kind = "published"
 
 
+class VersionPublished(CommitConflict):
+    """Delta: the version was ratified and published long enough ago to have left the table's memory; the catalog
+    reads the stored log to tell a replay of that very commit from a conflict."""
+
+
 class TooManyRequests(CoordinatorError):
     status = 429
 

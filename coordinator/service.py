@@ -53,7 +53,7 @@ class Coordinator:
         self.idempotency = Idempotency(self.store)
         from .iceberg.catalog import IcebergCatalog
         self.iceberg = IcebergCatalog(self)
-        from .delta.catalog import DeltaCatalog; self.delta = DeltaCatalog(self)  # noqa: E702
+        from .delta.service import DeltaService; self.delta = DeltaService(self)  # noqa: E702
         from .lance.catalog import LanceCatalog; self.lance = LanceCatalog(self)  # noqa: E702
         self.cluster = None
         if self.config.cluster:

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from api.app import MAX_BODY_BYTES
-from coordinator.delta.catalog import MANAGED_DIR
+from coordinator.delta.service import MANAGED_DIR
 
 from .delta.conftest import COLUMNS, FIRST, first_commit, table_properties, write_log_file
 from .lance.conftest import stage

@@ -1,14 +1,23 @@
-"""Delta tables managed through Unity Catalog's API: commit rules and the catalog behind `api/delta.py`.
+"""Delta tables managed through Unity Catalog's API: the service behind `api/delta.py` and what it speaks in.
 
-`rules` holds the commit rules as pure functions over the spec-named request models in `models`; `catalog`
-turns them into proposals for the table actors. This is the surface the HTTP layer uses
-(tests/delta checks the list).
+`models` holds the spec's request models, `state` a table's in-memory state, `rules` the spec's rules as pure
+functions, `proposals` the glue the table actors run, `service` the `DeltaService` the HTTP layer calls, and
+`files` the one file Delta reads. This is the surface the rest imports (tests/delta checks the list).
 """
 
-from coordinator.delta.catalog import DeltaCatalog
-from coordinator.delta.models import (CommitInfo, CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable,
-                                      CreateTable, GetCommitsRequest, Metadata, MetricsRequest)
-from coordinator.delta.rules import DeltaTable, StagingTable
+from coordinator.delta.models import (
+                                      CommitInfo,
+                                      CommitRequest,
+                                      CreateCatalog,
+                                      CreateSchema,
+                                      CreateStagingTable,
+                                      CreateTable,
+                                      GetCommitsRequest,
+                                      Metadata,
+                                      MetricsRequest,
+)
+from coordinator.delta.service import DeltaService
+from coordinator.delta.state import DeltaTable, StagingTable
 
 __all__ = [
     "CommitInfo",
@@ -17,7 +26,7 @@ __all__ = [
     "CreateSchema",
     "CreateStagingTable",
     "CreateTable",
-    "DeltaCatalog",
+    "DeltaService",
     "DeltaTable",
     "GetCommitsRequest",
     "Metadata",

@@ -1,4 +1,5 @@
-"""Commit rules for catalog-managed Delta tables: pure functions of a table's state and a request.
+"""Rules for catalog-managed Delta tables: pure functions of a table's state and a request, one per rule of the
+spec, each returning a new state (or what to answer) or raising the spec's typed error.
 
 Sources: the seed (UC Managed Tables spec 0.1.0, "Write a Commit" / "Get Commits" / "Create a Table") and the
 Delta RFC `catalog-managed.md` ("Commit Protocol": a catalog must not ratify `v` before `v - 1` and ratifies
@@ -8,21 +9,23 @@ reads a clock, so the table actor can decide a whole batch against in-memory sta
 
 from __future__ import annotations
 
-import copyreg
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
-from types import MappingProxyType
 from typing import Any, Mapping
 from urllib.parse import unquote, urlparse
 from uuid import UUID
 
 import orjson
 
-from ..errors import BadRequest, CommitConflict, NotFound, TooManyRequests
+from ..errors import (BadRequest, CommitConflict, FailedPrecondition, NoSuchTable, TableExists, TooManyRequests,
+                      VersionPublished)
 from .columns import column_infos
-from .models import CommitInfo, CommitRequest, Metadata, MetricsRequest, Uniform
+from .models import CommitInfo, CommitRequest, Metadata, MetricsRequest, Uniform, UniformIceberg
+from .state import DeltaTable, StagingTable, freeze
+
+FullName = tuple[str, str, str]
 
 TABLE_ID_PROPERTY = "io.unitycatalog.tableId"
 # Seed, "Required Table Features and Properties": catalogManaged and vacuumProtocolCheck are reader-writer
@@ -45,66 +48,6 @@ _UNSIGNED = re.compile(r"^[0-9]{1,19}$")  # not int(): it takes " 3", "+3" and "
 
 # UC names: no dots (they join full names), slashes, whitespace or control characters.
 _NAME = re.compile(r"^[^.\s/\x00-\x1f\x7f]{1,255}$")
-
-
-# -- state -------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StagingTable:
-    """`POST /staging-tables` allocated an id and a location; `POST /tables` turns it into a table."""
-
-    table_id: UUID
-    catalog_name: str
-    schema_name: str
-    name: str
-    location: str
-    created_at: int
-    schema_id: str | None = None   # the schema it was allocated in; None in rows written before it was kept
-
-    def row_state(self) -> dict[str, Any]:
-        return {"staging": {"catalog_name": self.catalog_name, "schema_name": self.schema_name,
-                            "name": self.name, "location": self.location, "created_at": self.created_at,
-                            "schema_id": self.schema_id}}
-
-
-@dataclass(frozen=True)
-class DeltaTable:
-    """A UC table as its actor holds it. `info` is the catalog entry (TableInfo fields); the rest is the commit
-    coordinator's state: everything GET commits needs is here, so it is answered from memory."""
-
-    table_id: UUID
-    info: Mapping[str, Any]
-    last: int                        # latest ratified version; -1 when UC does not coordinate commits
-    published: int                   # every version <= published is a `_delta_log/<v>.json`
-    unpublished: tuple[dict, ...]    # ratified commits published+1 .. last, ascending
-    newest: dict | None              # the commit ratified as `last`, kept after publishing to recognise replays
-
-    @property
-    def managed(self) -> bool:
-        return self.info["table_type"] == "MANAGED" and self.info["data_source_format"] == "DELTA"
-
-    @property
-    def location(self) -> str:
-        return self.info["storage_location"]
-
-    @property
-    def full_name(self) -> tuple[str, str, str]:
-        return self.info["catalog_name"], self.info["schema_name"], self.info["name"]
-
-    def row_state(self) -> dict[str, Any]:
-        # The catalog entry rides along on every write: a table row is one compare-and-set, and the entry
-        # (columns, properties) is a few KB, so keeping it in the row avoids a second store to keep in step.
-        return {"info": dict(self.info), "last": self.last, "published": self.published}
-
-
-def freeze(info: dict[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(info)
-
-
-# A table's state crosses between cluster members pickled (coordinator/cluster/channel.py), and pickle knows no
-# mappingproxy: a create or load through a member that does not own the table failed to encode its answer.
-copyreg.pickle(MappingProxyType, lambda proxy: (freeze, (dict(proxy),)))
 
 
 # -- names and locations -----------------------------------------------------------------------------------------
@@ -144,14 +87,26 @@ def is_within(root: str, uri: str) -> bool:
 
 
 def check_table_uri(table: DeltaTable, table_uri: str) -> None:
+    """Seed: `table_uri` is the table's location, however spelled."""
     if normalize_uri(table_uri) != normalize_uri(table.location):
         raise BadRequest(f"table_uri {table_uri!r} does not match the table's location {table.location!r}")
+
+
+# -- which table a request reaches -------------------------------------------------------------------------------
 
 
 def require_table(state: Any, table_id: str) -> DeltaTable:
     """Staging tables, other formats' tables and dropped ids are all "no such table" to the commit API."""
     if not isinstance(state, DeltaTable):
-        raise NotFound(f"Table does not exist: no table with id {table_id}", kind="table")
+        raise NoSuchTable(f"Table does not exist: no table with id {table_id}")
+    return state
+
+
+def table_named(state: Any, full: FullName) -> DeltaTable:
+    """Names were resolved to an id before the request reached the actor; a drop and re-create in between means
+    the id no longer carries this name."""
+    if not isinstance(state, DeltaTable) or state.full_name != full:
+        raise NoSuchTable(f"Table does not exist: {'.'.join(full)}")
     return state
 
 
@@ -162,6 +117,27 @@ def require_managed(table: DeltaTable, table_uri: str) -> None:
                          f"{table.info['data_source_format']} table: Unity Catalog coordinates commits only for "
                          f"MANAGED DELTA tables")
     check_table_uri(table, table_uri)
+
+
+def unused_staging(state: Any, full: FullName, location: str, schema_id: str) -> StagingTable:
+    """Seed, Create a Table: a MANAGED table is created at a staging location allocated for this very name, in
+    this very schema, and not used by a table yet."""
+    if isinstance(state, DeltaTable):
+        if state.full_name == full:
+            # A second create of the same table (a retry, or a race lost to an identical request).
+            raise TableExists(f"Table already exists: {'.'.join(full)}")
+        raise BadRequest(f"storage_location {location!r} is not an unused staging location: table "
+                         f"{'.'.join(state.full_name)} uses it")
+    if not isinstance(state, StagingTable):
+        raise NoSuchTable(f"Staging table does not exist at {location!r}")
+    if (state.catalog_name, state.schema_name, state.name) != full:
+        raise BadRequest(f"staging location {location!r} was allocated for "
+                         f"{state.catalog_name}.{state.schema_name}.{state.name}, not {'.'.join(full)}")
+    if state.schema_id is not None and state.schema_id != schema_id:
+        # Its schema was deleted (and one of the same name made since): the staging table went with it.
+        raise NoSuchTable(f"Staging table does not exist at {location!r}: schema {full[0]}.{full[1]} was deleted "
+                          f"after it was allocated; create a new staging table")
+    return state
 
 
 # -- required properties -----------------------------------------------------------------------------------------
@@ -198,6 +174,24 @@ def check_required_properties(table_id: UUID, props: Mapping[str, str], field: s
 # -- commits -----------------------------------------------------------------------------------------------------
 
 
+def check_commit_request(req: CommitRequest) -> None:
+    """Seed, Write a Commit: a request commits a version, reports the published one, or both; metadata and UniForm
+    changes ride only on a commit; the published version's two spellings (UC OSS `latest_backfilled_version`) must
+    agree."""
+    ci = req.commit_info
+    if ci is None and req.published_version is None:
+        raise BadRequest("at least one of commit_info or latest_published_version (latest_backfilled_version) "
+                         "is required")
+    if ci is None and req.metadata is not None:
+        raise BadRequest("metadata requires commit_info: metadata changes are committed with a new version")
+    if ci is None and req.uniform is not None:
+        raise BadRequest("uniform requires commit_info: it records the conversion of the committed version")
+    if (req.latest_published_version is not None and req.latest_backfilled_version is not None
+            and req.latest_published_version != req.latest_backfilled_version):
+        raise BadRequest(f"latest_published_version {req.latest_published_version} and "
+                         f"latest_backfilled_version {req.latest_backfilled_version} disagree")
+
+
 def check_commit_info(ci: CommitInfo) -> None:
     """Seed, Write a Commit, INVALID_PARAMETER_VALUE: version, timestamp, file size and modification time
     positive; the file name present. It names a file in `_delta_log/_staged_commits/`, so one path segment."""
@@ -218,7 +212,9 @@ def check_commit_info(ci: CommitInfo) -> None:
         raise BadRequest(f"commit_info.file_name {name!r} names version {int(prefix)}, not {ci.version}")
 
 
-def _ratified(table: DeltaTable, version: int) -> dict | None:
+
+def ratified(table: DeltaTable, version: int) -> dict | None:
+    """The commit ratified as `version`, if the table still holds it in memory (unpublished, or the newest)."""
     if table.newest is not None and table.newest["version"] == version:
         return table.newest
     index = version - table.published - 1
@@ -227,69 +223,80 @@ def _ratified(table: DeltaTable, version: int) -> dict | None:
     return None
 
 
-def decide_commit(table: DeltaTable, req: CommitRequest, *, max_unpublished: int, now_ms: int) -> DeltaTable:
-    """The seed's commit rules, in order. Returns the new state, or `table` itself when nothing changes
-    (an idempotent replay, or a backfill report that tells nothing new). Raises when the request is refused;
-    a refused request changes nothing, including its backfill part."""
-    require_managed(table, req.table_uri)
-    published = req.published_version
-    ci = req.commit_info
-    if ci is None and published is None:
-        raise BadRequest("at least one of commit_info or latest_published_version (latest_backfilled_version) "
-                         "is required")
-    if ci is None and req.metadata is not None:
-        raise BadRequest("metadata requires commit_info: metadata changes are committed with a new version")
-    if ci is None and req.uniform is not None:
-        raise BadRequest("uniform requires commit_info: it records the conversion of the committed version")
-    if (req.latest_published_version is not None and req.latest_backfilled_version is not None
-            and req.latest_published_version != req.latest_backfilled_version):
-        raise BadRequest(f"latest_published_version {req.latest_published_version} and "
-                         f"latest_backfilled_version {req.latest_backfilled_version} disagree")
+def is_replay(table: DeltaTable, ci: CommitInfo) -> bool:
+    """The RFC: a catalog ratifies each version at most once. A version already ratified as this very file is a
+    replay of an accepted commit whose answer was lost (200, nothing changes); as another file, a conflict. A
+    version published long enough ago to have left memory raises VersionPublished, for the caller to compare with
+    the stored log."""
+    if ci.version > table.last:
+        return False
+    found = ratified(table, ci.version)
+    if found is None:
+        raise VersionPublished(f"Commit version {ci.version} already exists: the table is at version {table.last}")
+    if found["file_name"] == ci.file_name:
+        return True
+    raise CommitConflict(f"Commit version {ci.version} already exists (ratified as {found['file_name']}): the table "
+                         f"is at version {table.last}; rebuild the snapshot and retry at version {table.last + 1}")
 
+
+def ratify(table: DeltaTable, ci: CommitInfo) -> DeltaTable:
+    """The RFC: `v` is ratified only after `v - 1`, so a new version is the table's last + 1. It joins the
+    unpublished commits and becomes the newest."""
+    if ci.version != table.last + 1:
+        raise BadRequest(f"commit version {ci.version} is not the table's last version + 1 = {table.last + 1}")
+    commit = ci.to_json()
+    return replace(table, last=ci.version, unpublished=table.unpublished + (commit,), newest=commit)
+
+
+def record_published(before: DeltaTable, table: DeltaTable, published: int) -> DeltaTable:
+    """Seed, `latest_published_version`: every version up to it is a `_delta_log/<v>.json` now, so those commits
+    leave the unpublished list (and GET commits). Checked against `before`, the table before this request's
+    commit (seed error (4) and UC OSS): the version this request ratifies cannot have been published yet, and
+    taking it as published would drop it from GET commits unpublished. An older report changes nothing."""
+    if published < 0:
+        raise BadRequest(f"latest_published_version must be >= 0, got {published}")
+    if published > before.last:
+        raise BadRequest(f"latest_published_version {published} is greater than the table's current version "
+                         f"{before.last}")
+    if published <= table.published:
+        return table
+    return replace(table, published=published,
+                   unpublished=tuple(c for c in table.unpublished if c["version"] > published))
+
+
+def check_backpressure(before: DeltaTable, table: DeltaTable, max_unpublished: int) -> None:
+    """Seed: the catalog may refuse a commit while too many ratified commits are unpublished (429): the client
+    publishes (backfills) them first."""
+    if len(table.unpublished) > max_unpublished:
+        raise TooManyRequests(f"table {before.table_id} would have {len(table.unpublished)} unpublished commits "
+                              f"(limit {max_unpublished}); publish (backfill) commits up to version "
+                              f"{before.last} and report latest_published_version before committing again")
+
+
+def decide_commit(table: DeltaTable, req: CommitRequest, *, max_unpublished: int, now_ms: int) -> DeltaTable:
+    """Seed, Write a Commit: the table after `req`, or `table` itself when nothing changes (an idempotent replay,
+    or a published-version report that tells nothing new). Raises when the request is refused; a refused request
+    changes nothing, including its published-version part."""
+    require_managed(table, req.table_uri)
+    check_commit_request(req)
+    ci = req.commit_info
     new = table
     if ci is not None:
         check_commit_info(ci)
-        v = ci.version
-        if v <= table.last:
-            ratified = _ratified(table, v)
-            if ratified is not None and ratified["file_name"] == ci.file_name:
-                return table  # a replay of an accepted commit whose answer was lost: 200, nothing changes
-            if ratified is None:
-                # Published and no longer in memory; the catalog compares with the stored log (kind says so).
-                raise CommitConflict(f"Commit version {v} already exists: the table is at version {table.last}",
-                                     kind="published")
-            raise CommitConflict(f"Commit version {v} already exists (ratified as {ratified['file_name']}): the "
-                                 f"table is at version {table.last}; rebuild the snapshot and retry at version "
-                                 f"{table.last + 1}")
-        if v != table.last + 1:
-            raise BadRequest(f"commit version {v} is not the table's last version + 1 = {table.last + 1}")
-        commit = ci.to_json()
-        new = replace(new, last=v, unpublished=new.unpublished + (commit,), newest=commit)
-
-    if published is not None:
-        if published < 0:
-            raise BadRequest(f"latest_published_version must be >= 0, got {published}")
-        # Seed error (4) and UC OSS: against the version before this commit. The version this request ratifies
-        # cannot have been published yet, and taking it as published would drop it from GET commits unpublished.
-        if published > table.last:
-            raise BadRequest(f"latest_published_version {published} is greater than the table's current version "
-                             f"{table.last}")
-        if published > new.published:
-            new = replace(new, published=published,
-                          unpublished=tuple(c for c in new.unpublished if c["version"] > published))
-
-    if ci is not None and len(new.unpublished) > max_unpublished:
-        raise TooManyRequests(f"table {table.table_id} would have {len(new.unpublished)} unpublished commits "
-                              f"(limit {max_unpublished}); publish (backfill) commits up to version "
-                              f"{table.last} and report latest_published_version before committing again")
-
+        if is_replay(table, ci):
+            return table
+        new = ratify(table, ci)
+    if req.published_version is not None:
+        new = record_published(table, new, req.published_version)
+    if ci is not None:
+        check_backpressure(table, new, max_unpublished)
     if req.metadata is None and req.uniform is None:
         return new   # most commits: the catalog entry stays as it is, so it is neither copied nor compared
     info = dict(new.info)
     if req.metadata is not None:
-        _apply_metadata(info, table, req.metadata, ci, now_ms)
+        apply_metadata(info, table, req.metadata, ci, now_ms)
     if req.uniform is not None:
-        info["uniform"] = {"iceberg": _check_uniform(table, req.uniform, ci).to_json()}
+        info["uniform"] = {"iceberg": check_uniform(table, req.uniform, ci).to_json()}
         info["updated_at"] = now_ms
     if info != new.info:
         new = replace(new, info=freeze(info))
@@ -308,7 +315,7 @@ def _keep_protocol_properties(sent: Mapping[str, str], current: Mapping[str, str
     return props
 
 
-def _apply_metadata(info: dict[str, Any], table: DeltaTable, metadata: Metadata, ci: CommitInfo,
+def apply_metadata(info: dict[str, Any], table: DeltaTable, metadata: Metadata, ci: CommitInfo,
                     now_ms: int) -> None:
     """Seed: `metadata` is the desired final state of description, schema and properties; the properties
     must still hold every required property of a catalog-managed table. Metadata without `properties` leaves
@@ -325,7 +332,9 @@ def _apply_metadata(info: dict[str, Any], table: DeltaTable, metadata: Metadata,
     info["updated_at"] = now_ms
 
 
-def _check_uniform(table: DeltaTable, uniform: Uniform, ci: CommitInfo):
+def check_uniform(table: DeltaTable, uniform: Uniform, ci: CommitInfo) -> UniformIceberg:
+    """Seed, UniForm: the Iceberg conversion's metadata lies under the table, converts the committed version
+    (from a base no later), at an ISO-8601 instant."""
     ice = uniform.iceberg
     if not is_within(table.location, ice.metadata_location):
         raise BadRequest(f"uniform.iceberg.metadata_location {ice.metadata_location!r} is not under the table "
@@ -347,6 +356,10 @@ def _check_uniform(table: DeltaTable, uniform: Uniform, ci: CommitInfo):
     return ice
 
 
+
+# -- reading commits, metrics, credentials ----------------------------------------------------------------------
+
+
 def commits_page(table: DeltaTable, table_uri: str, start: int, end: int | None,
                  page_size: int) -> tuple[list[dict], int]:
     """Seed, Get Commits: the ratified commits UC still tracks (unpublished) in [start, end], contiguous and
@@ -362,31 +375,6 @@ def commits_page(table: DeltaTable, table_uri: str, start: int, end: int | None,
     last = table.last if end is None else min(end, table.last)
     commits = [c for c in table.unpublished if start <= c["version"] <= last]
     return commits[:page_size], table.last
-
-
-def temporary_credentials(location: str, operation: str, s3_keys: Mapping[str, str] | None) -> dict[str, Any]:
-    """UC OSS `CloudCredentialVendor`, for what this service holds. A local path needs no credential: the answer
-    names the path only. An s3:// location gets the service's static keys (`s3_keys`: `Config.s3_options`, given
-    only while authentication is off and for the warehouse, as Iceberg's /credentials does). Anything else is a
-    clear refusal, not an answer without credentials that the engine would only fail on later."""
-    if operation.startswith("UNKNOWN_"):
-        raise BadRequest(f"operation {operation} asks for no access: name the access wanted (READ or READ_WRITE "
-                         f"for a table, PATH_READ, PATH_READ_WRITE or PATH_CREATE_TABLE for a path)")
-    if not location or "\x00" in location:
-        raise BadRequest(f"invalid storage location {location!r}")
-    scheme = urlparse(location).scheme
-    if scheme in ("", "file"):
-        if not location.startswith(("/", "file:/")):
-            raise BadRequest(f"storage location {location!r} must be an absolute path or a file:// URL")
-        return {"url": location}
-    if scheme in ("s3", "s3a") and s3_keys and "access_key_id" in s3_keys:
-        aws = {"access_key_id": s3_keys["access_key_id"], "secret_access_key": s3_keys.get("secret_access_key")}
-        if "session_token" in s3_keys:
-            aws["session_token"] = s3_keys["session_token"]
-        return {"url": location, "aws_temp_credentials": aws}
-    raise BadRequest(f"no temporary credentials for {location}: this service vends none for {scheme}:// storage "
-                     f"here (static S3 keys only for its own warehouse, and only while authentication is off); give "
-                     f"the engine its own credentials for it", kind="precondition")
 
 
 def check_metrics(table: DeltaTable, req: MetricsRequest) -> None:
@@ -425,6 +413,32 @@ def check_metrics(table: DeltaTable, req: MetricsRequest) -> None:
         for name in ("file_counts", "total_bytes"):
             if any(x < 0 for x in arrays[name]):
                 raise BadRequest(f"report.commit_report.file_size_histogram.{name} must be >= 0")
+
+
+def temporary_credentials(location: str, operation: str, s3_keys: Mapping[str, str] | None) -> dict[str, Any]:
+    """UC OSS `CloudCredentialVendor`, for what this service holds. A local path needs no credential: the answer
+    names the path only. An s3:// location gets the service's static keys (`s3_keys`: `Config.s3_options`, given
+    only while authentication is off and for the warehouse, as Iceberg's /credentials does). Anything else is a
+    clear refusal, not an answer without credentials that the engine would only fail on later."""
+    if operation.startswith("UNKNOWN_"):
+        raise BadRequest(f"operation {operation} asks for no access: name the access wanted (READ or READ_WRITE "
+                         f"for a table, PATH_READ, PATH_READ_WRITE or PATH_CREATE_TABLE for a path)")
+    if not location or "\x00" in location:
+        raise BadRequest(f"invalid storage location {location!r}")
+    scheme = urlparse(location).scheme
+    if scheme in ("", "file"):
+        if not location.startswith(("/", "file:/")):
+            raise BadRequest(f"storage location {location!r} must be an absolute path or a file:// URL")
+        return {"url": location}
+    if scheme in ("s3", "s3a") and s3_keys and "access_key_id" in s3_keys:
+        aws = {"access_key_id": s3_keys["access_key_id"], "secret_access_key": s3_keys.get("secret_access_key")}
+        if "session_token" in s3_keys:
+            aws["session_token"] = s3_keys["session_token"]
+        return {"url": location, "aws_temp_credentials": aws}
+    raise FailedPrecondition(f"no temporary credentials for {location}: this service vends none for {scheme}:// "
+                             f"storage here (static S3 keys only for its own warehouse, and only while "
+                             f"authentication is off); give the engine its own credentials for it")
+
 
 
 # -- creating a managed table ------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def snapshot(uc: UC, table: dict) -> tuple:
 def test_public_surface():
     assert sorted(coordinator.delta.__all__) == [
         "CommitInfo", "CommitRequest", "CreateCatalog", "CreateSchema", "CreateStagingTable", "CreateTable",
-        "DeltaCatalog", "DeltaTable", "GetCommitsRequest", "Metadata", "MetricsRequest", "StagingTable"]
+        "DeltaService", "DeltaTable", "GetCommitsRequest", "Metadata", "MetricsRequest", "StagingTable"]
     for name in coordinator.delta.__all__:
         assert getattr(coordinator.delta, name)
 
@@ -635,7 +635,7 @@ def test_server_fault_is_internal_error(uc, monkeypatch):
     async def broken(self, full):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(coordinator.delta.DeltaCatalog, "get_table", broken)
+    monkeypatch.setattr(coordinator.delta.DeltaService, "get_table", broken)
     e = error(uc.get("/tables/main.default.t"), 500, "INTERNAL_ERROR")
     assert "a bug" not in e["message"]
     monkeypatch.undo()
@@ -965,3 +965,21 @@ def test_seed_samples_parse():
     assert req.metadata.schema_[0].to_json() == {"name": "id", "type": "long", "nullable": False}
     MetricsRequest.model_validate(json.loads('{"table_id": "x", "table_uri": "y", "report": {"commit_report": '
                                              '{"commit_version": 6}}}'))
+
+
+def test_error_codes_by_class():
+    """Unity Catalog's code for each typed outcome, read from the class alone (a `kind` says nothing)."""
+    from api.delta import _error_code
+    from coordinator import errors as e
+    expected = [(e.NoSuchCatalog, 404, "CATALOG_DOES_NOT_EXIST"), (e.NoSuchNamespace, 404, "SCHEMA_DOES_NOT_EXIST"),
+                (e.NoSuchTable, 404, "TABLE_DOES_NOT_EXIST"), (e.CatalogExists, 409, "CATALOG_ALREADY_EXISTS"),
+                (e.NamespaceExists, 409, "SCHEMA_ALREADY_EXISTS"), (e.TableExists, 400, "TABLE_ALREADY_EXISTS"),
+                (e.NamespaceNotEmpty, 400, "SCHEMA_NOT_EMPTY"), (e.CatalogNotEmpty, 400, "CATALOG_NOT_EMPTY"),
+                (e.CommitConflict, 409, "ALREADY_EXISTS"), (e.VersionPublished, 409, "ALREADY_EXISTS"),
+                (e.TooManyRequests, 429, "RESOURCE_EXHAUSTED"), (e.Unavailable, 503, "TEMPORARILY_UNAVAILABLE"),
+                (e.OutcomeUnknown, 500, "INTERNAL_ERROR"), (e.FailedPrecondition, 400, "FAILED_PRECONDITION"),
+                (e.BadRequest, 400, "INVALID_PARAMETER_VALUE"), (e.Unauthorized, 401, "UNAUTHENTICATED"),
+                (e.Forbidden, 403, "PERMISSION_DENIED")]
+    for cls, status, code in expected:
+        assert _error_code(cls("x")) == (status, code), cls
+    assert _error_code(e.BadRequest("x", kind="precondition")) == (400, "INVALID_PARAMETER_VALUE")

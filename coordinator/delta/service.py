@@ -1,4 +1,5 @@
-"""Unity Catalog for Delta: catalogs, schemas, tables, and the commit coordinator for catalog-managed tables.
+"""Unity Catalog for Delta: catalogs, schemas, tables, staging, commits, credentials and metrics, as `api/delta.py`
+calls them. Names are resolved here and requests handed to the table actors as proposals (`proposals.py`).
 
 Where things live (all realm-separated from Iceberg and Lance):
 - a catalog is a `namespaces` row (realm "uc-catalog", catalog "", path <name>);
@@ -18,24 +19,28 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import urlparse
 
+from storage import errors as storage_errors
 from storage.files import join, unsafe_location
-from storage.records import LogEntry, PurgeClaim, TableRow
+from storage.records import TableRow
 
-from ..decision import Decision
 from ..auth import CALLER
-from ..errors import AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotEmpty, NotFound, Unavailable
+from ..credentials import vendable_s3_keys
+from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CatalogExists, CatalogNotEmpty, CommitConflict,
+                      CoordinatorError, NamespaceExists, NamespaceNotEmpty, NoSuchCatalog, NoSuchNamespace, NoSuchTable,
+                      NotEmpty, NotFound, TableExists, VersionPublished, from_storage)
 from ..paging import decode_page_token, one_more, page
-from ..purges import delete_own_location
 from . import rules
 from .columns import column_infos
+from .files import read_first_commit
 from .models import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
                      GenerateTemporaryPathCredential, GenerateTemporaryTableCredential, GetCommitsRequest,
                      MetricsRequest, UpdateCatalogOrSchema)
-from .rules import DeltaTable, StagingTable
+from .proposals import CheckMetrics, CheckStaging, Commit, CreateFromStaging, DropTable, GetCommits, LoadTable, Locate
+from .rules import FullName
+from .state import DeltaTable, StagingTable, freeze, load_state, owned, table_info
 
 REALM = "uc"
 CATALOG_REALM = "uc-catalog"
@@ -44,17 +49,8 @@ FORMAT = "delta"
 MANAGED_DIR = "__unitystorage"
 # The service has no authentication yet; UC requires owner fields, so they name nobody in particular.
 
-FullName = tuple[str, str, str]
-
-
-async def _forget_dropped(store, files, table_id: uuid.UUID, claim: PurgeClaim | None) -> None:
-    """After a drop is durable: its metrics go, and a MANAGED table's files too. Seed: a managed table's
-    "lifecycle (including deletion of files when dropped)" is the catalog's; an EXTERNAL table's files are the
-    user's. A managed location is the table's own directory under the managed root (handed out by
-    /staging-tables), so nothing else lives below it."""
-    await store.delete_delta_reports(table_id)
-    if claim is not None:
-        await delete_own_location(store, files, claim.location, claim.owner)
+# What a store call may raise while storage moves to its own errors: caught together, read through from_storage.
+STORE_ERRORS = (CoordinatorError, storage_errors.StorageError)
 
 
 def now_ms() -> int:
@@ -68,145 +64,6 @@ def parse_table_id(raw: str) -> uuid.UUID:
         raise BadRequest(f"table_id must be a UUID, got {raw!r}") from None
 
 
-# -- proposals: pure decisions against a table actor's state ---------------------------------------------------
-
-
-def _table_named(state: Any, full: FullName) -> DeltaTable:
-    # Names were resolved to an id before the request reached the actor; a drop and re-create in between
-    # means the id no longer carries this name.
-    if not isinstance(state, DeltaTable) or state.full_name != full:
-        raise NotFound(f"Table does not exist: {'.'.join(full)}", kind="table")
-    return state
-
-
-@dataclass
-class LoadTable:
-    full: FullName
-
-    def decide(self, state: Any) -> Decision:
-        return Decision(state, reply=_table_named(state, self.full))
-
-
-@dataclass
-class DropTable:
-    full: FullName
-    store: Any = None
-    files: Any = None
-
-    def decide(self, state: Any) -> Decision:
-        table = _table_named(state, self.full)
-        managed = table.location if table.info["table_type"] == "MANAGED" else None
-        # A partial of a module function, not a closure: in a cluster the proposal may travel to the table's owner
-        # (coordinator/cluster/channel.py).
-        claim = PurgeClaim(managed, uuid.uuid4()) if managed is not None else None
-        cleanup = functools.partial(_forget_dropped, self.store, self.files, table.table_id, claim)
-        return Decision(None, delete=True, after_durable=cleanup, purge=claim)
-
-
-def _unused_staging(state: Any, full: FullName, location: str, schema_id: str) -> StagingTable:
-    if isinstance(state, DeltaTable):
-        if state.full_name == full:
-            # A second create of the same table (a retry, or a race lost to an identical request).
-            raise AlreadyExists(f"Table already exists: {'.'.join(full)}", kind="table")
-        raise BadRequest(f"storage_location {location!r} is not an unused staging location: table "
-                         f"{'.'.join(state.full_name)} uses it")
-    if not isinstance(state, StagingTable):
-        raise NotFound(f"Staging table does not exist at {location!r}", kind="table")
-    if (state.catalog_name, state.schema_name, state.name) != full:
-        raise BadRequest(f"staging location {location!r} was allocated for "
-                         f"{state.catalog_name}.{state.schema_name}.{state.name}, not {'.'.join(full)}")
-    if state.schema_id is not None and state.schema_id != schema_id:
-        # Its schema was deleted (and one of the same name made since): the staging table went with it.
-        raise NotFound(f"Staging table does not exist at {location!r}: schema {full[0]}.{full[1]} was deleted "
-                       f"after it was allocated; create a new staging table", kind="table")
-    return state
-
-
-@dataclass
-class CheckStaging:
-    full: FullName
-    location: str
-    schema_id: str
-
-    def decide(self, state: Any) -> Decision:
-        return Decision(state, reply=_unused_staging(state, self.full, self.location, self.schema_id))
-
-
-@dataclass
-class CreateFromStaging:
-    """`POST /tables` for a MANAGED DELTA table: the staging row becomes the table at version 0."""
-
-    full: FullName
-    location: str
-    schema_id: str
-    first_commit: dict[str, Any]
-    columns: list[dict[str, Any]]
-    comment: str | None
-    properties: dict[str, str]
-    now_ms: int
-    owner: str   # the caller (read in the request: the actor runs outside it)
-
-    def decide(self, state: Any) -> Decision:
-        state = _unused_staging(state, self.full, self.location, self.schema_id)
-        catalog, schema, name = self.full
-        info = {"name": name, "catalog_name": catalog, "schema_name": schema, "table_type": "MANAGED",
-                "data_source_format": "DELTA", "columns": self.columns, "storage_location": state.location,
-                **_owned(self.comment, self.properties, self.now_ms, self.owner), "table_id": str(state.table_id)}
-        table = DeltaTable(state.table_id, rules.freeze(info), last=0, published=0, unpublished=(),
-                           newest=self.first_commit)
-        return Decision(table, reply=table, row_state=table.row_state(), log=[LogEntry(0, self.first_commit)],
-                        rename=self.full)
-
-
-@dataclass
-class Commit:
-    request: CommitRequest
-    max_unpublished: int
-    now_ms: int
-
-    def decide(self, state: Any) -> Decision:
-        table = rules.require_table(state, self.request.table_id)
-        new = rules.decide_commit(table, self.request, max_unpublished=self.max_unpublished, now_ms=self.now_ms)
-        if new is table:
-            return Decision(table)
-        log = [LogEntry(new.last, new.newest)] if new.last > table.last else []
-        return Decision(new, row_state=new.row_state(), log=log)
-
-
-@dataclass
-class GetCommits:
-    request: GetCommitsRequest
-    page_size: int
-
-    def decide(self, state: Any) -> Decision:
-        table = rules.require_table(state, self.request.table_id)
-        r = self.request
-        return Decision(table, reply=rules.commits_page(table, r.table_uri, r.start_version, r.end_version,
-                                                        self.page_size))
-
-
-@dataclass
-class CheckMetrics:
-    request: MetricsRequest
-
-    def decide(self, state: Any) -> Decision:
-        rules.check_metrics(rules.require_table(state, self.request.table_id), self.request)
-        return Decision(state)
-
-
-@dataclass
-class Locate:
-    """Where a table keeps its files; a staging table's too, since its writer fills it before the table is made
-    (the spec: credentials "as though the staging table were a regular table")."""
-
-    table_id: str
-
-    def decide(self, state: Any) -> Decision:
-        if isinstance(state, StagingTable):
-            return Decision(state, reply=state.location)
-        return Decision(state, reply=rules.require_table(state, self.table_id).location)
-
-
 # -- response shapes ---------------------------------------------------------------------------------------------
 
 
@@ -218,23 +75,11 @@ def schema_info(catalog: str, name: str, entry: dict[str, Any]) -> dict[str, Any
     return {"name": name, "catalog_name": catalog, "full_name": f"{catalog}.{name}", **entry}
 
 
-def table_info(table: DeltaTable) -> dict[str, Any]:
-    return dict(table.info)
-
-
-def _owned(comment: str | None, properties: dict[str, str], now: int, owner: str) -> dict[str, Any]:
-    """The fields every UC object carries after its own: its comment (only when it has one), properties,
-    owner and audit stamps."""
-    fields: dict[str, Any] = {} if comment is None else {"comment": comment}
-    return {**fields, "properties": properties, "owner": owner, "created_at": now, "created_by": owner,
-            "updated_at": now, "updated_by": owner}
-
-
 def _entry(body: CreateCatalog | CreateSchema, id_field: str) -> dict[str, Any]:
     if body.storage_root is not None:
         raise BadRequest("storage_root is not supported: managed tables are placed under the service's "
                          "configured managed root")
-    return {id_field: str(uuid.uuid4()), **_owned(body.comment, body.properties, now_ms(), CALLER.get())}
+    return {id_field: str(uuid.uuid4()), **owned(body.comment, body.properties, now_ms(), CALLER.get())}
 
 
 def _no_rename(kind: str, name: str, new_name: str | None) -> None:
@@ -250,10 +95,10 @@ def _refuse_unsafe(location: str) -> None:
         raise BadRequest(f"storage_location {location!r} is refused: {unsafe}")
 
 
-# -- the catalog -------------------------------------------------------------------------------------------------
+# -- the service -------------------------------------------------------------------------------------------------
 
 
-class DeltaCatalog:
+class DeltaService:
     def __init__(self, coordinator):
         self.c = coordinator
         self.config = coordinator.config
@@ -268,16 +113,7 @@ class DeltaCatalog:
         return join(self.config.warehouse_uri, MANAGED_DIR, "tables")
 
     async def _load_state(self, row: TableRow) -> StagingTable | DeltaTable:
-        s = row.state
-        if "staging" in s:
-            st = s["staging"]
-            return StagingTable(row.table_id, st["catalog_name"], st["schema_name"], st["name"], st["location"],
-                                st["created_at"], st.get("schema_id"))
-        last, published = s["last"], s["published"]
-        entries = await self.store.read_log(row.table_id, start=published) if last >= 0 else []
-        unpublished = tuple(e.payload for e in entries if e.version > published)
-        newest = next((e.payload for e in entries if e.version == last), None)
-        return DeltaTable(row.table_id, rules.freeze(dict(s["info"])), last, published, unpublished, newest)
+        return await load_state(self.store, row)
 
     # -- catalogs ----------------------------------------------------------------------------------------------
 
@@ -286,21 +122,23 @@ class DeltaCatalog:
         entry = _entry(body, "id")
         try:
             await self.store.create_namespace(CATALOG_REALM, "", name, entry)
-        except AlreadyExists:
-            raise AlreadyExists(f"Catalog already exists: {name}", kind="catalog") from None
+        except STORE_ERRORS as exc:
+            if isinstance(from_storage(exc), AlreadyExists):
+                raise CatalogExists(f"Catalog already exists: {name}") from None
+            raise
         return catalog_info(name, entry)
 
     async def get_catalog(self, name: str) -> dict[str, Any]:
         entry = await self.store.get_namespace(CATALOG_REALM, "", name)
         if entry is None:
-            raise NotFound(f"Catalog does not exist: {name}", kind="catalog")
+            raise NoSuchCatalog(f"Catalog does not exist: {name}")
         return catalog_info(name, entry)
 
     async def update_catalog(self, name: str, body: UpdateCatalogOrSchema) -> dict[str, Any]:
         _no_rename("catalog", name, body.new_name)
         entry = await self._update_entry(CATALOG_REALM, "", name, body)
         if entry is None:
-            raise NotFound(f"Catalog does not exist: {name}", kind="catalog")
+            raise NoSuchCatalog(f"Catalog does not exist: {name}")
         return catalog_info(name, entry)
 
     async def _update_entry(self, realm: str, catalog: str, name: str,
@@ -314,8 +152,10 @@ class DeltaCatalog:
             updates["properties"] = body.properties
         try:
             before = await self.store.update_namespace_properties(realm, catalog, name, [], updates)
-        except NotFound:
-            return None
+        except STORE_ERRORS as exc:
+            if isinstance(from_storage(exc), NotFound):
+                return None
+            raise
         return {**before, **updates}
 
     async def list_catalogs(self, page_token: str | None, limit: int) -> tuple[list[dict], str | None]:
@@ -337,17 +177,20 @@ class DeltaCatalog:
         await self.get_catalog(name)
         schemas = await self.store.list_namespaces(REALM, name, None)
         if schemas and not force:
-            raise NotEmpty(f"Catalog {name} is not empty: it has schemas {', '.join(schemas[:5])}; delete them "
-                           f"or pass force=true", kind="catalog")
+            raise CatalogNotEmpty(f"Catalog {name} is not empty: it has schemas {', '.join(schemas[:5])}; delete "
+                                  f"them or pass force=true")
         for schema in schemas:
             await self.delete_schema(name, schema, force=True)
         try:
             await self.store.drop_namespace(CATALOG_REALM, "", name, children_realm=REALM)
-        except NotFound:
-            raise NotFound(f"Catalog does not exist: {name}", kind="catalog") from None
-        except NotEmpty:
-            raise NotEmpty(f"Catalog {name} is not empty: a schema was created while it was being deleted",
-                           kind="catalog") from None
+        except STORE_ERRORS as exc:
+            err = from_storage(exc)
+            if isinstance(err, NotFound):
+                raise NoSuchCatalog(f"Catalog does not exist: {name}") from None
+            if isinstance(err, NotEmpty):
+                raise CatalogNotEmpty(f"Catalog {name} is not empty: a schema was created while it was being "
+                                      f"deleted") from None
+            raise
 
     # -- schemas -----------------------------------------------------------------------------------------------
 
@@ -359,17 +202,20 @@ class DeltaCatalog:
             # The catalog's row is locked until the schema is in: a concurrent catalog delete sees it, or wins.
             await self.store.create_namespace(REALM, body.catalog_name, name, entry,
                                               parent=(CATALOG_REALM, "", body.catalog_name))
-        except NotFound:
-            raise NotFound(f"Catalog does not exist: {body.catalog_name}", kind="catalog") from None
-        except AlreadyExists:
-            raise AlreadyExists(f"Schema already exists: {body.catalog_name}.{name}", kind="schema") from None
+        except STORE_ERRORS as exc:
+            err = from_storage(exc)
+            if isinstance(err, NotFound):
+                raise NoSuchCatalog(f"Catalog does not exist: {body.catalog_name}") from None
+            if isinstance(err, AlreadyExists):
+                raise NamespaceExists(f"Schema already exists: {body.catalog_name}.{name}") from None
+            raise
         return schema_info(body.catalog_name, name, entry)
 
     async def get_schema(self, catalog: str, name: str) -> dict[str, Any]:
         await self.get_catalog(catalog)
         entry = await self.store.get_namespace(REALM, catalog, name)
         if entry is None:
-            raise NotFound(f"Schema does not exist: {catalog}.{name}", kind="schema")
+            raise NoSuchNamespace(f"Schema does not exist: {catalog}.{name}")
         return schema_info(catalog, name, entry)
 
     async def update_schema(self, catalog: str, name: str, body: UpdateCatalogOrSchema) -> dict[str, Any]:
@@ -377,7 +223,7 @@ class DeltaCatalog:
         await self.get_catalog(catalog)
         entry = await self._update_entry(REALM, catalog, name, body)
         if entry is None:
-            raise NotFound(f"Schema does not exist: {catalog}.{name}", kind="schema")
+            raise NoSuchNamespace(f"Schema does not exist: {catalog}.{name}")
         return schema_info(catalog, name, entry)
 
     async def list_schemas(self, catalog: str, page_token: str | None, limit: int) -> tuple[list[dict], str | None]:
@@ -388,8 +234,8 @@ class DeltaCatalog:
         await self.get_schema(catalog, name)
         rows = await self.store.list_tables(REALM, catalog, name)
         if rows and not force:
-            raise NotEmpty(f"Schema {catalog}.{name} is not empty: it has tables "
-                           f"{', '.join(r.name for r in rows[:5])}; delete them or pass force=true", kind="schema")
+            raise NamespaceNotEmpty(f"Schema {catalog}.{name} is not empty: it has tables "
+                                    f"{', '.join(r.name for r in rows[:5])}; delete them or pass force=true")
         # Through the actors, not a cascading DELETE: an actor must never hold state for a row that is gone.
         for row in rows:
             try:
@@ -398,11 +244,14 @@ class DeltaCatalog:
                 pass
         try:
             await self.store.drop_namespace(REALM, catalog, name)
-        except NotFound:
-            raise NotFound(f"Schema does not exist: {catalog}.{name}", kind="schema") from None
-        except NotEmpty:
-            raise NotEmpty(f"Schema {catalog}.{name} is not empty: a table was created while it was being "
-                           f"deleted", kind="schema") from None
+        except STORE_ERRORS as exc:
+            err = from_storage(exc)
+            if isinstance(err, NotFound):
+                raise NoSuchNamespace(f"Schema does not exist: {catalog}.{name}") from None
+            if isinstance(err, NotEmpty):
+                raise NamespaceNotEmpty(f"Schema {catalog}.{name} is not empty: a table was created while it was "
+                                        f"being deleted") from None
+            raise
 
     # -- tables ------------------------------------------------------------------------------------------------
 
@@ -411,7 +260,7 @@ class DeltaCatalog:
         rules.check_name("table", name)
         schema_id = (await self.get_schema(catalog, schema))["schema_id"]
         if await self.store.find_table(REALM, catalog, schema, name) is not None:
-            raise AlreadyExists(f"Table already exists: {catalog}.{schema}.{name}", kind="table")
+            raise TableExists(f"Table already exists: {catalog}.{schema}.{name}")
         return schema_id
 
     async def create_staging_table(self, body: CreateStagingTable) -> dict[str, Any]:
@@ -437,7 +286,7 @@ class DeltaCatalog:
         try:
             return uuid.UUID(last)
         except ValueError:
-            raise NotFound(f"Staging table does not exist at {location!r}", kind="table") from None
+            raise NoSuchTable(f"Staging table does not exist at {location!r}") from None
 
     async def create_table(self, body: CreateTable) -> dict[str, Any]:
         schema_id = await self._check_new_name(body.catalog_name, body.schema_name, body.name)
@@ -456,27 +305,17 @@ class DeltaCatalog:
         table_id = self._staging_id(body.storage_location)
         # Refuse an unknown or used location before reading anything there; the create re-checks (it may race).
         staging = await self.registry.submit(table_id, CheckStaging(full, body.storage_location, schema_id))
-        log_file = join(staging.location, "_delta_log", rules.FIRST_COMMIT_FILE)
-        try:
-            data = await self.files.read(log_file)
-        except NotFound:
-            raise BadRequest(f"not a Delta table: {log_file} does not exist; write version 0 at the staging "
-                             f"location before creating the table") from None
-        except OSError as exc:
-            raise Unavailable(f"cannot read {log_file}: {exc}") from None
-        first = rules.check_first_commit(table_id, data)
+        first = rules.check_first_commit(table_id, await read_first_commit(self.files, staging.location))
         # Seed order: the table at the location first, then its declared features and properties (error (2)).
         rules.check_required_properties(table_id, body.properties, "properties")
         try:
             table = await self.registry.submit(table_id, CreateFromStaging(
                 full, body.storage_location, schema_id, first, columns, body.comment, dict(body.properties),
                 now_ms(), CALLER.get()))
-        except NotFound as exc:
-            if exc.kind == "namespace":  # the schema went away since we looked
-                raise NotFound(f"Schema does not exist: {body.catalog_name}.{body.schema_name}",
-                               kind="schema") from None
+        except NotFound:
+            await self.get_schema(body.catalog_name, body.schema_name)  # the schema may have gone since we looked
             raise
-        return table_info(table)
+        return dict(table.info)
 
     async def _create_external(self, body: CreateTable, full: FullName, columns: list[dict]) -> dict[str, Any]:
         location = body.storage_location.rstrip("/")
@@ -494,29 +333,29 @@ class DeltaCatalog:
             raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must lie outside the warehouse "
                              f"while authentication is on")
         table_id = uuid.uuid4()
-        info = {"name": body.name, "catalog_name": body.catalog_name, "schema_name": body.schema_name,
-                "table_type": "EXTERNAL", "data_source_format": body.data_source_format, "columns": columns,
-                "storage_location": location, "table_id": str(table_id),
-                **_owned(body.comment, dict(body.properties), now_ms(), CALLER.get())}
-        table = DeltaTable(table_id, rules.freeze(info), last=-1, published=-1, unpublished=(), newest=None)
+        info = table_info(table_id, full, "EXTERNAL", body.data_source_format, columns, location, body.comment,
+                          dict(body.properties), now_ms(), CALLER.get())
+        table = DeltaTable(table_id, freeze(info), last=-1, published=-1, unpublished=(), newest=None)
         row = TableRow(table_id=table_id, realm=REALM, catalog=full[0], namespace=full[1], name=full[2],
                        format=FORMAT, location=location)
         try:
             await self.registry.create(row, state=table, row_state=table.row_state())
-        except NotFound:
-            raise NotFound(f"Schema does not exist: {full[0]}.{full[1]}", kind="schema") from None
-        return table_info(table)
+        except STORE_ERRORS as exc:
+            if isinstance(from_storage(exc), NotFound):
+                raise NoSuchNamespace(f"Schema does not exist: {full[0]}.{full[1]}") from None
+            raise
+        return dict(table.info)
 
     async def _resolve(self, full: FullName) -> uuid.UUID:
         row = await self.store.find_table(REALM, *full)
         if row is None:
             await self.get_schema(full[0], full[1])  # say which level is missing
-            raise NotFound(f"Table does not exist: {'.'.join(full)}", kind="table")
+            raise NoSuchTable(f"Table does not exist: {'.'.join(full)}")
         return row.table_id
 
     async def get_table(self, full: FullName) -> dict[str, Any]:
         table = await self.registry.submit(await self._resolve(full), LoadTable(full))
-        return table_info(table)
+        return dict(table.info)
 
     async def list_tables(self, catalog: str, schema: str, page_token: str | None,
                           limit: int) -> tuple[list[dict], str | None]:
@@ -529,28 +368,6 @@ class DeltaCatalog:
     async def delete_table(self, full: FullName) -> None:
         table_id = await self._resolve(full)
         await self.registry.submit(table_id, DropTable(full, self.store, self.files))
-
-    # -- commits -----------------------------------------------------------------------------------------------
-
-    async def commit(self, req: CommitRequest) -> None:
-        table_id = parse_table_id(req.table_id)
-        proposal = Commit(req, self.config.delta_max_unpublished_commits, now_ms())
-        try:
-            await self.registry.submit(table_id, proposal)
-        except AppliedReplyLost:
-            return  # ratified: the answer to a commit carries nothing else
-        except CommitConflict as exc:
-            if exc.kind != "published":
-                raise
-            # The version was ratified and published long enough ago to have left memory. Ratified commits
-            # never change, so the stored log answers whether this is a replay of that very commit.
-            v = req.commit_info.version
-            entries = await self.store.read_log(table_id, start=v, end=v)
-            if entries and entries[0].payload.get("file_name") == req.commit_info.file_name:
-                return
-            found = entries[0].payload.get("file_name") if entries else "an earlier commit"
-            raise CommitConflict(f"{exc.message}; version {v} was ratified as {found}: rebuild the snapshot and "
-                                 f"retry at a later version") from None
 
     async def securable(self, raw_table_id: str) -> tuple[str, ...]:
         """The table's place for access checks: ("delta", catalog, schema, name). A table's id never changes its
@@ -573,9 +390,31 @@ class DeltaCatalog:
             self._securables[table_id] = found
         return found
 
+    # -- commits -----------------------------------------------------------------------------------------------
+
+    async def commit(self, req: CommitRequest) -> None:
+        table_id = parse_table_id(req.table_id)
+        proposal = Commit(req, self.config.delta_max_unpublished_commits, now_ms())
+        try:
+            await self.registry.submit(table_id, proposal)
+        except AppliedReplyLost:
+            return  # ratified: the answer to a commit carries nothing else
+        except VersionPublished as exc:
+            # The version was ratified and published long enough ago to have left memory. Ratified commits
+            # never change, so the stored log answers whether this is a replay of that very commit.
+            v = req.commit_info.version
+            entries = await self.store.read_log(table_id, start=v, end=v)
+            if entries and entries[0].payload.get("file_name") == req.commit_info.file_name:
+                return
+            found = entries[0].payload.get("file_name") if entries else "an earlier commit"
+            raise CommitConflict(f"{exc.message}; version {v} was ratified as {found}: rebuild the snapshot and "
+                                 f"retry at a later version") from None
+
     async def get_commits(self, req: GetCommitsRequest) -> tuple[list[dict], int]:
         return await self.registry.submit(parse_table_id(req.table_id),
                                           GetCommits(req, self.config.delta_commits_page_size))
+
+    # -- credentials and metrics -------------------------------------------------------------------------------
 
     async def temporary_table_credentials(self, req: GenerateTemporaryTableCredential) -> dict[str, Any]:
         location = await self.registry.submit(parse_table_id(req.table_id), Locate(req.table_id))
@@ -584,12 +423,9 @@ class DeltaCatalog:
     async def temporary_path_credentials(self, req: GenerateTemporaryPathCredential) -> dict[str, Any]:
         return rules.temporary_credentials(req.url, req.operation, self._s3_keys(req.url))
 
-    def _s3_keys(self, location: str) -> dict[str, str] | None:
-        """The service's static S3 keys, for its own warehouse and only while authentication is off: they reach
-        the whole warehouse, so with grants in force a reader of one table could write every other."""
-        if self.c.auth is not None or not rules.is_within(self.config.warehouse_uri, location):
-            return None
-        return self.config.s3_options
+    def _s3_keys(self, location: str):
+        # Normalized first: Delta's Hadoop client spells the warehouse's s3:// as s3a://.
+        return vendable_s3_keys(self.config, self.c.auth is not None, rules.normalize_uri(location))
 
     async def write_metrics(self, req: MetricsRequest) -> None:
         table_id = parse_table_id(req.table_id)

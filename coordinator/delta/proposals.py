@@ -1,0 +1,135 @@
+"""The proposals a Delta table's actor decides (`decide(state) -> Decision`): thin glue between a request and the
+rules in `rules.py`, which say what is accepted and what the table becomes."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from storage.records import LogEntry, PurgeClaim
+
+from ..decision import Decision
+from ..purges import delete_own_location
+from . import rules
+from .models import CommitRequest, GetCommitsRequest, MetricsRequest
+from .rules import FullName
+from .state import DeltaTable, StagingTable, freeze, table_info
+
+
+@dataclass
+class LoadTable:
+    full: FullName
+
+    def decide(self, state: Any) -> Decision:
+        return Decision(state, reply=rules.table_named(state, self.full))
+
+
+async def _forget_dropped(store, files, table_id: uuid.UUID, claim: PurgeClaim | None) -> None:
+    """After a drop is durable: its metrics go, and a MANAGED table's files too. Seed: a managed table's
+    "lifecycle (including deletion of files when dropped)" is the catalog's; an EXTERNAL table's files are the
+    user's. A managed location is the table's own directory under the managed root (handed out by
+    /staging-tables), so nothing else lives below it."""
+    await store.delete_delta_reports(table_id)
+    if claim is not None:
+        await delete_own_location(store, files, claim.location, claim.owner)
+
+
+@dataclass
+class DropTable:
+    full: FullName
+    store: Any = None
+    files: Any = None
+
+    def decide(self, state: Any) -> Decision:
+        table = rules.table_named(state, self.full)
+        managed = table.location if table.info["table_type"] == "MANAGED" else None
+        # A partial of a module function, not a closure: in a cluster the proposal may travel to the table's owner
+        # (coordinator/cluster/channel.py).
+        claim = PurgeClaim(managed, uuid.uuid4()) if managed is not None else None
+        cleanup = functools.partial(_forget_dropped, self.store, self.files, table.table_id, claim)
+        return Decision(None, delete=True, after_durable=cleanup, purge=claim)
+
+
+@dataclass
+class CheckStaging:
+    full: FullName
+    location: str
+    schema_id: str
+
+    def decide(self, state: Any) -> Decision:
+        return Decision(state, reply=rules.unused_staging(state, self.full, self.location, self.schema_id))
+
+
+@dataclass
+class CreateFromStaging:
+    """`POST /tables` for a MANAGED DELTA table: the staging row becomes the table at version 0."""
+
+    full: FullName
+    location: str
+    schema_id: str
+    first_commit: dict[str, Any]
+    columns: list[dict[str, Any]]
+    comment: str | None
+    properties: dict[str, str]
+    now_ms: int
+    owner: str   # the caller (read in the request: the actor runs outside it)
+
+    def decide(self, state: Any) -> Decision:
+        staging = rules.unused_staging(state, self.full, self.location, self.schema_id)
+        info = table_info(staging.table_id, self.full, "MANAGED", "DELTA", self.columns, staging.location,
+                          self.comment, self.properties, self.now_ms, self.owner)
+        table = DeltaTable(staging.table_id, freeze(info), last=0, published=0, unpublished=(),
+                           newest=self.first_commit)
+        return Decision(table, reply=table, row_state=table.row_state(), log=[LogEntry(0, self.first_commit)],
+                        rename=self.full)
+
+
+@dataclass
+class Commit:
+    request: CommitRequest
+    max_unpublished: int
+    now_ms: int
+
+    def decide(self, state: Any) -> Decision:
+        table = rules.require_table(state, self.request.table_id)
+        new = rules.decide_commit(table, self.request, max_unpublished=self.max_unpublished, now_ms=self.now_ms)
+        if new is table:
+            return Decision(table)
+        log = [LogEntry(new.last, new.newest)] if new.last > table.last else []
+        return Decision(new, row_state=new.row_state(), log=log)
+
+
+@dataclass
+class GetCommits:
+    request: GetCommitsRequest
+    page_size: int
+
+    def decide(self, state: Any) -> Decision:
+        table = rules.require_table(state, self.request.table_id)
+        r = self.request
+        return Decision(table, reply=rules.commits_page(table, r.table_uri, r.start_version, r.end_version,
+                                                        self.page_size))
+
+
+@dataclass
+class CheckMetrics:
+    request: MetricsRequest
+
+    def decide(self, state: Any) -> Decision:
+        rules.check_metrics(rules.require_table(state, self.request.table_id), self.request)
+        return Decision(state)
+
+
+@dataclass
+class Locate:
+    """Where a table keeps its files; a staging table's too, since its writer fills it before the table is made
+    (the spec: credentials "as though the staging table were a regular table")."""
+
+    table_id: str
+
+    def decide(self, state: Any) -> Decision:
+        if isinstance(state, StagingTable):
+            return Decision(state, reply=state.location)
+        return Decision(state, reply=rules.require_table(state, self.table_id).location)
