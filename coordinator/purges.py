@@ -19,7 +19,7 @@ from uuid import UUID
 import trio
 
 from storage.files import DeletionStopped
-from storage.iceberg_files import delete_reachable_sync
+from coordinator.iceberg.files import delete_reachable_sync
 from storage.records import PurgeClaim
 
 log = logging.getLogger(__name__)
