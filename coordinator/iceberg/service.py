@@ -1,4 +1,4 @@
-"""The Iceberg REST catalog's operations (`IcebergService`, what `api/iceberg.py` calls), behind the HTTP layer and
+"""The Iceberg REST catalog's operations (`IcebergService`, what `api/iceberg/` calls), behind the HTTP layer and
 in front of the table actors: namespaces, tables, views, multi-table transactions, credentials, metrics reports.
 
 Namespaces are plain rows (no commit sequencing needed). Every table operation that reads or changes a table's
