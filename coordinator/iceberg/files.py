@@ -47,12 +47,17 @@ def metadata_version(location: str) -> int:
 # -- reading metadata files ----------------------------------------------------------------------------------
 
 
+async def read_metadata(files: FileIO, metadata_location: str) -> bytes:
+    """A metadata file's bytes (FileMissing or NotFound if it is gone)."""
+    return await files.read(metadata_location)
+
+
 async def read_table(files: FileIO, row: TableRow) -> IcebergTable | UnreadableTable:
     """A table's state from its row and its current metadata file; `UnreadableTable` if the file is gone or not
     JSON (other errors, e.g. storage unreachable, are raised)."""
     location = row.state["metadata-location"]
     try:
-        return expand(row, await files.read(location))
+        return expand(row, await read_metadata(files, location))
     except (NotFound, FileMissing, orjson.JSONDecodeError) as exc:
         log.error("table %s.%s: metadata file %s cannot be read: %s", row.namespace, row.name, location, exc)
         return UnreadableTable(ident_of(row), location,
@@ -62,7 +67,7 @@ async def read_table(files: FileIO, row: TableRow) -> IcebergTable | UnreadableT
 async def read_registered(files: FileIO, metadata_location: str) -> dict[str, Any]:
     """The metadata a register names: an existing file holding Iceberg table metadata, with a UUID and location."""
     try:
-        metadata = orjson.loads(await files.read(metadata_location))
+        metadata = orjson.loads(await read_metadata(files, metadata_location))
     except (NotFound, FileMissing):
         raise BadRequest(f"metadata-location does not exist: {metadata_location}") from None
     except orjson.JSONDecodeError as exc:

@@ -28,7 +28,7 @@ from coordinator.paging import decode_page_token, one_more, page
 from coordinator.placement import check_namespace_directory_free, check_no_namespace_inside
 
 from .changes import SetLocationUpdate
-from .files import read_registered, read_table
+from .files import read_metadata, read_registered, read_table
 from .models import answer_json
 from .proposals import CommitTable, DropTable, LoadTable, RenameTable, ReplaceView, creation, idempotency_record, now_ms
 from .rules import apply_commit, check_requirements, check_view_requirements, new_table_metadata, new_view_metadata
@@ -168,7 +168,7 @@ class IcebergService:
         `write.metadata.delete-after-commit.enabled`, or purged), from `current()`: the spec lets a replay
         "reflect a newer state of the catalog" (Idempotency-Key)."""
         try:
-            return answer_json(route, metadata_location, await self.files.read(metadata_location))
+            return answer_json(route, metadata_location, await read_metadata(self.files, metadata_location))
         except Exception as exc:  # noqa: BLE001 - missing, or unreadable in the object store: either way, rebuild
             log.info("replaying %s from the current state: its metadata file %s is unreadable (%s)",
                      route, metadata_location, exc)
