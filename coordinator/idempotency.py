@@ -8,6 +8,11 @@ still in flight waits for the first and then gets its answer.
 
 A record is kept under its route: the operation and the target it was sent to (`bind`), so a key reused on
 another table is refused like a key reused for another operation, never answered with the first table's answer.
+
+Format-neutral: an error is recorded as what it is (its class in `coordinator.errors`, message and status: JSON
+marked `RECORDED_ERROR`), and replayed by raising it again, so that the protocol's own error translation words the
+answer, as it did the first time. Records written before that hold the protocol's error body itself; those are
+handed back like any recorded answer (status and body bytes).
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Awaitable, Callable, TypeVar
 
+import orjson
 import trio
 
+from storage.errors import StoreUnavailable
 from storage.records import IdempotencyRecord
 
-from .errors import BadRequest, CoordinatorError, DuplicateRequest, Unavailable
+from . import errors
+from .errors import BadRequest, CoordinatorError, DuplicateRequest, Unavailable, from_storage
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +40,7 @@ T = TypeVar("T")
 LIFETIME_S = 30 * 60                 # advertised as `idempotency-key-lifetime`
 RETAIN_S = 2 * LIFETIME_S            # kept at least this long (a grace period for clock skew), then purged
 NEVER_FINAL = {429, 503}
+RECORDED_ERROR = b'{"recorded-error":'   # how a record's body in the neutral error form begins
 
 
 def parse_key(raw: str) -> uuid.UUID:
@@ -83,15 +92,49 @@ def _check_route(key: uuid.UUID, previous: IdempotencyRecord, route: str) -> Non
                          f"({_operation(previous.route)})")
 
 
+def error_record_body(exc: CoordinatorError) -> bytes:
+    """An error in the neutral form: the nearest class of `coordinator.errors` it is (a subclass defined elsewhere
+    replays as that class), its message and status."""
+    name = next(c.__name__ for c in type(exc).__mro__ if getattr(errors, c.__name__, None) is c)
+    return RECORDED_ERROR + orjson.dumps({"class": name, "message": exc.message, "status": exc.status}) + b"}"
+
+
+def recorded_error(body: bytes) -> CoordinatorError | None:
+    """The error a record's body holds in the neutral form, as an exception to raise again; None for any other
+    body (an answer, or an error recorded in a protocol's own words before this form existed)."""
+    if not body.startswith(RECORDED_ERROR):
+        return None
+    recorded = orjson.loads(body)["recorded-error"]
+    cls = getattr(errors, recorded["class"], None)
+    if not (isinstance(cls, type) and issubclass(cls, CoordinatorError)):
+        cls = CoordinatorError
+    # Built without the class's own constructor: some (LocationTaken, DuplicateRequest) word their message or
+    # take other arguments; the recorded message is the one the client heard.
+    exc = cls.__new__(cls)
+    CoordinatorError.__init__(exc, recorded["message"])
+    if exc.status != recorded["status"]:
+        exc.status = recorded["status"]
+    return exc
+
+
+def _replay(previous: IdempotencyRecord) -> IdempotencyRecord:
+    """An earlier request's record to answer with; an error it recorded is raised again."""
+    if previous.status >= 400 and previous.body:
+        exc = recorded_error(bytes(previous.body))
+        if exc is not None:
+            raise exc
+    return previous
+
+
 class Idempotency:
     def __init__(self, store):
         self.store = store
         self._inflight: dict[uuid.UUID, trio.Event] = {}
 
-    async def run(self, key: uuid.UUID, route: str, op: Callable[[], Awaitable[T]],
-                  error_body: Callable[[CoordinatorError], bytes]) -> T | IdempotencyRecord:
-        """`op()`'s result, or the finalized record of an earlier request with `key` to replay instead. `route`
-        is the operation, bound to its target (`bind`) where it has one."""
+    async def run(self, key: uuid.UUID, route: str, op: Callable[[], Awaitable[T]]) -> T | IdempotencyRecord:
+        """`op()`'s result, or the finalized record of an earlier request with `key` to replay instead (an error
+        it recorded is raised again, as the error it was). `route` is the operation, bound to its target (`bind`)
+        where it has one."""
         while key in self._inflight:
             await self._inflight[key].wait()
         done = trio.Event()
@@ -100,7 +143,7 @@ class Idempotency:
             previous = await self.store.get_idempotency(key)
             if previous is not None:
                 _check_route(key, previous, route)
-                return previous
+                return _replay(previous)
             try:
                 return await op()
             except DuplicateRequest:
@@ -110,17 +153,18 @@ class Idempotency:
                     raise Unavailable(f"Idempotency-Key {key} was applied by a concurrent request whose answer "
                                       f"is not readable yet; retry") from None
                 _check_route(key, previous, route)
-                return previous
-            except CoordinatorError as exc:
-                if 400 <= exc.status < 500 and exc.status not in NEVER_FINAL:
+                return _replay(previous)
+            except Exception as raised:
+                exc = from_storage(raised)   # (what the store refused is final too, e.g. a namespace that exists)
+                if isinstance(exc, CoordinatorError) and 400 <= exc.status < 500 and exc.status not in NEVER_FINAL:
                     # A twin sent through another member (or coordinating a multi-table commit there) may have
                     # applied this very request just before: decided again, it fails (409: its requirements no
                     # longer hold against the state it made). Its record, if there is one, is the answer.
                     previous = await self.store.get_idempotency(key)
                     if previous is not None:
                         _check_route(key, previous, route)
-                        return previous
-                    await self._record_error(key, route, exc.status, error_body(exc))
+                        return _replay(previous)
+                    await self._record_error(key, route, exc.status, error_record_body(exc))
                 raise
         finally:
             del self._inflight[key]
@@ -129,7 +173,7 @@ class Idempotency:
     async def _record_error(self, key: uuid.UUID, route: str, status: int, body: bytes) -> None:
         try:
             await self.store.put_idempotency(IdempotencyRecord(key, route, status, body))
-        except Unavailable as exc:  # the error answer stands; a retry will simply run again
+        except (Unavailable, StoreUnavailable) as exc:  # the error answer stands; a retry will simply run again
             log.warning("could not record idempotent error answer: %s", exc)
 
     async def purge_forever(self, every_s: float = 300.0) -> None:

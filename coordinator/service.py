@@ -51,8 +51,7 @@ class Coordinator:
         self.store.open()
         self.registry = Registry(self.config, self.store, self.files, self.metrics)
         self.idempotency = Idempotency(self.store)
-        from .iceberg.catalog import IcebergCatalog
-        self.iceberg = IcebergCatalog(self)
+        from .iceberg.service import IcebergService; self.iceberg = IcebergService(self)  # noqa: E702
         from .delta.service import DeltaService; self.delta = DeltaService(self)  # noqa: E702
         from .lance.catalog import LanceCatalog; self.lance = LanceCatalog(self)  # noqa: E702
         self.cluster = None

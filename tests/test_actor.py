@@ -222,11 +222,11 @@ async def test_one_idempotency_key_applies_once_even_without_the_members_seriali
     async def op() -> int:
         await coord.registry.submit(table_id, KeyedIncrement(key))
         raise AssertionError("applied twice")
-    answer = await coord.idempotency.run(key, "increment", op, lambda exc: b"")
+    answer = await coord.idempotency.run(key, "increment", op)
     assert (answer.status, answer.body) == (200, b"1")  # replayed from the store (found before running op)
     coord.idempotency.store = _Forgetful(coord.store, key)  # as if the other member's check raced the first
     answer = await coord.idempotency.run(key, "increment", lambda: coord.registry.submit(
-        table_id, KeyedIncrement(key)), lambda exc: b"")
+        table_id, KeyedIncrement(key)))
     assert (answer.status, answer.body) == (200, b"1") and await coord.registry.submit(table_id, Read()) == 1
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from coordinator.errors import AppliedReplyLost
 from coordinator.iceberg import parse_requirements, parse_updates
-from coordinator.iceberg.catalog import TableIdent
+from coordinator.iceberg.state import TableIdent
 
 from tests.lance.conftest import coord, stage  # noqa: F401  (coord: the in-process coordinator fixture)
 from tests.lance.test_lance_transactions import create

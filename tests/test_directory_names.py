@@ -1,4 +1,4 @@
-"""Names become directories one to one (`storage.files.path_segment`, `IcebergCatalog.namespace_dir`). With
+"""Names become directories one to one (`storage.files.path_segment`, `IcebergService.namespace_dir`). With
 authentication on, a table may be placed only inside its namespace's directory: two namespaces sharing one
 directory would let a client with grants on one claim the other's place."""
 
@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from coordinator.iceberg.catalog import IcebergCatalog, TableIdent
+from coordinator.iceberg.service import IcebergService
+from coordinator.iceberg.state import TableIdent
 from storage.files import path_segment, unsafe_location
 
 NAMES = ["a_b", "a?b", "a b", "a#b", "a/b", "..", ".", "_", "", ".a", "a.", "%2e%2e", "a\tb", "é", "e", "a~b",
@@ -31,7 +32,7 @@ def test_a_segment_is_a_safe_directory_name(name):
 
 
 def test_a_prefix_and_a_namespace_level_are_different_directories():
-    catalog = IcebergCatalog.__new__(IcebergCatalog)
+    catalog = IcebergService.__new__(IcebergService)
     catalog.c = SimpleNamespace(config=SimpleNamespace(warehouse_uri="file:///wh"))
     with_prefix = catalog.namespace_dir(TableIdent("x", ("n",), "t"))
     without = catalog.namespace_dir(TableIdent("", ("x", "n"), "t"))

@@ -215,3 +215,27 @@ def test_view_drop_and_rename_retries_replay(http):
     for _ in range(2):
         assert http.delete("/v1/namespaces/db/views/w", headers={"Idempotency-Key": key}).status_code == 204
     assert http.get("/v1/namespaces/db/views/w").status_code == 404
+
+
+def test_an_error_is_recorded_as_what_it_is_and_replayed_in_icebergs_words(config, http):
+    """The record holds the error itself (its class, message and status), not Iceberg's body: the replay raises
+    it again and Iceberg's one error translation answers, as it did the first time."""
+    key = uuid7()
+    first = http.delete("/v1/namespaces/nowhere", headers={"Idempotency-Key": key})
+    assert first.status_code == 404 and first.json()["error"]["type"] == "NoSuchNamespaceException"
+    record = stored_record(config, key)
+    assert record["status"] == 404 and record["body"].startswith(b'{"recorded-error":')
+    assert b"NoSuchNamespace" in record["body"] and b"IcebergErrorResponse" not in record["body"]
+    http.post("/v1/namespaces", json={"namespace": ["nowhere"]})
+    replay = http.delete("/v1/namespaces/nowhere", headers={"Idempotency-Key": key})
+    assert (replay.status_code, replay.content) == (404, first.content)   # finalized: not dropped now
+
+
+def test_an_error_recorded_in_icebergs_words_by_older_versions_still_replays(config, http):
+    key = uuid7()
+    bad = [{"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}]
+    assert commit(http, key, {"x": "1"}, bad).status_code == 409
+    old = b'{"error":{"message":"Requirement failed: table uuid","type":"CommitFailedException","code":409}}'
+    sql(config.database_url, "UPDATE idempotency_keys SET body=$2 WHERE key=$1", uuid.UUID(key), old)
+    replay = commit(http, key, {"x": "1"})
+    assert (replay.status_code, replay.content) == (409, old)

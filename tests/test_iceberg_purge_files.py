@@ -1,4 +1,4 @@
-"""What a purge of a client-chosen place reads and deletes (storage/iceberg_files.py): paths in the metadata are
+"""What a purge of a client-chosen place reads and deletes (coordinator/iceberg/files.py): paths in the metadata are
 the client's word. Real manifests are covered with pyiceberg (tests/test_iceberg_pyiceberg.py); these are the
 files a client could name that are not manifests, or not the table's."""
 
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import orjson
 import trio
 
-from storage import iceberg_files
+from coordinator.iceberg import files as iceberg_files
+from coordinator.iceberg.files import delete_reachable_sync, reachable_files
 from storage.files import FileIO
-from storage.iceberg_files import delete_reachable_sync, reachable_files
 
 
 def test_only_files_within_the_location_are_read_or_deleted_and_junk_names_nothing(tmp_path):
@@ -166,7 +166,7 @@ def test_a_location_that_is_itself_a_link_leads_nowhere(tmp_path):
 def test_a_gc_disabled_purge_keeps_within_the_location_too(tmp_path):
     """`gc.enabled=false`: the files the metadata names, through the same guard as any listed purge (a path
     through a directory link in the table's place leads out of it)."""
-    from coordinator.iceberg.catalog import _purge_named_files
+    from coordinator.iceberg.files import purge_named_files
 
     outside = tmp_path / "another-table" / "metadata"
     outside.mkdir(parents=True)
@@ -183,7 +183,7 @@ def test_a_gc_disabled_purge_keeps_within_the_location_too(tmp_path):
     class Store:
         async def location_taken(self, location, *a, **k):
             return False
-    trio.run(_purge_named_files, FileIO(), Store(), table.as_uri(), state)
+    trio.run(purge_named_files, FileIO(), Store(), table.as_uri(), state)
     assert precious.exists(), "gc.enabled=false purge deleted a file outside the location through a link"
 
 

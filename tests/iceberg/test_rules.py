@@ -166,7 +166,7 @@ def test_parse_ref_retention_rules():
 
 
 def test_models_accept_python_names():
-    from coordinator.iceberg import models
+    from coordinator.iceberg import changes as models
 
     update = models.SetSnapshotRefUpdate(ref_name="main", type="branch", snapshot_id=5)
     assert update.model_dump(by_alias=True, exclude_none=True) == {
@@ -818,7 +818,7 @@ def test_incremental_serialization_equals_a_full_one():
     removals in the middle, a rollback and replaced lists it must always equal serializing the whole metadata."""
     import orjson
 
-    from coordinator.iceberg.catalog import IcebergTable, TableIdent, serialize_metadata
+    from coordinator.iceberg.state import IcebergTable, TableIdent, serialize_metadata
 
     ident = TableIdent("", ("db",), "t")
     md = new_table()

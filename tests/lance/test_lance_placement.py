@@ -36,7 +36,7 @@ async def test_a_lance_location_on_an_iceberg_namespaces_directory(coord):
     """Lance and Iceberg share the warehouse and spell namespace directories alike: a Lance table at <wh>/db
     (Lance has no namespace `db`) would leave Iceberg's namespace `db` unable to take a default-located table.
     (The other way, an Iceberg table placed at a Lance namespace's directory, is not checked.)"""
-    from coordinator.iceberg.catalog import TableIdent
+    from coordinator.iceberg.state import TableIdent
     await coord.iceberg.create_namespace("", ("db",), {})
     await coord.lance.create_namespace(("x",), None, None)
     with pytest.raises(BadRequest):
@@ -47,7 +47,7 @@ async def test_a_lance_location_on_an_iceberg_namespaces_directory(coord):
 
 async def test_a_lance_location_on_a_prefixed_iceberg_catalogs_directory(coord):
     """A prefixed Iceberg catalog's namespaces live under `<warehouse>/<prefix>~`: no Lance table there."""
-    from coordinator.iceberg.catalog import TableIdent
+    from coordinator.iceberg.state import TableIdent
     await coord.iceberg.create_namespace("foo", ("db",), {})
     await coord.lance.create_namespace(("x",), None, None)
     place = coord.iceberg.namespace_dir(TableIdent("foo", ("db",), "t"))

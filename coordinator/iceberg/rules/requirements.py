@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from coordinator.errors import BadRequest, CommitConflict
-from coordinator.iceberg import models as m
-from coordinator.iceberg.updates import implicit_refs
+from .. import changes as m
+from .builder import implicit_refs
 
 _REQUIREMENTS = TypeAdapter(m.Requirement)
 

@@ -1,144 +1,36 @@
 """Iceberg REST Catalog routes (`/v1/...`, with or without `{prefix}`): parse, call the catalog, map the result.
 
-Spec: open-api/rest-catalog-open-api.yaml. Errors use the spec's `IcebergErrorResponse`
-(`{"error": {"message", "type", "code"}}`).
+Spec: open-api/rest-catalog-open-api.yaml. The request and response bodies are `coordinator.iceberg.models`';
+errors are answered by `errors.py`.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Awaitable, Callable, Literal, Optional
-from urllib.parse import quote
+from typing import Awaitable, Callable
 
-import orjson
-
-from pydantic import BaseModel, ConfigDict, Field
-from quart import Blueprint, Response, current_app, g, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
+from quart import Blueprint, Response, current_app, request
 
 from coordinator.auth import Privilege, Resource
-from coordinator.errors import (NoSuchRoute, from_storage, AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
-                                NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable)
+from coordinator.errors import BadRequest
 from coordinator.iceberg import parse_requirements, parse_updates
-from coordinator.idempotency import LIFETIME_S, IdempotencyKey, IdempotencyRecord, bind, parse_key
-from coordinator.iceberg.catalog import IcebergTable, TableIdent, Unprocessable
-from coordinator.iceberg.views import parse_view_requirements, parse_view_updates
+from coordinator.iceberg.models import (COMMIT_TABLE_ROUTE, CommitTableRequest, CommitTransactionRequest,
+                                        CommitViewRequest, CreateNamespaceRequest, CreateTableRequest,
+                                        CreateViewRequest, RegisterTableRequest, RenameTableRequest,
+                                        ReportMetricsRequest, TableIdentifier, UpdateNamespacePropertiesRequest,
+                                        commit_result, load_result, staged_result)
+from coordinator.iceberg.rules import parse_view_requirements, parse_view_updates
+from coordinator.iceberg.state import IcebergTable, TableIdent
+from coordinator.idempotency import LIFETIME_S
 
-from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
-from .common import empty_response, json_response, parse_model, read_json, read_model
+from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
+from ..common import empty_response, json_response, parse_model, query_flag, read_json, read_model
+from .idempotency import idempotent, request_key as _key
 
 bp = Blueprint("iceberg", __name__)
 
 NAMESPACE_SEPARATOR = "\x1f"
 # Prefixes that would make Iceberg's `/v1/{prefix}/...` collide with Lance's `/v1/namespace/...`, `/v1/table/...`.
 RESERVED_PREFIXES = {"namespace", "table", "transaction", "config", "oauth"}
-
-
-# -- request bodies (spec names) -----------------------------------------------------------------------------
-
-
-class _Body(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore")
-
-
-class CreateNamespaceRequest(_Body):
-    namespace: list[str]
-    properties: dict[str, str] = Field(default_factory=dict)
-
-
-class UpdateNamespacePropertiesRequest(_Body):
-    removals: list[str] = Field(default_factory=list)
-    updates: dict[str, str] = Field(default_factory=dict)
-
-
-class CreateTableRequest(_Body):
-    name: str
-    location: Optional[str] = None
-    schema_: dict[str, Any] = Field(alias="schema")
-    partition_spec: Optional[dict[str, Any]] = Field(default=None, alias="partition-spec")
-    write_order: Optional[dict[str, Any]] = Field(default=None, alias="write-order")
-    stage_create: bool = Field(default=False, alias="stage-create")
-    properties: dict[str, str] = Field(default_factory=dict)
-
-
-class RegisterTableRequest(_Body):
-    name: str
-    metadata_location: str = Field(alias="metadata-location")
-    overwrite: bool = False
-
-
-class TableIdentifier(_Body):
-    namespace: list[str]
-    name: str
-
-
-class RenameTableRequest(_Body):
-    source: TableIdentifier
-    destination: TableIdentifier
-
-
-class CommitTableRequest(_Body):
-    identifier: Optional[TableIdentifier] = None
-    requirements: list[Any]
-    updates: list[Any]
-
-
-# -- error translation ---------------------------------------------------------------------------------------
-
-
-def _error_type(exc: CoordinatorError) -> str:
-    kind = exc.kind or ""
-    if isinstance(exc, NotFound):
-        return {"namespace": "NoSuchNamespaceException", "view": "NoSuchViewException",
-                "route": "NotFoundException"}.get(
-            kind, "NoSuchTableException")
-    if isinstance(exc, NotEmpty):
-        return "NamespaceNotEmptyException"
-    if isinstance(exc, AlreadyExists):
-        return "AlreadyExistsException"
-    if isinstance(exc, CommitConflict):
-        return "CommitFailedException"
-    if isinstance(exc, Unavailable):
-        return "ServiceUnavailableException"
-    if isinstance(exc, OutcomeUnknown):
-        return "CommitStateUnknownException"
-    if isinstance(exc, Unauthorized):
-        return "NotAuthorizedException"
-    if isinstance(exc, Forbidden):
-        return "ForbiddenException"
-    if isinstance(exc, TooManyRequests):
-        return "TooManyRequestsException"
-    if isinstance(exc, Unprocessable):
-        return "UnprocessableEntityException"
-    if exc.status >= 500:   # a fault (e.g. a peer member's, over the channel): not the client's bad request
-        return "InternalServerError"
-    return "BadRequestException"
-
-
-def error_response_body(exc: CoordinatorError) -> bytes:
-    return orjson.dumps({"error": {"message": exc.message, "type": _error_type(exc), "code": exc.status}})
-
-
-def error_response(exc: BaseException) -> Response:
-    """Any error raised while serving an Iceberg path, as the spec's ErrorModel: the one translation for this
-    protocol (api/app.py sends every error here by the request's path)."""
-    exc = from_storage(exc)
-    if isinstance(exc, HTTPException):
-        return _http_error_response(exc)
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
-    return json_response(error_response_body(exc), exc.status, headers)
-
-
-def _http_error_response(exc: HTTPException) -> Response:
-    message = f"{exc.name}: {request.method} {request.path}"
-    if isinstance(exc, (RequestEntityTooLarge, RequestTimeout)):
-        message = f"{message}: {exc.description}"
-    if (exc.code or 400) >= 500:  # a fault we did not foresee (quart's 500): not the client's bad request
-        return json_response({"error": {"message": message, "type": "InternalServerError", "code": exc.code}},
-                             exc.code)
-    err = NoSuchRoute(message) if exc.code == 404 else BadRequest(message)
-    err.status = exc.code or 400
-    return error_response(err)
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
@@ -249,48 +141,6 @@ def _page_size() -> int | None:
     return min(size, 1000)
 
 
-def _key() -> IdempotencyKey | None:
-    return g.get("idempotency_key")
-
-
-async def _target(named: Callable[[], Awaitable[str]] | None) -> str:
-    """What a key is bound to besides its operation: the path the request was sent to, and for a route that
-    names its objects in the body (creates, renames, multi-table commits), those names too. Percent-encoded, so
-    any name fits the route column."""
-    path = quote(request.path)
-    return path if named is None else f"{path}?name={quote(await named(), safe='')}"
-
-
-def idempotent(route: str, current: Callable[..., Awaitable[IcebergTable]] | None = None,
-               named: Callable[[], Awaitable[str]] | None = None):
-    """Idempotency-Key handling for a mutating route: validate the key, replay a finalized answer, or run the
-    handler once (its catalog operation records success in the same transaction as the change). The record is
-    bound to the route and its target (`_target`; `named` gives the object a create names in its body): the key
-    reused elsewhere is refused, not answered with another object's answer. A route that answers with a table
-    or view must give `current(**route_args)`, its state now: the answer is replayed from the metadata file it
-    named, or from `current` if that file is gone (`IcebergCatalog.replay`)."""
-    def wrap(fn):
-        @functools.wraps(fn)
-        async def handler(**kwargs):
-            raw = request.headers.get("Idempotency-Key")
-            if raw is None:
-                return await fn(**kwargs)
-            key = IdempotencyKey(parse_key(raw), bind(route, await _target(named)))
-            g.idempotency_key = key
-            coordinator = current_app.config["COORDINATOR"]
-            result = await coordinator.idempotency.run(key.key, key.route, lambda: fn(**kwargs),
-                                                       error_response_body)
-            if not isinstance(result, IdempotencyRecord):
-                return result  # not a replay: the handler's own response, headers included
-            if result.body_ref is not None:  # only routes that answer with a table or view record one
-                body = await _catalog().replay(route, result.body_ref, lambda: current(**kwargs))
-                return json_response(body, result.status)
-            if result.body:
-                return json_response(result.body, result.status)
-            return empty_response(result.status)
-        return handler
-    return wrap
-
 
 async def _table_now(prefix: str, namespace: str, table: str) -> IcebergTable:
     return await _catalog().load_table(_ident(prefix, namespace, table))
@@ -335,7 +185,8 @@ async def _transaction_named() -> str:
 
 
 def _load_response(table: IcebergTable, status: int = 200, etag: str | None = None) -> Response:
-    return json_response(table.load_result(), status, {"ETag": etag or table.etag})
+    return json_response(load_result(table.metadata_location, table.metadata_json), status,
+                         {"ETag": etag or table.etag})
 
 
 def _etags(header: str | None) -> set[str]:
@@ -462,7 +313,7 @@ async def create_table(prefix: str, namespace: str) -> Response:
         write_order=body.write_order, properties=body.properties, stage_create=body.stage_create,
         idempotency_key=_key())
     if body.stage_create:
-        return json_response(b"".join([b'{"metadata":', table.metadata_json, b',"config":{}}']))
+        return json_response(staged_result(table.metadata_json))
     return _load_response(table)
 
 
@@ -500,18 +351,15 @@ async def load_table(prefix: str, namespace: str, table: str) -> Response:
 
 @routes("/namespaces/<namespace>/tables/<table>", ["POST"])
 @guard(_commit_needs)
-@idempotent("commit-table", _table_now)
+@idempotent(COMMIT_TABLE_ROUTE, _table_now)
 async def commit_table(prefix: str, namespace: str, table: str) -> Response:
     body = await read_model(CommitTableRequest)
     ident = _ident(prefix, namespace, table)
     _check_body_identifier(body.identifier, ident, "table")
     committed = await _catalog().commit_table(ident, parse_requirements(body.requirements),
                                               parse_updates(body.updates), _key())
-    return json_response(committed.commit_result(), headers={"ETag": committed.etag})
-
-
-class CommitTransactionRequest(_Body):
-    table_changes: list[CommitTableRequest] = Field(alias="table-changes")
+    return json_response(commit_result(committed.metadata_location, committed.metadata_json),
+                         headers={"ETag": committed.etag})
 
 
 @routes("/transactions/commit", ["POST"])
@@ -535,25 +383,8 @@ async def commit_transaction(prefix: str) -> Response:
 @guard(_on_object(DROP))
 @idempotent("drop-table")
 async def drop_table(prefix: str, namespace: str, table: str) -> Response:
-    await _catalog().drop_table(_ident(prefix, namespace, table), _purge_requested(), _key())
+    await _catalog().drop_table(_ident(prefix, namespace, table), query_flag("purgeRequested"), _key())
     return empty_response(204)
-
-
-def _purge_requested() -> bool:
-    """The spec's boolean `purgeRequested`: `true` or `false`, in any case. Anything else is refused before the
-    drop: read as false (Java's `Boolean.parseBoolean`), a misspelt purge would drop the table and keep its files."""
-    raw = request.args.get("purgeRequested", "false")
-    if raw.lower() not in ("true", "false"):
-        raise BadRequest(f"purgeRequested must be true or false, got {raw!r}")
-    return raw.lower() == "true"
-
-
-class ReportMetricsRequest(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-    report_type: Literal["scan-report", "commit-report"] = Field(alias="report-type")
-    table_name: str = Field(alias="table-name")
-    snapshot_id: int = Field(alias="snapshot-id")
-    metrics: dict[str, Any]
 
 
 @routes("/namespaces/<namespace>/tables/<table>/metrics", ["POST"])
@@ -572,20 +403,6 @@ async def load_credentials(prefix: str, namespace: str, table: str) -> Response:
 
 
 # -- views ---------------------------------------------------------------------------------------------------
-
-
-class CreateViewRequest(_Body):
-    name: str
-    location: Optional[str] = None
-    schema_: dict[str, Any] = Field(alias="schema")
-    view_version: dict[str, Any] = Field(alias="view-version")
-    properties: dict[str, str]
-
-
-class CommitViewRequest(_Body):
-    identifier: Optional[TableIdentifier] = None
-    requirements: list[Any] = Field(default_factory=list)
-    updates: list[Any]
 
 
 @routes("/namespaces/<namespace>/views", ["GET"])

@@ -14,18 +14,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from coordinator.errors import BadRequest, CommitConflict, NotFound
-from coordinator.iceberg import models as m
-from coordinator.iceberg.requirements import check_requirements
-from coordinator.iceberg.updates import (
-    PARTITION_DATA_ID_START,
-    SUPPORTED_FORMAT_VERSION,
-    Invalid,
-    MetadataBuilder,
-    Stale,
-    apply_update,
-    iter_nested,
-)
+from coordinator.errors import BadRequest, CommitConflict, NoSuchTable
+from .. import changes as m
+from .. import models
+from .builder import PARTITION_DATA_ID_START, SUPPORTED_FORMAT_VERSION, Invalid, MetadataBuilder, Stale
+from .requirements import check_requirements
+from .schema_updates import iter_nested
+from .updates import apply_update
 
 DEFAULT_FORMAT_VERSION = 2
 ONE_MINUTE_MS = 60_000
@@ -131,7 +126,7 @@ def _fresh_sources(fields: list[dict], id_map: dict[int, int], label: str) -> li
     return fresh
 
 
-def _parse(model: type[m._Stored], raw: Any, field: str) -> dict:
+def _parse(model: type[models._Stored], raw: Any, field: str) -> dict:
     try:
         return model.model_validate(raw).stored()
     except ValidationError as exc:
@@ -166,7 +161,7 @@ def new_table_metadata(
     else:
         version = _check_format_version(format_version, "format-version")
 
-    raw_schema = _parse(m.Schema, schema, "schema")
+    raw_schema = _parse(models.Schema, schema, "schema")
     struct = {**raw_schema, "type": "struct"}
     ids = [entry[0] for entry in iter_nested(struct)]
     if len(set(ids)) != len(ids):
@@ -182,19 +177,19 @@ def new_table_metadata(
         except KeyError as exc:
             raise BadRequest(f"schema.identifier-field-ids: cannot find field id {exc.args[0]}") from None
 
-    spec = _parse(m.PartitionSpec, partition_spec or {"fields": []}, "partition-spec")
+    spec = _parse(models.PartitionSpec, partition_spec or {"fields": []}, "partition-spec")
     spec_fields = [
         {**field, "field-id": PARTITION_DATA_ID_START + i}
         for i, field in enumerate(_fresh_sources(spec["fields"], id_map, "partition-spec"))
     ]
-    order = _parse(m.SortOrder, sort_order or {"fields": []}, "write-order")
+    order = _parse(models.SortOrder, sort_order or {"fields": []}, "write-order")
     order_fields = _fresh_sources(order["fields"], id_map, "write-order")
 
     persisted = {"write.parquet.compression-codec": "zstd"}
     persisted.update((k, v) for k, v in properties.items() if k not in RESERVED_PROPERTIES)
 
     steps: list[tuple[str, m.Update]] = [
-        ("schema", m.AddSchemaUpdate(schema=m.Schema.model_validate(fresh))),
+        ("schema", m.AddSchemaUpdate(schema=models.Schema.model_validate(fresh))),
         ("schema", m.SetCurrentSchemaUpdate(schema_id=-1)),
         ("partition-spec", m.AddPartitionSpecUpdate(spec={"spec-id": 0, "fields": spec_fields})),
         ("partition-spec", m.SetDefaultSpecUpdate(spec_id=-1)),
@@ -235,7 +230,7 @@ def apply_commit(
     top-level dict and the lists/dicts an update changes are copied. If nothing changes (every update a
     no-op), `base` itself is returned, as Java's `Builder.build()` does; callers may skip the write then.
 
-    `base=None` is the create-transaction path (requires assert-create, else NotFound): the format version
+    `base=None` is the create-transaction path (requires assert-create, else NoSuchTable): the format version
     is the first upgrade-format-version's (Java `buildFromEmpty`), the UUID `table_uuid` unless the updates
     assign one, and a missing location is left for the caller to fill in. `base_location` is the metadata file
     `base` was read from; it is appended to metadata-log.
@@ -246,7 +241,7 @@ def apply_commit(
     check_requirements(base, requirements)
     if base is None:
         if not any(isinstance(r, m.AssertCreate) for r in requirements):
-            raise NotFound("table does not exist", kind="table")
+            raise NoSuchTable("table does not exist")
         version = DEFAULT_FORMAT_VERSION
         for i, update in enumerate(updates):
             if isinstance(update, m.UpgradeFormatVersionUpdate):

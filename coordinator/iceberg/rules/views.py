@@ -10,9 +10,10 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from ..errors import BadRequest, CommitConflict
-from . import models as m
-from .updates import same_schema
+from coordinator.errors import BadRequest, CommitConflict
+from .. import changes as m
+from .. import models
+from .schema_updates import same_schema
 
 VERSION_HISTORY_PROP = "version.history.num-entries"
 DEFAULT_VERSION_HISTORY = 10
@@ -29,7 +30,7 @@ class AssertViewUUID(_Message):
 
 class AddViewVersionUpdate(_Message):
     action: Literal["add-view-version"]
-    view_version: m.ViewVersion = Field(alias="view-version")
+    view_version: models.ViewVersion = Field(alias="view-version")
 
 
 class SetCurrentViewVersionUpdate(_Message):
@@ -54,7 +55,7 @@ def parse_view_updates(raw: list) -> list:
     return m.parse_list(_UPDATES, raw, "updates", "action")
 
 
-def _parse(model: type[m._Stored], raw: Any, field: str) -> dict[str, Any]:
+def _parse(model: type[models._Stored], raw: Any, field: str) -> dict[str, Any]:
     """A create request's schema or view version, checked against its spec model (as updates are)."""
     try:
         return model.model_validate(raw).stored()
@@ -63,7 +64,7 @@ def _parse(model: type[m._Stored], raw: Any, field: str) -> dict[str, Any]:
 
 
 def _check_version(version: dict[str, Any], field: str) -> None:
-    """Java `ViewMetadata.Builder.addVersion`: one query per dialect. The shape was checked by `m.ViewVersion`."""
+    """Java `ViewMetadata.Builder.addVersion`: one query per dialect. The shape was checked by `models.ViewVersion`."""
     dialects = [r["dialect"].lower() for r in version["representations"] if r["type"] == "sql"]
     if len(dialects) != len(set(dialects)):
         raise BadRequest(f"{field}.representations: cannot add multiple queries for one dialect")
@@ -188,8 +189,8 @@ def new_view_metadata(*, view_uuid: str, location: str, schema: dict[str, Any], 
     """CreateViewRequest -> metadata: the view-version's schema-id is replaced by the id given to `schema`."""
     b = _Builder({"view-uuid": view_uuid, "format-version": 1, "location": location, "schemas": [],
                   "versions": [], "version-log": [], "properties": dict(properties)}, now_ms)
-    schema = _parse(m.Schema, schema, "schema")
+    schema = _parse(models.Schema, schema, "schema")
     b.add_schema({k: v for k, v in schema.items() if k != "schema-id"} | {"type": "struct"})
-    b.add_version({**_parse(m.ViewVersion, version, "view-version"), "schema-id": -1}, "view-version")
+    b.add_version({**_parse(models.ViewVersion, version, "view-version"), "schema-id": -1}, "view-version")
     b.set_current_version(-1, "view-version")
     return b.build()

@@ -1,0 +1,7 @@
+"""The Iceberg REST Catalog protocol: its routes (`routes.py`, the blueprint `bp`), its Idempotency-Key handling
+(`idempotency.py`) and its one error translation (`errors.py`, `error_response`)."""
+
+from .errors import error_response
+from .routes import bp
+
+__all__ = ["bp", "error_response"]

@@ -1,0 +1,64 @@
+"""Iceberg's one error translation: any error raised while serving an Iceberg path, as the spec's
+`IcebergErrorResponse` (`{"error": {"message", "type", "code"}}`), chosen by the error's class."""
+
+from __future__ import annotations
+
+import orjson
+from quart import Response, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
+
+from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NoSuchNamespace,
+                                NoSuchRoute, NoSuchView, NotEmpty, NotFound, OutcomeUnknown, TooManyRequests,
+                                Unauthorized, Unavailable, Unprocessable, from_storage)
+
+from ..common import json_response
+
+# The spec's error type for each class, the most specific first: the first class an error is an instance of wins.
+ERROR_TYPES: list[tuple[type[CoordinatorError], str]] = [
+    (NoSuchNamespace, "NoSuchNamespaceException"),
+    (NoSuchView, "NoSuchViewException"),
+    (NoSuchRoute, "NotFoundException"),
+    (NotFound, "NoSuchTableException"),
+    (NotEmpty, "NamespaceNotEmptyException"),
+    (AlreadyExists, "AlreadyExistsException"),
+    (CommitConflict, "CommitFailedException"),
+    (Unavailable, "ServiceUnavailableException"),
+    (OutcomeUnknown, "CommitStateUnknownException"),
+    (Unauthorized, "NotAuthorizedException"),
+    (Forbidden, "ForbiddenException"),
+    (TooManyRequests, "TooManyRequestsException"),
+    (Unprocessable, "UnprocessableEntityException"),
+]
+
+
+def _error_type(exc: CoordinatorError) -> str:
+    for cls, error_type in ERROR_TYPES:
+        if isinstance(exc, cls):
+            return error_type
+    if exc.status >= 500:   # a fault (e.g. a peer member's, over the channel): not the client's bad request
+        return "InternalServerError"
+    return "BadRequestException"
+
+
+def error_response(exc: BaseException) -> Response:
+    """Any error raised while serving an Iceberg path, as the spec's ErrorModel: the one translation for this
+    protocol (api/app.py sends every error here by the request's path; an idempotent replay raises the error it
+    recorded again)."""
+    exc = from_storage(exc)
+    if isinstance(exc, HTTPException):
+        return _http_error_response(exc)
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
+    body = orjson.dumps({"error": {"message": exc.message, "type": _error_type(exc), "code": exc.status}})
+    return json_response(body, exc.status, headers)
+
+
+def _http_error_response(exc: HTTPException) -> Response:
+    message = f"{exc.name}: {request.method} {request.path}"
+    if isinstance(exc, (RequestEntityTooLarge, RequestTimeout)):
+        message = f"{message}: {exc.description}"
+    if (exc.code or 400) >= 500:  # a fault we did not foresee (quart's 500): not the client's bad request
+        return json_response({"error": {"message": message, "type": "InternalServerError", "code": exc.code}},
+                             exc.code)
+    err = NoSuchRoute(message) if exc.code == 404 else BadRequest(message)
+    err.status = exc.code or 400
+    return error_response(err)

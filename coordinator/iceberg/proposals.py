@@ -1,0 +1,188 @@
+"""The proposals an Iceberg table's actor decides (`decide(state) -> Decision`, pure against its state): load,
+commit, drop, rename, replace a view; and a new table's or view's creation (`creation`), which the registry
+inserts instead. Thin glue: the rules are `rules/`'s, the files `files.py`'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from storage.files import is_below, join
+from storage.records import IdempotencyRecord, LogEntry, TableRow
+
+from coordinator.decision import Decision, NewTable
+from coordinator.errors import NameMoved
+from coordinator.idempotency import IdempotencyKey
+from coordinator.purges import purge_after_drop
+
+from .files import delete_after_commit, gc_enabled, reachable_files, metadata_file_name, metadata_version, not_purged, \
+    purge_named_files
+from .rules import apply_commit, apply_view_commit
+from .rules.catalog import check_moved
+from .state import FORMAT, REALM, VIEW_FORMAT, IcebergTable, TableIdent, UnreadableTable, row_state, \
+    serialize_metadata
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class LoadTable:
+    ident: TableIdent
+
+    def decide(self, state: IcebergTable) -> Decision:
+        check_ident(state, self.ident)
+        return Decision(state, reply=state)
+
+
+@dataclass
+class CommitTable:
+    ident: TableIdent
+    requirements: list
+    updates: list
+    idempotency_key: IdempotencyKey | None = None
+
+    files: Any = None  # FileIO, for `write.metadata.delete-after-commit.enabled`
+    warehouse: str | None = None  # where `set-location` may move the table, and what clean-up may delete
+
+    def decide(self, state: IcebergTable) -> Decision:
+        check_ident(state, self.ident)
+        new = apply_commit(state.metadata, self.requirements, self.updates,
+                           base_location=state.metadata_location, now_ms=now_ms())
+        if new is state.metadata:
+            return Decision(state, reply=state)  # nothing changed: no new metadata file
+        check_moved(self.warehouse, state.metadata, new)
+        data, list_json = serialize_metadata(new, state)
+        return next_version(state, new, data, list_json, self.idempotency_key,
+                            after_durable=delete_after_commit(self.files, state, new, self.warehouse))
+
+
+@dataclass
+class DropTable:
+    ident: TableIdent
+    purge: bool
+    files: Any
+    idempotency_key: IdempotencyKey | None = None
+    warehouse: str | None = None  # purge deletes only what lies below it
+    store: Any = None             # purge asks it whether the location is still the table's own
+
+    def decide(self, state: IcebergTable | UnreadableTable) -> Decision:
+        """purgeRequested: "purge the underlying table's data and metadata", once the drop is durable. Java
+        (`CatalogUtil.dropTableData`) deletes every file the metadata reaches. Here only what lies in the table's
+        own location is deleted: every path in the metadata (manifest lists, statistics, the metadata log of a
+        registered table) is the client's word, and a purge must never reach another table's files. Then:
+        - with `gc.enabled` (Java's guard: false when data files may be shared with another table), data,
+          manifests and metadata (`delete_own_location`: only while no other table is at, above or below it).
+          The location is claimed until then (Decision.purge). In a location the service gave the table and that
+          it never left (IcebergTable.owns_location) that is the whole tree; in any other (chosen by the client,
+          registered, or moved to) only the files the metadata reaches (PurgeClaim.metadata_location), as Java
+          does: such a place may also hold files of a table that moved away from it or was dropped without purge;
+        - without, the files the metadata names there (metadata files, manifest lists, statistics), not data
+          files: unique names no new table writes, so nothing is claimed.
+        Files outside the location (a table moved by `set-location` leaves its older ones behind) stay."""
+        check_ident(state, self.ident, unreadable_ok=True)
+        after = claim = None
+        if self.purge and self.warehouse is not None and isinstance(state, IcebergTable):
+            location = state.metadata.get("location")
+            if not (location and is_below(self.warehouse, location)):
+                after = functools.partial(not_purged, state.ident, location)
+            elif gc_enabled(state.metadata):
+                claim, after = purge_after_drop(self.store, self.files, location,
+                                                None if state.owns_location else state.metadata_location,
+                                                reachable_files)
+            else:
+                after = functools.partial(purge_named_files, self.files, self.store, location, state)
+        return Decision(None, reply=None, delete=True, after_durable=after, purge=claim,
+                        idempotency=idempotency_record(self.idempotency_key, 204, None))
+
+
+@dataclass
+class RenameTable:
+    ident: TableIdent
+    to: TableIdent
+    idempotency_key: IdempotencyKey | None = None
+
+    def decide(self, state: IcebergTable) -> Decision:
+        check_ident(state, self.ident)
+        return Decision(replace(state, ident=self.to), reply=None,
+                        rename=(self.to.catalog, self.to.ns_path, self.to.name),
+                        idempotency=idempotency_record(self.idempotency_key, 204, None))
+
+
+@dataclass
+class ReplaceView:
+    ident: TableIdent
+    requirements: list
+    updates: list
+    idempotency_key: IdempotencyKey | None = None
+
+    warehouse: str | None = None  # where `set-location` may move the view
+
+    def decide(self, state: IcebergTable) -> Decision:
+        check_ident(state, self.ident)
+        new = apply_view_commit(state.metadata, self.requirements, self.updates, now_ms=now_ms())
+        if new is state.metadata:
+            return Decision(state, reply=state)
+        check_moved(self.warehouse, state.metadata, new)
+        return next_version(state, new, orjson.dumps(new), {}, self.idempotency_key)
+
+
+def next_version(state: IcebergTable, new: dict[str, Any], data: bytes, list_json: dict,
+                 idempotency_key: IdempotencyKey | None, after_durable=None) -> Decision:
+    """Write `new` (serialized as `data`) as the table's or view's next metadata file, under its location."""
+    version = metadata_version(state.metadata_location) + 1
+    location = join(new["location"], "metadata", metadata_file_name(version))
+    moved = new["location"] if new["location"] != state.metadata.get("location") else None
+    owns = state.owns_location and moved is None   # moved (even back): the place may hold others' files now
+    table = IcebergTable(state.ident, new, location, data, list_json, owns)
+    return Decision(table, reply=table, row_state=row_state(location, owns),
+                    log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
+                    # (written from within the table's place: a link planted in `metadata/` leads nowhere)
+                    files=[(location, data, None, new["location"])],
+                    idempotency=idempotency_record(idempotency_key, 200, table), after_durable=after_durable,
+                    relocate=moved)
+
+
+def creation(ident: TableIdent, metadata: dict[str, Any], table_uuid: str, metadata_location: str | None = None,
+             kind: str = "table", owns_location: bool = False) -> NewTable:
+    """A new table's or view's row, state, first log entry and metadata file (none when `metadata_location`
+    names an existing file: register). `owns_location`: its location is the one `default_location` gave it."""
+    data = orjson.dumps(metadata)
+    files = []
+    if metadata_location is None:
+        metadata_location = join(metadata["location"], "metadata", metadata_file_name(0))
+        files = [(metadata_location, data)]
+    row = TableRow(table_id=uuid.UUID(table_uuid), realm=REALM, catalog=ident.catalog, namespace=ident.ns_path,
+                   name=ident.name, format=FORMAT if kind == "table" else VIEW_FORMAT,
+                   location=metadata["location"], kind=kind)
+    return NewTable(row, IcebergTable(ident, metadata, metadata_location, data, owns_location=owns_location),
+                    row_state(metadata_location, owns_location),
+                    [LogEntry(max(metadata_version(metadata_location), 0),
+                              {"metadata-location": metadata_location, "previous": None})],
+                    files)
+
+
+def check_ident(state: IcebergTable | UnreadableTable, ident: TableIdent, *, unreadable_ok: bool = False) -> None:
+    # The name was resolved to an id before the request reached the actor; a rename since then means the
+    # name no longer denotes this table.
+    if state.ident != ident:
+        raise NameMoved(f"Table does not exist: {ident}")
+    if isinstance(state, UnreadableTable) and not unreadable_ok:
+        raise state.refuse()
+
+
+def idempotency_record(key: IdempotencyKey | None, status: int, table: IcebergTable | None
+                       ) -> IdempotencyRecord | None:
+    if key is None:
+        return None
+    # The answer is the whole metadata (megabytes at 10,000 snapshots): not stored, but rebuilt on replay from the
+    # metadata file this change wrote, which no later change rewrites (`IcebergService.replay`).
+    return key.record(status, None, body_ref=None if table is None else table.metadata_location)
+
