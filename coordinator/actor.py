@@ -22,12 +22,13 @@ from uuid import UUID
 
 import trio
 
+from storage.errors import StorageError
 from storage.files import file_write
-from storage.records import TableRow, TableWrite, WriteGroup, shard_of
+from storage.records import Refusal, TableRow, TableWrite, WriteGroup, shard_of
 
 from .decision import Decision, Proposal
 from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, DuplicateRequest, NotFound, NotOwner,
-                     OutcomeUnknown, Unavailable, Unpublished, location_taken)
+                     OutcomeUnknown, Unavailable, Unpublished, from_storage, location_taken)
 
 if TYPE_CHECKING:
     from .registry import Registry
@@ -203,7 +204,8 @@ class TableActor:
             return
         try:
             await self._ensure_loaded()
-        except CoordinatorError as exc:
+        except (CoordinatorError, StorageError) as exc:
+            exc = from_storage(exc)
             for req in batch:
                 req.reply.fail(exc if isinstance(exc, Unavailable) else Unavailable(f"cannot load table: {exc}"))
             return
@@ -351,15 +353,15 @@ class TableActor:
             try:
                 await self.registry.files.write_many([f for d in decisions for f in d.files])
                 result = await self.registry.store.write(group)
-            except CoordinatorError as exc:
-                return await self._fail(seg.requests, exc)
+            except (CoordinatorError, StorageError) as exc:
+                return await self._fail(seg.requests, from_storage(exc))
             except Exception as exc:
                 log.exception("writing table %s failed", self.table_id)
                 return await self._fail(seg.requests, Unavailable(f"could not write table files: {exc}"))
         if not result.applied:
-            if result.reason == "fenced":
+            if result.refusal is Refusal.FENCED:
                 return await self._moved(seg.requests)
-            return await self._fail(seg.requests, _not_applied_error(self.table_id, result.reason))
+            return await self._fail(seg.requests, _not_applied_error(self.table_id, result.refusal))
         self.registry.metrics.observe_batch(len(decisions))
         self.row = _advance(self.row, write)
         self.state = seg.state
@@ -449,17 +451,17 @@ def _key_of(proposal: Any) -> Any:
     return getattr(key, "key", key)
 
 
-def _not_applied_error(table_id: UUID, reason: str | None) -> CoordinatorError:
-    if reason == "exists":
+def _not_applied_error(table_id: UUID, reason: Refusal | None) -> CoordinatorError:
+    if reason is Refusal.NAME_TAKEN:
         return AlreadyExists("Table already exists under the new name", kind="table")
-    if reason == "missing-namespace":
+    if reason is Refusal.NO_NAMESPACE:
         return NotFound("Namespace does not exist", kind="namespace")
-    if reason == "location":
+    if reason is Refusal.LOCATION_TAKEN:
         return location_taken(None)
-    if reason == "fenced":
+    if reason is Refusal.FENCED:
         return NotOwner(f"table {table_id}'s shard moved to another member; nothing applied, retry")
     # Our row changed under us: a bug or a new owner (fencing). Nothing applied; we reload before serving.
-    return Unavailable(f"table {table_id} changed concurrently ({reason}); nothing applied, retry")
+    return Unavailable(f"table {table_id} changed concurrently ({reason.value if reason else None}); nothing applied, retry")
 
 
 def _advance(row: TableRow, w: TableWrite) -> TableRow:

@@ -21,9 +21,10 @@ from typing import Awaitable, Callable, TypeVar
 
 import trio
 
+from storage.errors import StorageError, StoreUnavailable
 from storage.records import IdempotencyRecord
 
-from .errors import BadRequest, CoordinatorError, DuplicateRequest, Unavailable
+from .errors import BadRequest, CoordinatorError, DuplicateRequest, Unavailable, from_storage
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,8 @@ class Idempotency:
                                       f"is not readable yet; retry") from None
                 _check_route(key, previous, route)
                 return previous
-            except CoordinatorError as exc:
+            except (CoordinatorError, StorageError) as caught:
+                exc = from_storage(caught)
                 if 400 <= exc.status < 500 and exc.status not in NEVER_FINAL:
                     # A twin sent through another member (or coordinating a multi-table commit there) may have
                     # applied this very request just before: decided again, it fails (409: its requirements no
@@ -129,7 +131,7 @@ class Idempotency:
     async def _record_error(self, key: uuid.UUID, route: str, status: int, body: bytes) -> None:
         try:
             await self.store.put_idempotency(IdempotencyRecord(key, route, status, body))
-        except Unavailable as exc:  # the error answer stands; a retry will simply run again
+        except (Unavailable, StoreUnavailable) as exc:  # the error answer stands; a retry will simply run again
             log.warning("could not record idempotent error answer: %s", exc)
 
     async def purge_forever(self, every_s: float = 300.0) -> None:
@@ -139,5 +141,5 @@ class Idempotency:
                 n = await self.store.purge_idempotency(RETAIN_S)
                 if n:
                     log.info("purged %d expired idempotency keys", n)
-            except CoordinatorError as exc:
+            except (CoordinatorError, StorageError) as exc:
                 log.warning("idempotency purge failed: %s", exc)

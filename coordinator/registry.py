@@ -15,7 +15,7 @@ from uuid import UUID
 
 import trio
 
-from storage.records import IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
+from storage.records import IdempotencyRecord, LogEntry, Refusal, TableRow, TableWrite, WriteGroup, shard_of
 
 from .actor import Participant, TableActor
 from .config import Config
@@ -188,13 +188,13 @@ class Registry:
             result = await self.store.write(group)
         if not result.applied:
             await self._discard(files, row.location)
-            if result.reason == "fenced":
+            if result.refusal is Refusal.FENCED:
                 raise NotOwner(f"table {row.table_id}'s shard moved while it was being created; nothing applied")
-            if result.reason == "missing-namespace":
+            if result.refusal is Refusal.NO_NAMESPACE:
                 raise NotFound(f"Namespace does not exist: {row.namespace.replace(chr(31), '.')}", kind="namespace")
-            if result.reason == "location":
+            if result.refusal is Refusal.LOCATION_TAKEN:
                 raise location_taken(row.location)
-            if result.reason == "stale":  # an interrupted write, found not applied once its server process ended
+            if result.refusal is Refusal.STALE:  # an interrupted write, found not applied once its server process ended
                 raise Unavailable(f"creating {row.name} was interrupted and did not apply; retry")
             raise AlreadyExists(f"{row.kind.capitalize()} already exists: {row.name}", kind=row.kind)
         self.adopt(replace(row, row_version=write.new_version, state=row_state), state)

@@ -23,11 +23,12 @@ from uuid import UUID
 
 import trio
 
+from storage.errors import StorageError
 from storage.records import UNFENCED, IdempotencyRecord, TableWrite, WriteGroup
 
 from .actor import Participant, _not_applied_error
 from .decision import Decision, NewTable, Proposal
-from .errors import BadRequest, CoordinatorError, Unavailable, Unpublished
+from .errors import BadRequest, CoordinatorError, Unavailable, Unpublished, from_storage
 
 if TYPE_CHECKING:
     from .registry import Registry
@@ -61,7 +62,7 @@ async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, 
         files = [f for i in order for f in prepared[i][1].files] + [f for c in creates for f in c.files]
         try:
             await registry.files.write_many(files)
-        except CoordinatorError:
+        except (CoordinatorError, StorageError):
             raise
         except Exception as exc:
             raise Unavailable(f"could not write table files: {exc}") from exc
@@ -74,12 +75,12 @@ async def transact(registry: "Registry", parts: list[tuple[UUID, Proposal]], *, 
         with trio.CancelScope(shield=True):
             result = await registry.store.write(group)
     except BaseException as exc:
-        error = exc if isinstance(exc, CoordinatorError) else None
+        error = from_storage(exc) if isinstance(exc, (CoordinatorError, StorageError)) else None
         for participant in offered:
             participant.verdict.decide(False, error)
         raise
     if not result.applied:
-        error = _not_applied_error(writes[0].table_id, result.reason)
+        error = _not_applied_error(writes[0].table_id, result.refusal)
         for participant, _, _ in prepared.values():
             participant.verdict.decide(False, error)
         raise error

@@ -28,7 +28,7 @@ from urllib.parse import unquote, urlparse
 import trio
 from obstore.exceptions import InvalidPathError
 
-from coordinator.errors import BadRequest, NotFound
+from .errors import FileMissing, FileRefused
 
 from .grouped import GroupedCall
 
@@ -397,21 +397,21 @@ class FileIO:
             with _opened_beneath(root, path, os.O_RDONLY | os.O_NONBLOCK) as fd:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):
-                    raise BadRequest(f"not a file: {uri}")
+                    raise FileRefused(f"not a file: {uri}")
                 if st.st_size > MAX_READ_WITHIN_BYTES:
-                    raise BadRequest(f"{uri} is {st.st_size} bytes; a file read here may have at most "
+                    raise FileRefused(f"{uri} is {st.st_size} bytes; a file read here may have at most "
                                      f"{MAX_READ_WITHIN_BYTES}")
                 data = _read_at_most(fd, st.st_size, MAX_READ_WITHIN_BYTES)
                 if len(data) > MAX_READ_WITHIN_BYTES:   # (grown since)
-                    raise BadRequest(f"{uri} is larger than {MAX_READ_WITHIN_BYTES} bytes")
+                    raise FileRefused(f"{uri} is larger than {MAX_READ_WITHIN_BYTES} bytes")
                 return data
         except FileNotFoundError:
-            raise NotFound(f"file not found: {uri}") from None
+            raise FileMissing(f"file not found: {uri}") from None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise BadRequest(f"not a file reached without following a link: {uri}") from None
+                raise FileRefused(f"not a file reached without following a link: {uri}") from None
             if exc.errno == errno.ENAMETOOLONG:
-                raise BadRequest(f"path too long: {uri[:200]}...") from None
+                raise FileRefused(f"path too long: {uri[:200]}...") from None
             raise
 
     def read_sync(self, uri: str) -> bytes:
@@ -422,16 +422,16 @@ class FileIO:
             try:
                 return bytes(obstore.get(store, key).bytes())
             except FileNotFoundError:
-                raise NotFound(f"file not found: {uri}") from None
+                raise FileMissing(f"file not found: {uri}") from None
         try:
             return path.read_bytes()
         except (FileNotFoundError, NotADirectoryError):
-            raise NotFound(f"file not found: {uri}") from None
+            raise FileMissing(f"file not found: {uri}") from None
         except IsADirectoryError:
-            raise BadRequest(f"not a file: {uri}") from None
+            raise FileRefused(f"not a file: {uri}") from None
         except OSError as exc:
             if exc.errno == errno.ENAMETOOLONG:
-                raise BadRequest(f"path too long: {uri[:200]}...") from None
+                raise FileRefused(f"path too long: {uri[:200]}...") from None
             raise
 
     def delete_within_sync(self, uri: str, within: str | None) -> None:
@@ -572,7 +572,7 @@ class FileIO:
         """(obstore store, key) for an s3:// URI: the one place credentials and endpoints are configured."""
         parsed = urlparse(uri)
         if parsed.scheme not in ("s3", "s3a"):
-            raise BadRequest(f"unsupported storage scheme {parsed.scheme!r} in {uri}; use file:// or s3://")
+            raise FileRefused(f"unsupported storage scheme {parsed.scheme!r} in {uri}; use file:// or s3://")
         bucket = parsed.netloc
         store = self._stores.get(bucket)
         if store is None:

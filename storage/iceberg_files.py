@@ -19,6 +19,7 @@ import orjson
 from obstore.exceptions import InvalidPathError, PermissionDeniedError
 
 from coordinator.errors import BadRequest, NotFound
+from storage.errors import FileMissing, FileRefused
 
 from .files import MAX_READ_WITHIN_BYTES, NOT_A_FILE, FileIO, is_within, local_path
 
@@ -34,7 +35,7 @@ def reachable_files(files: FileIO, location: str, metadata_location: str) -> lis
     that cannot be read as what it should be names nothing (a purge that failed on it would be retried forever)."""
     try:
         meta = orjson.loads(_read(files, metadata_location))
-    except NotFound:
+    except (NotFound, FileMissing):
         return None
     except (orjson.JSONDecodeError, _Unreadable) as exc:
         meta = exc
@@ -93,7 +94,7 @@ def _read(files: FileIO, uri: str, within: str | None = None) -> bytes:
         if exc.errno in NOT_A_FILE:
             raise _Unreadable(str(exc)) from None
         raise
-    except (BadRequest, ValueError, TypeError, PermissionDeniedError, InvalidPathError) as exc:
+    except (BadRequest, FileRefused, ValueError, TypeError, PermissionDeniedError, InvalidPathError) as exc:
         # A directory, a link, a name too long; a path the object store refuses, or may never be read (S3 answers
         # 403 for a missing key without list rights): retrying would fail the same way forever.
         raise _Unreadable(str(exc)) from None
@@ -104,7 +105,7 @@ def _records(files: FileIO, location: str, uri: str) -> list[dict[str, Any]]:
         return []
     try:
         data = _read(files, uri, location)
-    except NotFound:   # deleted by an earlier, interrupted run of the purge, after what it names
+    except (NotFound, FileMissing):   # deleted by an earlier, interrupted run of the purge, after what it names
         return []
     except _Unreadable as exc:
         log.warning("purge: cannot read %s (%s); it names nothing", uri, exc)

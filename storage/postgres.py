@@ -12,7 +12,6 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Awaitable, Callable, TypeVar
 from uuid import UUID, uuid4
@@ -20,11 +19,12 @@ from uuid import UUID, uuid4
 import asyncpg
 import orjson
 
-from coordinator.errors import AlreadyExists, NotEmpty, NotFound, OutcomeUnknown, Unavailable
+from .errors import NamespaceExists, NamespaceMissing, NamespaceNotEmpty, NamespaceRefilled, OutcomeLost, StoreUnavailable
 
 from .bridge import AsyncioThread
 from .files import location_key
-from .records import NAMESPACE_SEP, UNFENCED, IdempotencyRecord, LogEntry, TableRow, TableWrite, WriteGroup, shard_of
+from .records import (NAMESPACE_SEP, UNFENCED, IdempotencyRecord, LogEntry, Refusal, TableRow, TableWrite, WriteGroup,
+                      WriteResult, shard_of)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,17 +39,11 @@ CONNECTION_ERRORS = (OSError, ConnectionError, asyncpg.InterfaceError, asyncpg.P
 
 
 class NotApplied(Exception):
-    """A write group's compare-and-set did not hold; `reason` says which check failed."""
+    """A write group's compare-and-set did not hold; `refusal` says which check failed."""
 
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass
-class WriteResult:
-    applied: bool
-    reason: str | None = None  # when not applied: "stale" | "fenced" | "exists" | "missing-namespace" | "location"
+    def __init__(self, refusal: Refusal):
+        super().__init__(refusal.value)
+        self.refusal = refusal
 
 
 def _why(exc: BaseException) -> str:
@@ -196,14 +190,14 @@ class GroupCommitWriter:
                 log.exception("storage writer flush failed")
                 for _, fut in items:
                     if not fut.done():
-                        fut.set_exception(OutcomeUnknown(f"storage writer failed: {exc}"))
+                        fut.set_exception(OutcomeLost(f"storage writer failed: {exc}"))
 
     async def _flush(self, items: list[tuple[WriteGroup, asyncio.Future]]) -> None:
         try:
             con = await asyncio.wait_for(self.pool.acquire(), self.resolve_timeout_s)
         except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
             # Nothing was sent: every group is known NOT applied.
-            err = Unavailable(f"database unavailable: {_why(exc)}")
+            err = StoreUnavailable(f"database unavailable: {_why(exc)}")
             for _, fut in items:
                 fut.set_exception(err)
             return
@@ -215,7 +209,7 @@ class GroupCommitWriter:
             await self.pool.release(con)
             con = None
             if len(items) == 1:
-                items[0][1].set_exception(Unavailable(f"write refused by the database: {exc}"))
+                items[0][1].set_exception(StoreUnavailable(f"write refused by the database: {exc}"))
                 return
             log.warning("group write refused (%s); retrying %d groups one by one", exc, len(items))
             for item in items:
@@ -228,7 +222,7 @@ class GroupCommitWriter:
             con = None
             try:
                 results = await self._resolve([g for g, _ in items], backend)
-            except OutcomeUnknown as unknown:
+            except OutcomeLost as unknown:
                 for _, fut in items:
                     fut.set_exception(unknown)
                 return
@@ -259,11 +253,11 @@ class GroupCommitWriter:
         for g in groups:
             if g.is_simple:
                 ok = g.writes[0].table_id in applied
-                results.append(WriteResult(ok, None if ok else "fenced" if g.writes[0].table_id in fenced
-                                           else "stale"))
+                results.append(WriteResult(ok, None if ok else Refusal.FENCED if g.writes[0].table_id in fenced
+                                           else Refusal.STALE))
             else:
                 results.append(complex_results[id(g)])
-        self.fenced_writes += sum(1 for r in results if r.reason == "fenced")
+        self.fenced_writes += sum(1 for r in results if r.refusal is Refusal.FENCED)
         return results
 
     async def _write_simple(self, con: asyncpg.Connection, groups: list[WriteGroup]) -> tuple[set[UUID], set[UUID]]:
@@ -309,10 +303,10 @@ class GroupCommitWriter:
                 for k in group.idempotency:
                     await _put_idempotency(con, k)
         except NotApplied as na:
-            return WriteResult(False, na.reason)
+            return WriteResult(False, na.refusal)
         except asyncpg.UniqueViolationError as exc:
             # A duplicate name is a lost race for that name; a duplicate commit-log version means our row moved.
-            return WriteResult(False, "stale" if exc.constraint_name == "commits_pkey" else "exists")
+            return WriteResult(False, Refusal.STALE if exc.constraint_name == "commits_pkey" else Refusal.NAME_TAKEN)
         return WriteResult(True)
 
     @staticmethod
@@ -332,7 +326,7 @@ class GroupCommitWriter:
                                " FOR SHARE", sorted({s for s, _ in checked}))
         current = {r["shard"]: r["epoch"] for r in rows}
         if any(current.get(shard) != epoch for shard, epoch in checked):
-            raise NotApplied("fenced")
+            raise NotApplied(Refusal.FENCED)
 
     async def _write_one(self, con: asyncpg.Connection, w: TableWrite) -> None:
         if w.insert is not None:
@@ -341,7 +335,7 @@ class GroupCommitWriter:
             if key is not None and await self._location_taken(con, key):
                 exists = await con.fetchval("SELECT 1 FROM tables WHERE realm=$1 AND catalog=$2 AND namespace=$3"
                                             " AND name=$4", r.realm, r.catalog, r.namespace, r.name)
-                raise NotApplied("exists" if exists else "location")   # the name first, as Registry.create_local
+                raise NotApplied(Refusal.NAME_TAKEN if exists else Refusal.LOCATION_TAKEN)   # the name first, as Registry.create_local
             # The namespace row is share-locked until the flush commits: a concurrent drop of the namespace waits,
             # then finds this table and refuses (or, if it came first, this finds no namespace).
             row = await con.fetchrow(
@@ -355,12 +349,12 @@ class GroupCommitWriter:
             if row is None:
                 exists = await con.fetchval("SELECT 1 FROM tables WHERE realm=$1 AND catalog=$2 AND namespace=$3"
                                             " AND name=$4", r.realm, r.catalog, r.namespace, r.name)
-                raise NotApplied("exists" if exists else "missing-namespace")
+                raise NotApplied(Refusal.NAME_TAKEN if exists else Refusal.NO_NAMESPACE)
         elif w.delete:
             row = await con.fetchrow(f"DELETE FROM tables WHERE table_id=$1 AND row_version=$2 AND {self._epoch_cas}"
                                      " RETURNING table_id", w.table_id, w.expected_version, w.epoch)
             if row is None:
-                raise NotApplied("stale")
+                raise NotApplied(Refusal.STALE)
             await con.execute("DELETE FROM commits WHERE table_id=$1", w.table_id)
             if w.purge is not None:
                 await con.execute("INSERT INTO purges (location_key, location, metadata_location, owner)"
@@ -374,7 +368,7 @@ class GroupCommitWriter:
                 if namespace and not await con.fetchval(
                         "SELECT 1 FROM namespaces n JOIN tables t ON t.realm = n.realm WHERE t.table_id=$1"
                         " AND n.catalog=$2 AND n.path=$3 FOR KEY SHARE OF n", w.table_id, catalog, namespace):
-                    raise NotApplied("missing-namespace")
+                    raise NotApplied(Refusal.NO_NAMESPACE)
                 row = await con.fetchrow(
                     "UPDATE tables SET row_version=$4, state=COALESCE($5, state), catalog=$6, namespace=$7, name=$8,"
                     f" epoch=$3, updated_at=now() WHERE table_id=$1 AND row_version=$2 AND {self._epoch_cas}"
@@ -386,11 +380,11 @@ class GroupCommitWriter:
                     f" WHERE table_id=$1 AND row_version=$2 AND {self._epoch_cas} RETURNING table_id",
                     w.table_id, w.expected_version, w.epoch, w.new_version, w.state)
             if row is None:
-                raise NotApplied("stale")
+                raise NotApplied(Refusal.STALE)
             if w.relocate is not None:
                 key = location_key(w.relocate)
                 if await self._location_taken(con, key, exclude=w.table_id):
-                    raise NotApplied("location")
+                    raise NotApplied(Refusal.LOCATION_TAKEN)
                 await con.execute("UPDATE tables SET location=$2, location_key=$3 WHERE table_id=$1", w.table_id,
                                   w.relocate, key)
         for start, end in w.log_delete:
@@ -406,7 +400,7 @@ class GroupCommitWriter:
         connection does not stop the server process that ran the write: a statement stalled (on a lock, a frozen
         server) goes on, and commits, after we gave up on it. So that process is ended first, and the rows are read
         once it is gone; then, the writing actors being their rows' only writers and still waiting, the versions
-        are final. OutcomeUnknown if that cannot be made sure of within resolve_timeout_s."""
+        are final. OutcomeLost if that cannot be made sure of within resolve_timeout_s."""
         deadline = time.monotonic() + self.resolve_timeout_s
         problem = f"its server process {backend} has not exited"
         while True:
@@ -419,11 +413,11 @@ class GroupCommitWriter:
                                                [g.writes[0].table_id for g in groups])
                         versions = {r["table_id"]: r["row_version"] for r in rows}
                         applied = [g.writes[0].applied_at(versions.get(g.writes[0].table_id)) for g in groups]
-                        return [WriteResult(a, None if a else "stale") for a in applied]
+                        return [WriteResult(a, None if a else Refusal.STALE) for a in applied]
             except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
                 problem = _why(exc)
             if time.monotonic() > deadline:
-                raise OutcomeUnknown(f"the outcome of an interrupted write is unknown: {problem}")
+                raise OutcomeLost(f"the outcome of an interrupted write is unknown: {problem}")
             await asyncio.sleep(0.1)
 
 
@@ -484,7 +478,7 @@ class PostgresStore:
                 async with self.pool.acquire(timeout=self.timeout_s) as con:
                     return await fn(con)
             except CONNECTION_ERRORS as exc:
-                raise Unavailable(f"database unavailable: {_why(exc)}") from exc
+                raise StoreUnavailable(f"database unavailable: {_why(exc)}") from exc
 
         return await self.thread.call(run)
 
@@ -493,8 +487,8 @@ class PostgresStore:
         return await self._call(fn)
 
     async def write(self, group: WriteGroup) -> WriteResult:
-        """Durably write a group with everyone else's waiting groups. Raises Unavailable (known not applied)
-        or OutcomeUnknown."""
+        """Durably write a group with everyone else's waiting groups. Raises StoreUnavailable (known not applied)
+        or OutcomeLost."""
         return await self.thread.call(lambda: self.writer.submit(group))
 
     # -- namespaces ----------------------------------------------------------------------------------------
@@ -503,7 +497,7 @@ class PostgresStore:
                                idempotency: IdempotencyRecord | None = None, *,
                                parent: tuple[str, str, str] | None = None) -> None:
         """`parent` (realm, catalog, path): a namespace row that must exist, share-locked until this commits, so a
-        concurrent drop of the parent either sees the child and refuses, or comes first and this fails NotFound:
+        concurrent drop of the parent either sees the child and refuses, or comes first and this fails NamespaceMissing:
         a child is never left under a dropped parent."""
         p_realm, p_catalog, p_path = parent or (None, None, None)
 
@@ -518,8 +512,8 @@ class PostgresStore:
                 if row is None:
                     if parent and not await con.fetchval("SELECT 1 FROM namespaces WHERE realm=$1 AND catalog=$2"
                                                          " AND path=$3", *parent):
-                        raise NotFound(f"Namespace does not exist: {_show(p_path)}", kind="namespace")
-                    raise AlreadyExists(f"Namespace already exists: {_show(path)}", kind="namespace")
+                        raise NamespaceMissing(f"Namespace does not exist: {_show(p_path)}")
+                    raise NamespaceExists(f"Namespace already exists: {_show(path)}")
                 await _put_idempotency(con, idempotency)
         await self._call(q)
 
@@ -544,13 +538,13 @@ class PostgresStore:
     async def update_namespace_properties(self, realm: str, catalog: str, path: str, removals: list[str],
                                           updates: dict[str, str],
                                           idempotency: IdempotencyRecord | None = None) -> dict[str, str]:
-        """Returns the properties before the change; raises NotFound."""
+        """Returns the properties before the change; raises NamespaceMissing."""
         async def q(con):
             async with con.transaction():
                 before = await con.fetchval("SELECT properties FROM namespaces WHERE realm=$1 AND catalog=$2"
                                             " AND path=$3 FOR NO KEY UPDATE", realm, catalog, path)
                 if before is None:
-                    raise NotFound(f"Namespace does not exist: {_show(path)}", kind="namespace")
+                    raise NamespaceMissing(f"Namespace does not exist: {_show(path)}")
                 removed = set(removals)
                 after = {k: v for k, v in before.items() if k not in removed}
                 after.update(updates)
@@ -562,9 +556,9 @@ class PostgresStore:
 
     async def drop_namespace(self, realm: str, catalog: str, path: str, *, cascade: bool = False,
                              idempotency: IdempotencyRecord | None = None, children_realm: str = "") -> None:
-        """Raises NotFound, or NotEmpty when it holds tables, views or namespaces. `cascade` drops the namespaces
+        """Raises NamespaceMissing, or NamespaceNotEmpty when it holds tables, views or namespaces. `cascade` drops the namespaces
         below it too, but never a table: tables are dropped through their actors first (one dropped here would
-        go on being served from memory); any still there, created meanwhile, raise NotEmpty(kind="tables").
+        go on being served from memory); any still there, created meanwhile, raise NamespaceRefilled.
         With `children_realm`, namespaces of that realm whose catalog is `path` are children too (a Unity
         Catalog catalog's schemas); cascade does not reach them."""
         async def q(con):
@@ -572,14 +566,13 @@ class PostgresStore:
                 found = await con.fetchval("SELECT 1 FROM namespaces WHERE realm=$1 AND catalog=$2 AND path=$3"
                                            " FOR UPDATE", realm, catalog, path)
                 if not found:
-                    raise NotFound(f"Namespace does not exist: {_show(path)}", kind="namespace")
+                    raise NamespaceMissing(f"Namespace does not exist: {_show(path)}")
                 if cascade:
                     await _lock_descendants(con, realm, catalog, path)
                     if await con.fetchval("SELECT EXISTS (SELECT 1 FROM tables WHERE realm=$1 AND catalog=$2 AND"
                                           " (namespace=$3 OR starts_with(namespace, $3 || chr(31))))",
                                           realm, catalog, path):
-                        raise NotEmpty(f"Namespace {_show(path)} holds tables created while it was dropped",
-                                       kind="tables")
+                        raise NamespaceRefilled(f"Namespace {_show(path)} holds tables created while it was dropped")
                     await con.execute("DELETE FROM namespaces WHERE realm=$1 AND catalog=$2 AND"
                                       " starts_with(path, $3 || chr(31))", realm, catalog, path)
                 else:
@@ -590,7 +583,7 @@ class PostgresStore:
                         " OR EXISTS (SELECT 1 FROM namespaces WHERE realm=$4 AND catalog=$3)",
                         realm, catalog, path, children_realm)
                     if busy:
-                        raise NotEmpty(f"Namespace is not empty: {_show(path)}", kind="namespace")
+                        raise NamespaceNotEmpty(f"Namespace is not empty: {_show(path)}")
                 await con.execute("DELETE FROM namespaces WHERE realm=$1 AND catalog=$2 AND path=$3",
                                   realm, catalog, path)
                 await _put_idempotency(con, idempotency)

@@ -18,7 +18,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from storage.records import SHARDS, TableRow, TableWrite, WriteGroup, shard_of
+from storage.records import SHARDS, Refusal, TableRow, TableWrite, WriteGroup, shard_of
 from tests.delta.conftest import PREFIX, UC
 from tests.support import ServerProcess, sql, uuid7
 
@@ -158,14 +158,14 @@ def test_write_under_a_moved_lease_applies_nothing(database_url):
                 return await store.writer.submit(WriteGroup([w]))
             return store.thread.run_blocking(go)
 
-        assert write(TableWrite(table_id, 0, 6, state={"v": 0}, insert=row)).reason == "fenced"
+        assert write(TableWrite(table_id, 0, 6, state={"v": 0}, insert=row)).refusal is Refusal.FENCED
         assert write(TableWrite(table_id, 0, 7, state={"v": 0}, insert=row)).applied
         assert write(TableWrite(table_id, 1, 7, state={"v": 1})).applied
         # Takeover by another member: the epoch grows.
         sql(database_url, "UPDATE shard_leases SET owner = $1, epoch = 8 WHERE shard = $2", uuid.uuid4(), shard)
-        assert write(TableWrite(table_id, 2, 7, state={"v": 2})).reason == "fenced"
-        assert write(TableWrite(table_id, 2, 7, delete=True)).reason == "fenced"
-        assert write(TableWrite(table_id, 2, 7, rename=("", "", "u"))).reason == "fenced"
+        assert write(TableWrite(table_id, 2, 7, state={"v": 2})).refusal is Refusal.FENCED
+        assert write(TableWrite(table_id, 2, 7, delete=True)).refusal is Refusal.FENCED
+        assert write(TableWrite(table_id, 2, 7, rename=("", "", "u"))).refusal is Refusal.FENCED
         [r] = sql(database_url, "SELECT row_version, epoch, state, name FROM tables WHERE table_id = $1", table_id)
         assert (r["row_version"], r["epoch"], r["name"]) == (2, 7, "t") and '"v": 1' in r["state"]
         # The new owner writes under its epoch.

@@ -147,7 +147,7 @@ async def test_reads_and_deletes_are_grouped_too_and_keep_their_own_errors(tmp_p
         for i in range(25):   # 20..24 do not exist
             nursery.start_soon(read, i)
     assert all(got[i] == bytes([i]) * 10 for i in range(20))
-    assert all(type(got[i]).__name__ == "NotFound" for i in range(20, 25))
+    assert all(type(got[i]).__name__ == "FileMissing" for i in range(20, 25))
 
     async with trio.open_nursery() as nursery:
         for i in range(0, 25, 2):
@@ -310,14 +310,14 @@ async def test_directories_are_made_for_a_relative_path_too(tmp_path, monkeypatc
 
 
 async def test_a_read_from_within_a_place_is_bounded_in_size(tmp_path, monkeypatch):
-    from coordinator.errors import BadRequest
+    from storage.errors import FileRefused
     monkeypatch.setattr(files_module, "MAX_READ_WITHIN_BYTES", 10)
     (tmp_path / "_versions").mkdir()
     (tmp_path / "_versions" / "small").write_bytes(b"x" * 10)
     (tmp_path / "_versions" / "big").write_bytes(b"x" * 11)
     fileio = FileIO()
     assert await fileio.read(str(tmp_path / "_versions" / "small"), within=str(tmp_path)) == b"x" * 10
-    with pytest.raises(BadRequest, match="at most 10"):
+    with pytest.raises(FileRefused, match="at most 10"):
         await fileio.read(str(tmp_path / "_versions" / "big"), within=str(tmp_path))
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import urlparse
 
+from storage import errors as storage_errors
+from storage.errors import FileMissing
 from storage.files import join, unsafe_location
 from storage.records import LogEntry, PurgeClaim, TableRow
 
@@ -286,7 +288,7 @@ class DeltaCatalog:
         entry = _entry(body, "id")
         try:
             await self.store.create_namespace(CATALOG_REALM, "", name, entry)
-        except AlreadyExists:
+        except (AlreadyExists, storage_errors.NamespaceExists):
             raise AlreadyExists(f"Catalog already exists: {name}", kind="catalog") from None
         return catalog_info(name, entry)
 
@@ -314,7 +316,7 @@ class DeltaCatalog:
             updates["properties"] = body.properties
         try:
             before = await self.store.update_namespace_properties(realm, catalog, name, [], updates)
-        except NotFound:
+        except (NotFound, storage_errors.NamespaceMissing):
             return None
         return {**before, **updates}
 
@@ -343,9 +345,9 @@ class DeltaCatalog:
             await self.delete_schema(name, schema, force=True)
         try:
             await self.store.drop_namespace(CATALOG_REALM, "", name, children_realm=REALM)
-        except NotFound:
+        except (NotFound, storage_errors.NamespaceMissing):
             raise NotFound(f"Catalog does not exist: {name}", kind="catalog") from None
-        except NotEmpty:
+        except (NotEmpty, storage_errors.NamespaceNotEmpty):
             raise NotEmpty(f"Catalog {name} is not empty: a schema was created while it was being deleted",
                            kind="catalog") from None
 
@@ -359,9 +361,9 @@ class DeltaCatalog:
             # The catalog's row is locked until the schema is in: a concurrent catalog delete sees it, or wins.
             await self.store.create_namespace(REALM, body.catalog_name, name, entry,
                                               parent=(CATALOG_REALM, "", body.catalog_name))
-        except NotFound:
+        except (NotFound, storage_errors.NamespaceMissing):
             raise NotFound(f"Catalog does not exist: {body.catalog_name}", kind="catalog") from None
-        except AlreadyExists:
+        except (AlreadyExists, storage_errors.NamespaceExists):
             raise AlreadyExists(f"Schema already exists: {body.catalog_name}.{name}", kind="schema") from None
         return schema_info(body.catalog_name, name, entry)
 
@@ -398,9 +400,9 @@ class DeltaCatalog:
                 pass
         try:
             await self.store.drop_namespace(REALM, catalog, name)
-        except NotFound:
+        except (NotFound, storage_errors.NamespaceMissing):
             raise NotFound(f"Schema does not exist: {catalog}.{name}", kind="schema") from None
-        except NotEmpty:
+        except (NotEmpty, storage_errors.NamespaceNotEmpty):
             raise NotEmpty(f"Schema {catalog}.{name} is not empty: a table was created while it was being "
                            f"deleted", kind="schema") from None
 
@@ -459,7 +461,7 @@ class DeltaCatalog:
         log_file = join(staging.location, "_delta_log", rules.FIRST_COMMIT_FILE)
         try:
             data = await self.files.read(log_file)
-        except NotFound:
+        except (NotFound, FileMissing):
             raise BadRequest(f"not a Delta table: {log_file} does not exist; write version 0 at the staging "
                              f"location before creating the table") from None
         except OSError as exc:

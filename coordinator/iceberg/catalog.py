@@ -19,6 +19,8 @@ from typing import Any, Awaitable, Callable
 import orjson
 import trio
 
+from storage import errors as storage_errors
+from storage.errors import FileMissing
 from storage.files import is_below, is_within, join, path_segment, unsafe_location
 from storage.records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, join_namespace, split_namespace
 
@@ -491,10 +493,10 @@ class IcebergCatalog:
         location = row.state["metadata-location"]
         try:
             return _expand(row, await self.files.read(location))
-        except (NotFound, orjson.JSONDecodeError) as exc:   # other errors (storage unreachable) may pass: raised
+        except (NotFound, FileMissing, orjson.JSONDecodeError) as exc:   # other errors (storage unreachable) may pass: raised
             log.error("table %s.%s: metadata file %s cannot be read: %s", row.namespace, row.name, location, exc)
             return UnreadableTable(_ident_of(row), location,
-                                   "missing" if isinstance(exc, NotFound) else "not valid JSON")
+                                   "missing" if isinstance(exc, (NotFound, FileMissing)) else "not valid JSON")
 
     # -- namespaces --------------------------------------------------------------------------------------------
 
@@ -512,7 +514,7 @@ class IcebergCatalog:
         try:
             await self.store.create_namespace(REALM, catalog, join_namespace(namespace), properties, record,
                                               parent=parent)
-        except NotFound:
+        except (NotFound, storage_errors.NamespaceMissing):
             raise NotFound(f"Parent namespace does not exist: {'.'.join(namespace[:-1])}; create it before "
                            f"{'.'.join(namespace)}", kind="namespace") from None
         return result
@@ -691,7 +693,7 @@ class IcebergCatalog:
         self.check_location(metadata_location, ident)
         try:
             metadata = orjson.loads(await self.files.read(metadata_location))
-        except NotFound:
+        except (NotFound, FileMissing):
             raise BadRequest(f"metadata-location does not exist: {metadata_location}") from None
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"metadata-location is not valid JSON: {exc}") from None

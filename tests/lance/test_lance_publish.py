@@ -18,7 +18,7 @@ import trio
 from coordinator.errors import NotOwner, Unavailable, Unpublished
 from coordinator.lance.table import manifest_uri, object_path, version_of_manifest_name
 from storage.files import to_local_path
-from storage.postgres import WriteResult
+from storage.records import Refusal, WriteResult
 
 from .conftest import coordinator_in_process, fake_manifest, local, stage
 from .test_lance_transactions import create
@@ -69,7 +69,7 @@ async def test_a_fenced_commit_writes_no_final_manifest(coord, monkeypatch):
     await cat.create_table_version(("t",), create(1, stage(t.location, 1)))
 
     async def fenced(group):
-        return WriteResult(False, "fenced")
+        return WriteResult(False, Refusal.FENCED)
 
     monkeypatch.setattr(coord.store, "write", fenced)
     with pytest.raises(NotOwner):
