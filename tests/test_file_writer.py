@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 import storage.files as files_module
+import storage.localfs as localfs_module
 from storage.files import FileIO
 
 
@@ -239,7 +240,7 @@ async def test_what_lands_is_what_was_checked(tmp_path, monkeypatch):
     """The source is a writer's file: rewritten in place, or swapped for a directory, between the check and the
     rename, the checked bytes are written instead, and a swapped-in directory is put back, not made the file."""
     fileio = FileIO()
-    real = files_module._adopt
+    real = localfs_module._adopt
     for n, meddle in enumerate((lambda p: p.write_bytes(b"EVIL" + b"x" * 3), lambda p: (p.unlink(), p.mkdir()))):
         staged, final = tmp_path / f"{n}.manifest-x", tmp_path / f"{n}.manifest"
         staged.write_bytes(b"checked")
@@ -248,7 +249,7 @@ async def test_what_lands_is_what_was_checked(tmp_path, monkeypatch):
             fd = real(source, data, dir_fd)
             meddle(staged)
             return fd
-        monkeypatch.setattr(files_module, "_adopt", adopt)
+        monkeypatch.setattr(localfs_module, "_adopt", adopt)
         await fileio.write_many([(str(final), b"checked", str(staged))])
         assert final.is_file() and final.read_bytes() == b"checked"
     assert (tmp_path / "1.manifest-x").is_dir()   # the writer's directory, left where it put it
