@@ -461,7 +461,8 @@ def _not_applied_error(table_id: UUID, reason: Refusal | None) -> CoordinatorErr
     if reason is Refusal.FENCED:
         return NotOwner(f"table {table_id}'s shard moved to another member; nothing applied, retry")
     # Our row changed under us: a bug or a new owner (fencing). Nothing applied; we reload before serving.
-    return Unavailable(f"table {table_id} changed concurrently ({reason.value if reason else None}); nothing applied, retry")
+    why = reason.value if reason else None
+    return Unavailable(f"table {table_id} changed concurrently ({why}); nothing applied, retry")
 
 
 def _advance(row: TableRow, w: TableWrite) -> TableRow:

@@ -3,9 +3,9 @@ checks, see storage/writer.py) and member rows (each member's internal-channel a
 
 Only SQL and its contract live here; when to renew, take over or release is the coordinator's
 (coordinator/cluster/leases.py). Every time compared is the DATABASE's (`now()`), so no two hosts' clocks are
-ever compared. A member's heartbeat is renewed together with its leases, with the same time-to-live, so a member
-counts as live exactly as long as its leases would. Statements that lock several lease rows lock them in shard order, so they cannot deadlock each
-other or the writer's FOR SHARE checks.
+ever compared. A member's heartbeat is renewed together with its leases, with the same time-to-live, so a
+member counts as live exactly as long as its leases would. Statements that lock several lease rows lock them in
+shard order, so they cannot deadlock each other or the writer's FOR SHARE checks.
 """
 
 from __future__ import annotations

@@ -177,9 +177,9 @@ class PostgresStore:
 
     async def drop_namespace(self, realm: str, catalog: str, path: str, *, cascade: bool = False,
                              idempotency: IdempotencyRecord | None = None, children_realm: str = "") -> None:
-        """Raises NamespaceMissing, or NamespaceNotEmpty when it holds tables, views or namespaces. `cascade` drops the namespaces
-        below it too, but never a table: tables are dropped through their actors first (one dropped here would
-        go on being served from memory); any still there, created meanwhile, raise NamespaceRefilled.
+        """Raises NamespaceMissing, or NamespaceNotEmpty when it holds tables, views or namespaces. `cascade` drops
+        the namespaces below it too, but never a table: tables are dropped through their actors first (one dropped
+        here would go on being served from memory); any still there, created meanwhile, raise NamespaceRefilled.
         With `children_realm`, namespaces of that realm whose catalog is `path` are children too (a Unity
         Catalog catalog's schemas); cascade does not reach them."""
         async def q(con):

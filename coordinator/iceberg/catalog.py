@@ -493,7 +493,7 @@ class IcebergCatalog:
         location = row.state["metadata-location"]
         try:
             return _expand(row, await self.files.read(location))
-        except (NotFound, FileMissing, orjson.JSONDecodeError) as exc:   # other errors (storage unreachable) may pass: raised
+        except (NotFound, FileMissing, orjson.JSONDecodeError) as exc:   # other errors (storage unreachable): raised
             log.error("table %s.%s: metadata file %s cannot be read: %s", row.namespace, row.name, location, exc)
             return UnreadableTable(_ident_of(row), location,
                                    "missing" if isinstance(exc, (NotFound, FileMissing)) else "not valid JSON")
