@@ -150,7 +150,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     async def readyz() -> Response:
         try:
             await coordinator.store.ping()
-        except CoordinatorError as exc:
+        except (CoordinatorError, StorageError) as exc:
             return json_response({"status": "unavailable", "reason": exc.message}, 503)
         return json_response({"status": "ready"})
 

@@ -27,6 +27,7 @@ from uuid import UUID
 
 import trio
 
+from storage.errors import StorageError
 from storage.files import file_write
 from storage.records import TableRow, TableWrite
 
@@ -35,7 +36,7 @@ from .commit import Commit, Part, written_row
 from .config import Config
 from .decision import Decision, Proposal
 from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, DuplicateRequest, NoSuchTable, NotFound,
-                     NotOwner, OutcomeUnknown, Unavailable, Unpublished)
+                     NotOwner, OutcomeUnknown, Unavailable, Unpublished, from_storage)
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +226,8 @@ class TableActor:
             return
         try:
             await self._ensure_loaded()
-        except CoordinatorError as exc:
+        except (CoordinatorError, StorageError) as exc:
+            exc = from_storage(exc)
             for req in batch:
                 req.reply.fail(exc if isinstance(exc, Unavailable) else Unavailable(f"cannot load table: {exc}"))
             return

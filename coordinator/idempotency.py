@@ -27,7 +27,7 @@ from typing import Awaitable, Callable, TypeVar
 import orjson
 import trio
 
-from storage.errors import StoreUnavailable
+from storage.errors import StorageError, StoreUnavailable
 from storage.records import IdempotencyRecord
 
 from . import errors
@@ -183,5 +183,5 @@ class Idempotency:
                 n = await self.store.purge_idempotency(RETAIN_S)
                 if n:
                     log.info("purged %d expired idempotency keys", n)
-            except CoordinatorError as exc:
+            except (CoordinatorError, StorageError) as exc:
                 log.warning("idempotency purge failed: %s", exc)

@@ -6,7 +6,7 @@ work itself, were what a commit's CPU went to. `GroupedCall` makes the crossings
 batch is in flight, new callers queue; when it ends, the first of them to wake takes the whole queue into the next
 batch. A lone caller goes at once, so an idle service adds no latency; under load the batches grow on their own,
 as PostgreSQL's group commit does. (The database side needs none of this: the asyncio writer in
-storage/postgres.py already takes every pending write into one transaction. Grouping its crossings as well was
+storage/writer.py already takes every pending write into one transaction. Grouping its crossings as well was
 measured: no clear CPU gain, and a follower then waits for the trio loop between batches.)
 """
 

@@ -143,3 +143,25 @@ class Refusal(enum.Enum):
 class WriteResult:
     applied: bool
     refusal: Refusal | None = None   # when not applied
+
+
+@dataclass(frozen=True)
+class ShardLeaseRow:
+    """A shard's lease row as read in a lease round (coordinator/cluster/leases.py): who owns it, under which
+    epoch, where to reach them, and its age by the database's clock."""
+
+    shard: int
+    owner: UUID | None
+    epoch: int
+    address: str | None   # the owner's internal-channel address (its member row), if it has one
+    live: bool            # not expired when read
+    orphaned: bool        # expired for longer than a whole ttl: its owner is gone
+
+
+@dataclass(frozen=True)
+class LeaseRound:
+    """What one member's lease round found, all in one transaction-free pass on one connection."""
+
+    renewed: dict[int, int]        # shard -> epoch of every lease this member held and renewed
+    live_members: int              # members whose heartbeat is within the ttl (this one included)
+    shards: list[ShardLeaseRow]    # every shard's lease, in shard order

@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 import storage.files as files_module
+import storage.localfs as localfs_module
 from storage.files import FileIO
 
 
@@ -147,7 +148,7 @@ async def test_reads_and_deletes_are_grouped_too_and_keep_their_own_errors(tmp_p
         for i in range(25):   # 20..24 do not exist
             nursery.start_soon(read, i)
     assert all(got[i] == bytes([i]) * 10 for i in range(20))
-    assert all(type(got[i]).__name__ == "NotFound" for i in range(20, 25))
+    assert all(type(got[i]).__name__ == "FileMissing" for i in range(20, 25))
 
     async with trio.open_nursery() as nursery:
         for i in range(0, 25, 2):
@@ -239,7 +240,7 @@ async def test_what_lands_is_what_was_checked(tmp_path, monkeypatch):
     """The source is a writer's file: rewritten in place, or swapped for a directory, between the check and the
     rename, the checked bytes are written instead, and a swapped-in directory is put back, not made the file."""
     fileio = FileIO()
-    real = files_module._adopt
+    real = localfs_module._adopt
     for n, meddle in enumerate((lambda p: p.write_bytes(b"EVIL" + b"x" * 3), lambda p: (p.unlink(), p.mkdir()))):
         staged, final = tmp_path / f"{n}.manifest-x", tmp_path / f"{n}.manifest"
         staged.write_bytes(b"checked")
@@ -248,7 +249,7 @@ async def test_what_lands_is_what_was_checked(tmp_path, monkeypatch):
             fd = real(source, data, dir_fd)
             meddle(staged)
             return fd
-        monkeypatch.setattr(files_module, "_adopt", adopt)
+        monkeypatch.setattr(localfs_module, "_adopt", adopt)
         await fileio.write_many([(str(final), b"checked", str(staged))])
         assert final.is_file() and final.read_bytes() == b"checked"
     assert (tmp_path / "1.manifest-x").is_dir()   # the writer's directory, left where it put it
@@ -310,14 +311,14 @@ async def test_directories_are_made_for_a_relative_path_too(tmp_path, monkeypatc
 
 
 async def test_a_read_from_within_a_place_is_bounded_in_size(tmp_path, monkeypatch):
-    from coordinator.errors import BadRequest
+    from storage.errors import FileRefused
     monkeypatch.setattr(files_module, "MAX_READ_WITHIN_BYTES", 10)
     (tmp_path / "_versions").mkdir()
     (tmp_path / "_versions" / "small").write_bytes(b"x" * 10)
     (tmp_path / "_versions" / "big").write_bytes(b"x" * 11)
     fileio = FileIO()
     assert await fileio.read(str(tmp_path / "_versions" / "small"), within=str(tmp_path)) == b"x" * 10
-    with pytest.raises(BadRequest, match="at most 10"):
+    with pytest.raises(FileRefused, match="at most 10"):
         await fileio.read(str(tmp_path / "_versions" / "big"), within=str(tmp_path))
 
 

@@ -1,7 +1,7 @@
 """Scale-out: several coordinator processes on one database, each table owned by one member at a time.
 
     leases.py    shard leases with epochs (fencing tokens), renewed in the background, taken over when expired
-    members.py   member rows: channel address and heartbeat
+                 (their SQL, and the member rows', is storage/leases.py)
     channel.py   persistent TCP connections between members, length-prefixed frames
     routing.py   any member accepts any request and hands it to the owner (two-phase for multi-table commits)
     cluster.py   one member: the above wired together

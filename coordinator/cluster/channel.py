@@ -28,7 +28,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from ..errors import CoordinatorError, Unavailable
+from ..errors import CoordinatorError, Unavailable, from_storage
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,7 @@ async def read_frames(stream: trio.abc.ReceiveStream):
 
 def _wire_error(exc: BaseException) -> CoordinatorError:
     """Errors cross as themselves when they are the coordinator's; anything else as a 500 naming it."""
+    exc = from_storage(exc)
     if isinstance(exc, CoordinatorError):
         return exc
     return CoordinatorError(f"peer failed: {type(exc).__name__}: {exc}")
@@ -185,7 +186,7 @@ class ChannelServer:
         except trio.Cancelled:
             raise
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
-            if not isinstance(exc, CoordinatorError):
+            if not isinstance(from_storage(exc), CoordinatorError):
                 log.exception("cluster call %s failed", method)
             value, ok = _wire_error(exc), False
         try:

@@ -4,14 +4,13 @@ Every `renew_s` a member, in one pass: heartbeats, renews the leases it holds, r
 over expired shards while it holds fewer than its fair share, and releases shards while it holds more.
 
 - A takeover bumps the shard's epoch in one statement conditioned on `expires_at < now()`: the DATABASE's clock,
-  so no two hosts' clocks are ever compared. Every table write checks that epoch (storage/postgres.py), so a
+  so no two hosts' clocks are ever compared. Every table write checks that epoch (storage/writer.py), so a
   former owner that is paused or partitioned can change nothing once its lease moved, even before it knows.
 - Locally, a lease counts as held only until `start + ttl - margin`, measured on this process's monotonic clock
   from the START of the statement that renewed it: the database set `expires_at = now() + ttl` with a `now()` no
   earlier than that start, so this member stops serving a shard before anyone else may take it. A member that
   cannot renew (database unreachable, process paused) thus stops serving on its own.
-- Statements that lock several lease rows lock them in shard order, so they cannot deadlock each other or the
-  writer's FOR SHARE checks.
+- The SQL, and the member rows (heartbeat and address) renewed with the leases, are storage's (storage/leases.py).
 """
 
 from __future__ import annotations
@@ -23,12 +22,9 @@ import time
 from dataclasses import dataclass
 from uuid import UUID
 
-import asyncpg
 import trio
 
 from storage.records import SHARDS
-
-from . import members
 
 log = logging.getLogger(__name__)
 
@@ -110,34 +106,20 @@ class Leases:
     async def _round(self) -> None:
         start = time.monotonic()
         me, ttl = self.member_id, self.ttl_s
-
-        async def pass_(con: asyncpg.Connection):
-            await members.heartbeat(con, me, self.address)
-            renewed = await con.fetch(
-                "UPDATE shard_leases l SET expires_at = now() + make_interval(secs => $2)"
-                " FROM (SELECT shard FROM shard_leases WHERE owner = $1 ORDER BY shard FOR UPDATE) s"
-                " WHERE l.shard = s.shard AND l.owner = $1 RETURNING l.shard, l.epoch", me, ttl)
-            live = await members.count_live(con, ttl)
-            rows = await con.fetch(
-                "SELECT l.shard, l.owner, l.epoch, l.expires_at > now() AS live,"
-                " l.expires_at < now() - make_interval(secs => $1) AS orphaned, m.address"
-                " FROM shard_leases l LEFT JOIN cluster_members m ON m.member_id = l.owner ORDER BY l.shard", ttl)
-            return renewed, live, rows
-
-        renewed, live, rows = await self.store.with_connection(pass_)
+        found = await self.store.leases.renew(me, self.address, ttl)
         valid_until = start + ttl - self.margin_s
-        held = {r["shard"]: Lease(r["epoch"], valid_until) for r in renewed}
+        held = {shard: Lease(epoch, valid_until) for shard, epoch in found.renewed.items()}
         for shard in set(self.held) - set(held):
             log.warning("lease of shard %d lost (epoch %d)", shard, self.held[shard].epoch)
         self.held = held
-        self.live_members = max(live, 1)
-        self.owners = {r["shard"]: ShardOwner(r["owner"], r["epoch"], r["address"], r["live"]) for r in rows}
+        self.live_members = max(found.live_members, 1)
+        self.owners = {r.shard: ShardOwner(r.owner, r.epoch, r.address, r.live) for r in found.shards}
         target = math.ceil(SHARDS / self.live_members)
 
         # Take over: expired shards while below the fair share; shards orphaned for a whole ttl always (their
         # owner is gone and the others' shares are full).
-        free = [r["shard"] for r in rows if not r["live"] and r["owner"] != me]
-        orphaned = {r["shard"] for r in rows if r["orphaned"]}
+        free = [r.shard for r in found.shards if not r.live and r.owner != me]
+        orphaned = {r.shard for r in found.shards if r.orphaned}
         random.shuffle(free)  # members racing for released shards spread over them
         wanted = sorted(set(free[:max(target - len(held), 0)]) | (orphaned & set(free)))
         if wanted:
@@ -147,52 +129,36 @@ class Leases:
 
     async def _take(self, shards: list[int]) -> None:
         start = time.monotonic()
-        taken = await self.store.with_connection(lambda con: con.fetch(
-            "UPDATE shard_leases l SET owner = $1, epoch = l.epoch + 1, expires_at = now() + make_interval(secs => $3)"
-            " FROM (SELECT shard FROM shard_leases WHERE shard = ANY($2::int[]) AND expires_at < now()"
-            "       ORDER BY shard FOR UPDATE SKIP LOCKED) c"
-            " WHERE l.shard = c.shard AND l.expires_at < now() RETURNING l.shard, l.epoch",
-            self.member_id, shards, self.ttl_s))
+        taken = await self.store.leases.take(self.member_id, shards, self.ttl_s)
         valid_until = start + self.ttl_s - self.margin_s
-        for r in taken:
-            self.held[r["shard"]] = Lease(r["epoch"], valid_until)
-            self.owners[r["shard"]] = ShardOwner(self.member_id, r["epoch"], self.address, True)
+        for shard, epoch in taken.items():
+            self.held[shard] = Lease(epoch, valid_until)
+            self.owners[shard] = ShardOwner(self.member_id, epoch, self.address, True)
         if taken:
             self.takeovers += len(taken)
-            log.info("took over shards %s", ", ".join(f"{r['shard']}@{r['epoch']}" for r in taken))
+            log.info("took over shards %s", ", ".join(f"{shard}@{epoch}" for shard, epoch in taken.items()))
 
     async def _release(self, shards: list[int]) -> None:
         """Hand shards back for a newer member: stop serving them first, then expire their leases now."""
         for shard in shards:
             self.held.pop(shard, None)
-        await self.store.with_connection(lambda con: con.execute(
-            "UPDATE shard_leases l SET owner = NULL, expires_at = now()"
-            " FROM (SELECT shard FROM shard_leases WHERE shard = ANY($2::int[]) AND owner = $1"
-            "       ORDER BY shard FOR UPDATE) c WHERE l.shard = c.shard", self.member_id, shards))
+        await self.store.leases.release(self.member_id, shards)
         log.info("released shards %s to rebalance", shards)
 
     async def bump(self, shard: int, epoch: int) -> None:
         """Move our own lease of `shard` to a new epoch: every write still carrying `epoch` now applies nothing
         (used to fence out a transaction whose member fell silent). Actors under `epoch` retire and reload."""
-        row = await self.store.with_connection(lambda con: con.fetchrow(
-            "UPDATE shard_leases SET epoch = epoch + 1 WHERE shard = $1 AND owner = $2 AND epoch = $3"
-            " RETURNING epoch", shard, self.member_id, epoch))
+        new_epoch = await self.store.leases.bump(self.member_id, shard, epoch)
         lease = self.held.get(shard)
-        if row is None:
+        if new_epoch is None:
             self.lost(shard, epoch)
             raise RuntimeError(f"lease of shard {shard} at epoch {epoch} is no longer ours")
         if lease is not None and lease.epoch == epoch:
-            self.held[shard] = Lease(row["epoch"], lease.valid_until)
+            self.held[shard] = Lease(new_epoch, lease.valid_until)
 
     async def leave(self) -> None:
         """On a graceful stop: release every lease at once so the others need not wait for them to expire."""
         shards = sorted(self.held)
         self.held = {}
-        async def q(con: asyncpg.Connection) -> None:
-            await con.execute(
-                "UPDATE shard_leases l SET owner = NULL, expires_at = '-infinity'"
-                " FROM (SELECT shard FROM shard_leases WHERE owner = $1 ORDER BY shard FOR UPDATE) c"
-                " WHERE l.shard = c.shard", self.member_id)
-            await members.leave(con, self.member_id)
-        await self.store.with_connection(q)
+        await self.store.leases.leave(self.member_id)
         log.info("left the cluster, released shards %s", shards)

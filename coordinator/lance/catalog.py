@@ -21,12 +21,14 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
+from storage import errors as storage_errors
+from storage.errors import FileMissing, FileRefused
 from storage.files import NOT_A_FILE, is_below, is_within, join, path_segment, unsafe_location
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..decision import Proposal
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NotEmpty, NotFound,
-                      Unavailable)
+                      Unavailable, from_storage)
 from ..paging import decode_page_token, one_more, page
 from ..placement import check_namespace_directory_free, check_no_namespace_inside
 from ..decision import Compaction, NewTable as Create
@@ -108,7 +110,7 @@ class LanceCatalog:
             if v.staging_uri not in (None, v.manifest_uri):   # a final name the client handed in has no copy
                 try:
                     data = await self.files.read(v.staging_uri, within=state.location)
-                except (NotFound, BadRequest):   # (gone, or not a file: a link, say)
+                except (NotFound, BadRequest, FileMissing, FileRefused):   # (gone, or not a file: a link, say)
                     pass
             if data is None or len(data) != v.size or hashlib.sha256(data).hexdigest() != v.sha256:
                 log.error("table %s: version %d's manifest %s is missing and %s holds no copy of it",
@@ -175,7 +177,7 @@ class LanceCatalog:
         await check_namespace_directory_free(self.store, self.namespace_dir(ns), show(ns))
         try:
             await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, parent=_parent(ns))
-        except AlreadyExists:
+        except (AlreadyExists, storage_errors.NamespaceExists):
             if mode == "create":
                 raise
             if mode == "existok":
@@ -183,7 +185,7 @@ class LanceCatalog:
             # Overwrite: "the existing namespace is dropped and a new empty namespace with this name is created".
             try:
                 await self.drop_namespace(ns, None, "cascade")
-            except NotFound:
+            except (NotFound, storage_errors.NamespaceMissing):
                 pass   # a concurrent overwrite or drop came first: gone all the same
             await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, parent=_parent(ns))
         return props
@@ -217,11 +219,11 @@ class LanceCatalog:
                 await self._drop_cascading(ns)
             else:
                 await self.store.drop_namespace(REALM, CATALOG, path)
-        except NotFound as exc:
-            if mode == "skip" and exc.kind == "namespace":
+        except (NotFound, storage_errors.NamespaceMissing) as exc:
+            if mode == "skip" and (isinstance(exc, storage_errors.NamespaceMissing) or exc.kind == "namespace"):
                 return {}
             raise
-        except NotEmpty:
+        except (NotEmpty, storage_errors.NamespaceNotEmpty):
             raise NotEmpty(f"Namespace is not empty: {show(ns)}; drop its tables and namespaces first or use "
                            f"behavior Cascade", kind="namespace") from None
         return props
@@ -250,8 +252,8 @@ class LanceCatalog:
                         pass
             try:
                 return await self.store.drop_namespace(REALM, CATALOG, path, cascade=True)
-            except NotEmpty as exc:
-                if exc.kind != "tables":
+            except storage_errors.NamespaceNotEmpty as exc:
+                if not isinstance(exc, storage_errors.NamespaceRefilled):
                     raise
         raise CommitConflict(f"Namespace {show(ns)} was not dropped: tables kept being created in it; the tables "
                              f"dropped so far stay dropped; retry", kind="namespace")
@@ -471,8 +473,10 @@ class LanceCatalog:
         scheme = req.naming_scheme or infer_scheme(name, req.version) or "V2"
         try:
             data = await self.files.read(staging, within=location)   # (a link planted there is refused)
-        except NotFound:
+        except (NotFound, FileMissing):
             data = None
+        except FileRefused as exc:
+            raise from_storage(exc) from None
         sha = None
         if data is not None:
             if req.manifest_size is not None and req.manifest_size != len(data):
