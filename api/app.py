@@ -19,7 +19,7 @@ from coordinator.errors import BadRequest, CoordinatorError, NotFound, from_stor
 from coordinator.service import Coordinator
 from storage.errors import StorageError
 
-from . import delta, iceberg, lance, oauth
+from . import commits, delta, iceberg, lance, oauth
 from .access import enforce, public
 from .common import json_response, protocol_of
 from .routing import CachingMap
@@ -61,7 +61,7 @@ def _service_error(exc: BaseException) -> Response:
 
 
 ERROR_RESPONSES = {"iceberg": iceberg.error_response, "delta": delta.error_response, "lance": lance.error_response,
-                   "service": _service_error}
+                   "coordinator": commits.error_response, "service": _service_error}
 
 
 class App(QuartTrio):
@@ -90,6 +90,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     app.register_blueprint(iceberg.bp)
     app.register_blueprint(delta.bp)
     app.register_blueprint(lance.bp)
+    app.register_blueprint(commits.bp)
     metrics = coordinator.metrics
 
     # The two hooks run for every request, so each resolves quart's context proxies (`request`, `g`) once: a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
 
 import orjson
@@ -21,6 +22,8 @@ def protocol_of(path: str) -> str:
     """Which protocol a request path belongs to: its errors are written in that protocol's format."""
     if path.startswith("/api/2.1/unity-catalog"):
         return "delta"
+    if path.startswith("/api/coordinator/"):
+        return "coordinator"
     if path == "/v1/table" or path.startswith(("/v1/namespace/", "/v1/table/", "/v1/transaction/")):
         return "lance"
     if path.startswith("/v1/"):
@@ -167,3 +170,15 @@ def query_flag(name: str, default: bool = False) -> bool:
     if raw.lower() not in ("true", "false"):
         raise BadRequest(f"{name} must be true or false, got {raw!r}")
     return raw.lower() == "true"
+
+
+@dataclass
+class CommitPart:
+    """One part of a cross-format commit (api/commits.py), as its protocol's module read it: what to call it in
+    messages, the grants it needs (as that protocol's own commit needs them), how its format's service plans it,
+    and how that protocol words an error (its HTTP status, and its error type or code)."""
+
+    label: str
+    needs: Callable[[], Awaitable[list]]
+    plan: Callable[[], Awaitable[Any]]
+    error: Callable[[Any], tuple[int, str | int]]

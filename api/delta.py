@@ -25,7 +25,7 @@ from coordinator.errors import (AlreadyExists, BadRequest, CatalogExists, Commit
                                 Unavailable, from_storage)
 
 from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
-from .common import INT64_MAX, json_response, parse_model, parsed_once, query_flag, read_json, read_model
+from .common import CommitPart, INT64_MAX, json_response, parse_model, parsed_once, query_flag, read_json, read_model
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ _ERROR_CODES: tuple[tuple[type[CoordinatorError], int, str], ...] = (
 )
 
 
-def _error_code(exc: CoordinatorError) -> tuple[int, str]:
+def error_code(exc: CoordinatorError) -> tuple[int, str]:
     for cls, status, code in _ERROR_CODES:
         if isinstance(exc, cls):
             return status, code
@@ -78,7 +78,7 @@ def error_response(exc: BaseException) -> Response:
     exc = from_storage(exc)
     if isinstance(exc, HTTPException):
         return _http_error_response(exc)
-    status, code = _error_code(exc)
+    status, code = error_code(exc)
     if isinstance(exc, OutcomeUnknown):
         message = f"the commit's outcome is unknown; read the table's commits before retrying: {exc.message}"
     else:
@@ -397,3 +397,15 @@ def _methods_served_at(path: str) -> list[str]:
         if rule.endpoint != request.url_rule.endpoint:
             allowed.append(method)
     return allowed
+
+
+def cross_format_part(body: dict) -> CommitPart:
+    """A Delta commit (the body of `POST /delta/commit`) as a part of a cross-format commit (api/commits.py)."""
+    req = parse_model(CommitRequest, body)
+
+    async def needs() -> Needs:
+        return await _on_table_id(WRITE, req.table_id)
+
+    async def plan():
+        return await _service().plan_commit(req)
+    return CommitPart(f"delta {req.table_id}", needs, plan, error_code)

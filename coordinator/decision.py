@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
+from uuid import UUID
 
 from storage.files import FileWrite
 from storage.records import IdempotencyRecord, LogEntry, PurgeClaim, TableRow
@@ -84,3 +85,14 @@ class NewTable:
     log: list[LogEntry] = field(default_factory=list)
     files: list[tuple[str, bytes]] = field(default_factory=list)
     published: list[FileWrite] = field(default_factory=list)   # as Decision.published
+
+
+@dataclass
+class PlannedPart:
+    """One table's part of a commit that spans tables, as its format's service prepared it (the name resolved,
+    files it needs read): the proposal the table's actor decides, and how the actor's reply becomes the part's
+    answer."""
+
+    table_id: UUID
+    proposal: Proposal
+    answer: Callable[[Any], Any]

@@ -38,6 +38,9 @@ from storage import errors as storage_errors
 class CoordinatorError(Exception):
     status = 500
     kind: str | None = None   # transitional: protocols now tell errors apart by class
+    # In a commit of several parts (coordinator/transaction.py), the index of the part this refusal is about, as
+    # the caller listed them; None for the commit as a whole.
+    part: int | None = None
 
     def __init__(self, message: str, *, kind: str | None = None, reload: bool = False):
         super().__init__(message)

@@ -96,7 +96,10 @@ def error_record_body(exc: CoordinatorError) -> bytes:
     """An error in the neutral form: the nearest class of `coordinator.errors` it is (a subclass defined elsewhere
     replays as that class), its message and status."""
     name = next(c.__name__ for c in type(exc).__mro__ if getattr(errors, c.__name__, None) is c)
-    return RECORDED_ERROR + orjson.dumps({"class": name, "message": exc.message, "status": exc.status}) + b"}"
+    recorded = {"class": name, "message": exc.message, "status": exc.status}
+    if exc.part is not None:
+        recorded["part"] = exc.part
+    return RECORDED_ERROR + orjson.dumps(recorded) + b"}"
 
 
 def recorded_error(body: bytes) -> CoordinatorError | None:
@@ -114,6 +117,7 @@ def recorded_error(body: bytes) -> CoordinatorError | None:
     CoordinatorError.__init__(exc, recorded["message"])
     if exc.status != recorded["status"]:
         exc.status = recorded["status"]
+    exc.part = recorded.get("part")
     return exc
 
 

@@ -17,7 +17,7 @@ restore them.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 from uuid import UUID
 
 from storage.records import IdempotencyRecord, TableWrite
@@ -40,10 +40,17 @@ class Owners(Protocol):
     def created(self, new: NewTable, *, complete: bool) -> None: ...
 
 
+Receipt = IdempotencyRecord | Callable[[list[Any]], IdempotencyRecord] | None
+
+
 async def transact(owners: Owners, parts: list[tuple[UUID, Proposal]], *, creates: list[NewTable] = (),
-                   idempotency: IdempotencyRecord | None = None) -> list[Any]:
+                   idempotency: Receipt = None) -> list[Any]:
     """Apply every part and create every table atomically, or nothing. Returns the parts' replies in the order
-    given. Raises the first refusal (nothing applied), Unavailable, Unpublished (applied) or OutcomeUnknown."""
+    given. Raises the first refusal (nothing applied; a part's own refusal carries its index as `part`),
+    Unavailable, Unpublished (applied) or OutcomeUnknown.
+
+    `idempotency` is the record written with the commit, or a function that makes it from the parts' replies (in
+    the order given), for an answer that names what the parts made (a cross-format commit's results)."""
     ids = [tid for tid, _ in parts] + [c.row.table_id for c in creates]
     if len(set(ids)) != len(ids):
         raise BadRequest("a transaction may name each table only once")
@@ -58,11 +65,17 @@ async def transact(owners: Owners, parts: list[tuple[UUID, Proposal]], *, create
             table_id, proposal = parts[i]
             participant = Participant(proposal)
             offered.append(participant)
-            prepared[i] = await owners.prepare(table_id, participant)
+            try:
+                prepared[i] = await owners.prepare(table_id, participant)
+            except CoordinatorError as exc:
+                exc.part = i
+                raise
         new_parts = [Part(TableWrite(table_id=c.row.table_id, expected_version=0,
                                      epoch=owners.insert_epoch(c.row.table_id), state=c.row_state, bump=1,
                                      log=list(c.log), insert=c.row), list(c.files), list(c.published))
                      for c in creates]
+        if callable(idempotency):
+            idempotency = idempotency([prepared[i][0] for i in range(len(parts))])
         await commit.write(Commit([prepared[i][1] for i in order] + new_parts, [idempotency] if idempotency else []),
                            owners.store, owners.files)
     except Unpublished as exc:

@@ -50,6 +50,8 @@ pytestmark = pytest.mark.chaos
 FORMATS = ("iceberg", "delta", "lance")
 TABLES = ("t0", "t1", "t2")
 WRITERS_PER_FORMAT = 4           # writer w writes TABLES[w % 3]: t0 has two writers racing, t1 and t2 one each
+CROSS_FORMAT_WRITERS = 2         # writer w commits to TABLES[w % 3] of all three formats at once (t0 and t1)
+CROSS_FORMAT_COMMIT = "/api/coordinator/v1/commit"
 ICEBERG_NS, LANCE_NS, DELTA_SCHEMA = "chaos_ice", "chaos_lance", "chaos"
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 # Small pages, so that reading the state back crosses page boundaries (Delta GET commits, Lance version list).
@@ -75,6 +77,7 @@ class Outcome:
     status: str             # "acked" (2xx), "rejected" (4xx: changed nothing), "unknown" (no answer; gave up)
     version: int
     in_doubt: bool = False  # some attempt ended without an answer (dropped connection or 5xx)
+    across: bool = False    # one part of a cross-format commit (its cid names one commit in every format)
 
 
 class ClientLog:
@@ -121,14 +124,16 @@ class Figures:
     phantom: list[str] = field(default_factory=list)
     non_contiguous: list[str] = field(default_factory=list)
     inconsistent: list[str] = field(default_factory=list)
+    torn: list[str] = field(default_factory=list)   # a cross-format commit present in some formats, not all
 
     @property
     def clean(self) -> bool:
-        return not (self.lost or self.duplicated or self.phantom or self.non_contiguous or self.inconsistent)
+        return not (self.lost or self.duplicated or self.phantom or self.non_contiguous or self.inconsistent
+                    or self.torn)
 
     def problems(self) -> str:
         out = []
-        for name in ("lost", "duplicated", "phantom", "non_contiguous", "inconsistent"):
+        for name in ("lost", "duplicated", "phantom", "non_contiguous", "inconsistent", "torn"):
             items = getattr(self, name)
             if items:
                 out.append(f"{name} ({len(items)}): " + "; ".join(items[:10]))
@@ -152,7 +157,10 @@ def check(outcomes: Iterable[Outcome], states: Iterable[TableState]) -> Figures:
         if len(versions) > 1:
             f.duplicated.append(f"{fmt} {table}: commit {cid} at versions {sorted(versions)}")
     sent = set()
+    across: dict[str, dict[str, bool]] = {}   # cross-format commit id -> format -> present
     for o in outcomes:
+        if o.across:
+            across.setdefault(o.cid, {})[o.fmt] = (o.fmt, o.table, o.cid) in found
         key = (o.fmt, o.table, o.cid)
         sent.add(key)
         where = found.get(key, [])
@@ -170,6 +178,10 @@ def check(outcomes: Iterable[Outcome], states: Iterable[TableState]) -> Figures:
             c["unknown, landed"] += 1
     for key in found.keys() - sent:
         f.inconsistent.append(f"{key[0]} {key[1]}: commit {key[2]} is in the table, but no writer sent it")
+    for cid, present in across.items():
+        if len(set(present.values())) > 1:
+            f.torn.append(f"cross-format commit {cid}: present in {sorted(k for k, v in present.items() if v)}, "
+                          f"absent from {sorted(k for k, v in present.items() if not v)}")
     return f
 
 
@@ -206,9 +218,32 @@ class Writer(abc.ABC):
         finally:
             self.http.close()
 
-    @abc.abstractmethod
     def commit_once(self) -> None:
         """Read the table, make one commit with a new id, and log its outcome."""
+        cid = uuid.uuid4().hex
+        prepared = self.prepare(cid)
+        if prepared is None:
+            return
+        body, version = prepared
+        key = uuid7()
+        status, doubt = self.send(lambda: self.post(body, key))
+        self.log.record(Outcome(self.fmt, self.table, cid, status, version, doubt))
+        self.settle(status)
+
+    @abc.abstractmethod
+    def prepare(self, cid: str) -> tuple[dict, int] | None:
+        """The next commit's body and the version it asks for (None when the run is over)."""
+
+    @abc.abstractmethod
+    def post(self, body: dict, key: str) -> httpx.Response:
+        """Send the commit to the format's own endpoint."""
+
+    @abc.abstractmethod
+    def part(self, body: dict) -> dict:
+        """The same commit as a part of a cross-format commit."""
+
+    def settle(self, status: str) -> None:
+        """After the commit's outcome is known."""
 
     def read(self, send: Callable[[], httpx.Response]) -> dict | None:
         """A read that must succeed; retried through the restarts. None when the run is over."""
@@ -259,15 +294,15 @@ class IcebergWriter(Writer):
         self.path = f"/v1/namespaces/{ICEBERG_NS}/tables/{self.table}"
         self.view: tuple[int | None, int, str] | None = None   # (main's snapshot id, last sequence number, location)
 
-    def commit_once(self) -> None:
+    def prepare(self, cid: str) -> tuple[dict, int] | None:
         if self.view is None:
             loaded = self.read(lambda: self.http.get(self.path, params={"snapshots": "refs"}))
             if loaded is None:
-                return
+                return None
             md = loaded["metadata"]
             self.view = (md["refs"].get("main", {}).get("snapshot-id"), md["last-sequence-number"], md["location"])
         parent, last_seq, location = self.view
-        cid, snapshot_id, key = uuid.uuid4().hex, uuid.uuid4().int >> 66, uuid7()
+        snapshot_id = uuid.uuid4().int >> 66
         snapshot = {"snapshot-id": snapshot_id, "sequence-number": last_seq + 1, "timestamp-ms": _now_ms(),
                     "manifest-list": f"{location}/metadata/snap-{snapshot_id}-{cid}.avro",
                     "summary": {"operation": "append", "chaos-id": cid}, "schema-id": 0}
@@ -277,9 +312,17 @@ class IcebergWriter(Writer):
                 "updates": [{"action": "add-snapshot", "snapshot": snapshot},
                             {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
                              "snapshot-id": snapshot_id}]}
-        status, doubt = self.send(lambda: self.http.post(self.path, json=body, headers={"Idempotency-Key": key}))
-        self.log.record(Outcome(self.fmt, self.table, cid, status, last_seq + 1, doubt))
-        self.view = (snapshot_id, last_seq + 1, location) if status == "acked" else None
+        self.next_view = (snapshot_id, last_seq + 1, location)
+        return body, last_seq + 1
+
+    def post(self, body: dict, key: str) -> httpx.Response:
+        return self.http.post(self.path, json=body, headers={"Idempotency-Key": key})
+
+    def part(self, body: dict) -> dict:
+        return {"format": "iceberg", "identifier": {"namespace": [ICEBERG_NS], "name": self.table}, **body}
+
+    def settle(self, status: str) -> None:
+        self.view = self.next_view if status == "acked" else None
 
 
 class DeltaWriter(Writer):
@@ -292,16 +335,20 @@ class DeltaWriter(Writer):
         super().__init__(*args, **kwargs)
         self.q = {"table_id": table_info["table_id"], "table_uri": table_info["storage_location"]}
 
-    def commit_once(self) -> None:
+    def prepare(self, cid: str) -> tuple[dict, int] | None:
         got = self.read(lambda: self.http.get(PREFIX + "/delta/commits", params=self.q))
         if got is None:
-            return
+            return None
         latest = got["latest_table_version"]
-        v, cid = latest + 1, uuid.uuid4().hex
-        body = {**self.q, "commit_info": commit_info(v, f"{v:020d}.{cid}.json"),
-                "latest_published_version": max(0, latest - DELTA_PUBLISH_LAG)}
-        status, doubt = self.send(lambda: self.http.post(PREFIX + "/delta/commit", json=body))
-        self.log.record(Outcome(self.fmt, self.table, cid, status, v, doubt))
+        v = latest + 1
+        return {**self.q, "commit_info": commit_info(v, f"{v:020d}.{cid}.json"),
+                "latest_published_version": max(0, latest - DELTA_PUBLISH_LAG)}, v
+
+    def post(self, body: dict, key: str) -> httpx.Response:
+        return self.http.post(PREFIX + "/delta/commit", json=body)
+
+    def part(self, body: dict) -> dict:
+        return {"format": "delta", **body}
 
 
 class LanceWriter(Writer):
@@ -316,19 +363,66 @@ class LanceWriter(Writer):
         self.location = location
         self.path = f"/v1/table/{LANCE_NS}${self.table}"
 
-    def commit_once(self) -> None:
+    def prepare(self, cid: str) -> tuple[dict, int] | None:
         got = self.read(lambda: self.http.post(self.path + "/version/list",
                                                params={"limit": 1, "descending": "true"}))
         if got is None:
-            return
+            return None
         v = got["versions"][0]["version"] + 1 if got["versions"] else 1
-        cid = uuid.uuid4().hex
-        staged = stage(self.location, v, _manifest(cid))
-        body = {"version": v, "manifest_path": staged, "metadata": {"chaos-id": cid}}
-        status, doubt = self.send(lambda: self.http.post(self.path + "/version/create", json=body))
-        self.log.record(Outcome(self.fmt, self.table, cid, status, v, doubt))
+        self.staged = stage(self.location, v, _manifest(cid))
+        return {"version": v, "manifest_path": self.staged, "metadata": {"chaos-id": cid}}, v
+
+    def post(self, body: dict, key: str) -> httpx.Response:
+        return self.http.post(self.path + "/version/create", json=body)
+
+    def part(self, body: dict) -> dict:
+        return {"format": "lance", "id": [LANCE_NS, self.table], **body}
+
+    def settle(self, status: str) -> None:
         if status == "rejected":
-            Path("/" + staged).unlink(missing_ok=True)
+            Path("/" + self.staged).unlink(missing_ok=True)
+
+
+class CrossFormatWriter(Writer):
+    """Commits to the same-named table of every format at once (`POST /api/coordinator/v1/commit`), racing the
+    single-format writers on those tables. All three parts apply or none: the checker's `torn` counts any that
+    did not. A patient retry resends the same body with the same Idempotency-Key."""
+
+    fmt = "across"
+
+    def __init__(self, base: str, table: str, log: ClientLog, stop: threading.Event, give_up: threading.Event,
+                 *, patient: bool, tables: "Tables"):
+        super().__init__(base, table, log, stop, give_up, patient=patient)
+        args = (base, table, log, stop, give_up)
+        self.writers = [IcebergWriter(*args, patient=patient),
+                        DeltaWriter(*args, patient=patient, table_info=tables.delta[table]),
+                        LanceWriter(*args, patient=patient, location=tables.lance[table])]
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            for w in self.writers:
+                w.http.close()
+
+    def commit_once(self) -> None:
+        cid, prepared = uuid.uuid4().hex, []
+        for w in self.writers:
+            p = w.prepare(cid)
+            if p is None:
+                return
+            prepared.append(p)
+        body, key = {"parts": [w.part(b) for w, (b, _) in zip(self.writers, prepared)]}, uuid7()
+        status, doubt = self.send(lambda: self.http.post(CROSS_FORMAT_COMMIT, json=body,
+                                                         headers={"Idempotency-Key": key}))
+        for w, (_, version) in zip(self.writers, prepared):
+            self.log.record(Outcome(w.fmt, self.table, cid, status, version, doubt, across=True))
+            w.settle(status)
+
+    def prepare(self, cid: str) -> tuple[dict, int] | None:
+        raise NotImplementedError   # commit_once does the three formats' work
+
+    post = part = prepare
 
 
 def _manifest(cid: str) -> bytes:
@@ -510,6 +604,8 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
             writers += [IcebergWriter(*args, patient=patient),
                         DeltaWriter(*args, patient=patient, table_info=tables.delta[t]),
                         LanceWriter(*args, patient=patient, location=tables.lance[t])]
+        writers += [CrossFormatWriter(base, TABLES[w % len(TABLES)], log, stop, give_up, patient=w % 2 == 0,
+                                      tables=tables) for w in range(CROSS_FORMAT_WRITERS)]
         threads = [threading.Thread(target=w.run, name=f"{w.fmt}-{w.table}", daemon=True) for w in writers]
         for th in threads:
             th.start()
@@ -577,6 +673,11 @@ def figures_table(run: Run) -> str:
              f"|{'-' * (width + 2)}|" + "|".join("-" * 9 for _ in FORMATS) + "|---------|"]
     for label, values in rows:
         lines.append(f"| {label:<{width}} | " + " | ".join(f"{v:>7}" for v in values) + f" | {sum(values):>7} |")
+    across = Counter(o.status for o in run.outcomes if o.across and o.fmt == FORMATS[0])
+    errors = sum(n for (fmt, _), n in run.errors.items() if fmt == "across")
+    lines.append(f"cross-format commits (one part per format, counted in the columns above too): "
+                 f"{across['acked']} acknowledged, {across['rejected']} refused, {across['unknown']} unknown, "
+                 f"{errors} failed attempts; torn (applied in some formats only): {len(f.torn)}")
     return "\n".join(lines)
 
 
@@ -636,6 +737,15 @@ def test_checker_flags_lost_duplicated_phantom_and_holes():
     elsewhere = check(log, [TableState("delta", "t", 0, [(0, None), (1, "a")]),
                             TableState("delta", "u", 0, [(0, None), (1, "b")])])
     assert any("commit b" in line for line in elsewhere.lost)
+
+
+def test_checker_flags_a_cross_format_commit_applied_in_some_formats_only():
+    log = [Outcome(fmt, "t", "x", "unknown", 1, True, across=True) for fmt in ("iceberg", "lance")]
+    both = check(log, [TableState("iceberg", "t", 1, [(1, "x")]), TableState("lance", "t", 1, [(1, "x")])])
+    neither = check(log, [TableState("iceberg", "t", 1, []), TableState("lance", "t", 1, [])])
+    assert both.clean and neither.clean
+    torn = check(log, [TableState("iceberg", "t", 1, [(1, "x")]), TableState("lance", "t", 1, [])])
+    assert torn.torn == ["cross-format commit x: present in ['iceberg'], absent from ['lance']"] and not torn.clean
 
 
 # -- as a script ---------------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ ERROR_TYPES: list[tuple[type[CoordinatorError], str]] = [
 ]
 
 
-def _error_type(exc: CoordinatorError) -> str:
+def error_type(exc: CoordinatorError) -> str:
     for cls, error_type in ERROR_TYPES:
         if isinstance(exc, cls):
             return error_type
@@ -48,7 +48,7 @@ def error_response(exc: BaseException) -> Response:
     if isinstance(exc, HTTPException):
         return _http_error_response(exc)
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
-    body = orjson.dumps({"error": {"message": exc.message, "type": _error_type(exc), "code": exc.status}})
+    body = orjson.dumps({"error": {"message": exc.message, "type": error_type(exc), "code": exc.status}})
     return json_response(body, exc.status, headers)
 
 

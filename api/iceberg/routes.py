@@ -23,7 +23,8 @@ from coordinator.iceberg.state import IcebergTable, TableIdent
 from coordinator.idempotency import LIFETIME_S
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
-from ..common import empty_response, json_response, parse_model, query_flag, read_json, read_model
+from ..common import CommitPart, empty_response, json_response, parse_model, query_flag, read_json, read_model
+from .errors import error_type
 from .idempotency import idempotent, request_key as _key
 
 bp = Blueprint("iceberg", __name__)
@@ -472,3 +473,23 @@ async def rename_table(prefix: str) -> Response:
     source, dest = await _rename_idents(prefix)
     await _catalog().rename_table(source, dest, _key())
     return empty_response(204)
+
+
+def cross_format_part(body: dict) -> CommitPart:
+    """An Iceberg `CommitTableRequest` (its table named by `identifier`, in catalog `prefix`) as a part of a
+    cross-format commit (api/commits.py)."""
+    change = parse_model(CommitTableRequest, body)
+    if change.identifier is None:
+        raise BadRequest("identifier is required")
+    prefix = body.get("prefix") or ""
+    if not isinstance(prefix, str):
+        raise BadRequest("prefix must be a string")
+    ident = _body_ident(prefix, change.identifier)
+
+    async def needs() -> Needs:
+        return _change_needs(prefix, ident.namespace, ident.name, change)
+
+    async def plan():
+        return await _catalog().plan_commit(ident, parse_requirements(change.requirements),
+                                            parse_updates(change.updates))
+    return CommitPart(f"iceberg {ident}", needs, plan, lambda exc: (exc.status, error_type(exc)))

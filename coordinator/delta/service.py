@@ -28,6 +28,7 @@ from storage.records import TableRow
 
 from ..auth import CALLER
 from ..credentials import vendable_s3_keys
+from ..decision import PlannedPart
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CatalogExists, CatalogNotEmpty, CommitConflict,
                       CoordinatorError, NamespaceExists, NamespaceNotEmpty, NoSuchCatalog, NoSuchNamespace, NoSuchTable,
                       NotEmpty, NotFound, TableExists, VersionPublished, from_storage)
@@ -96,6 +97,10 @@ def _refuse_unsafe(location: str) -> None:
 
 
 # -- the service -------------------------------------------------------------------------------------------------
+
+
+def _nothing(reply: object) -> dict:
+    return {}
 
 
 class DeltaService:
@@ -392,11 +397,16 @@ class DeltaService:
 
     # -- commits -----------------------------------------------------------------------------------------------
 
-    async def commit(self, req: CommitRequest) -> None:
-        table_id = parse_table_id(req.table_id)
+    async def plan_commit(self, req: CommitRequest) -> PlannedPart:
+        """A commit as a part of a commit that spans tables (a cross-format commit): it answers with nothing."""
         proposal = Commit(req, self.config.delta_max_unpublished_commits, now_ms())
+        return PlannedPart(parse_table_id(req.table_id), proposal, _nothing)
+
+    async def commit(self, req: CommitRequest) -> None:
+        planned = await self.plan_commit(req)
+        table_id = planned.table_id
         try:
-            await self.registry.submit(table_id, proposal)
+            await self.registry.submit(table_id, planned.proposal)
         except AppliedReplyLost:
             return  # ratified: the answer to a commit carries nothing else
         except VersionPublished as exc:

@@ -20,6 +20,7 @@ from storage.files import is_below, is_within, join, path_segment
 from storage.records import NAMESPACE_SEP, TableRow, join_namespace
 
 from coordinator.credentials import vendable_s3_keys
+from coordinator.decision import PlannedPart
 from coordinator.errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NameMoved, NoSuchNamespace,
                                 NoSuchTable, NoSuchView, NotFound, Unprocessable, location_taken)
 from coordinator.idempotency import IdempotencyKey
@@ -46,6 +47,10 @@ def _gone(name: tuple[TableIdent, str]) -> NotFound:
     """A table or view that does not exist (or no longer under this name)."""
     ident, kind = name
     return (NoSuchView if kind == "view" else NoSuchTable)(f"{kind.capitalize()} does not exist: {ident}")
+
+
+def _metadata_location(table: IcebergTable) -> dict[str, str]:
+    return {"metadata-location": table.metadata_location}
 
 
 class IcebergService:
@@ -340,16 +345,12 @@ class IcebergService:
         parts, creates = [], []
         for ident, requirements, updates in changes:
             if creates_table(requirements):
+                # (Its files are written only once the commit found its location free: coordinator/commit.py.)
                 metadata, owns = await self._create_transaction_metadata(ident, requirements, updates)
                 creates.append(creation(ident, metadata, metadata["table-uuid"], owns_location=owns))
-                # Checked here, not in coordinator.transaction: a Lance batch may free a location (deregister) and
-                # take it again (register) in one transaction, which only the insert's own check sees rightly.
-                if await self.store.location_taken(metadata["location"]):  # before its files are written there
-                    raise location_taken(metadata["location"])
             else:
-                await self._check_relocation(ident, requirements, updates)
-                parts.append((await self._resolve(ident), CommitTable(ident, requirements, updates,
-                                                                      files=self.files, warehouse=self.warehouse)))
+                planned = await self.plan_commit(ident, requirements, updates)
+                parts.append((planned.table_id, planned.proposal))
         record = idempotency_key.record(204) if idempotency_key else None
         try:
             await self.registry.transact(parts, creates=creates, idempotency=record)
@@ -357,6 +358,15 @@ class IcebergService:
             raise NoSuchTable(exc.message) from None
         for c in creates:
             self.names.remember((c.state.ident, "table"), c.row.table_id)
+
+    async def plan_commit(self, ident: TableIdent, requirements: list, updates: list) -> PlannedPart:
+        """One table's change as a part of a commit that spans tables (a transaction, or a cross-format commit):
+        the table must exist; the part answers with its new metadata location."""
+        if creates_table(requirements):
+            raise BadRequest(f"{ident}: a commit across formats changes existing tables; create the table first")
+        await self._check_relocation(ident, requirements, updates)
+        proposal = CommitTable(ident, requirements, updates, files=self.files, warehouse=self.warehouse)
+        return PlannedPart(await self._resolve(ident), proposal, _metadata_location)
 
     async def _check_requirements_first(self, changes: list[tuple[TableIdent, list, list]]) -> None:
         """Every change's requirements, in the order sent, before any change's updates: the actors validate their
