@@ -54,7 +54,7 @@ class Coordinator:
         from .iceberg.catalog import IcebergCatalog
         self.iceberg = IcebergCatalog(self)
         from .delta.catalog import DeltaCatalog; self.delta = DeltaCatalog(self)  # noqa: E702
-        from .lance.catalog import LanceCatalog; self.lance = LanceCatalog(self)  # noqa: E702
+        from .lance.service import LanceService; self.lance = LanceService(self)  # noqa: E702
         self.cluster = None
         if self.config.cluster:
             from .cluster import Cluster
