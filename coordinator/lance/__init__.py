@@ -9,9 +9,9 @@ from coordinator.lance.models import (BatchCommitTablesRequest, BatchCreateTable
                                       BatchDeleteTableVersionsRequest, CreateNamespaceRequest,
                                       CreateTableVersionRequest, DeclareTableRequest, DeregisterTableRequest,
                                       DescribeNamespaceRequest, DescribeTableRequest, DescribeTableVersionRequest,
-                                      DropNamespaceRequest, DropTableRequest, RegisterTableRequest,
+                                      DropNamespaceRequest, DropTableRequest, Page, RegisterTableRequest,
                                       TableExistsRequest)
-from coordinator.lance.service import LanceService, Page
+from coordinator.lance.service import LanceService
 from coordinator.lance.state import LanceTable, TableVersion
 
 __all__ = [

@@ -15,39 +15,33 @@ import hashlib
 import logging
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import trio
 
-from storage import errors as storage_errors
 from storage.files import is_within, join, path_segment
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..decision import Compaction, NewTable, Proposal
-from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NamespaceExists,
-                      NamespaceNotEmpty, NamespaceRefilled, NoSuchNamespace, NoSuchTable, NoSuchVersion, NotEmpty,
-                      NotFound, Recount, TableExists, Unavailable, from_storage)
+from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, NoSuchNamespace, NoSuchTable, NoSuchVersion,
+                      NotFound, Recount, TableExists, Unavailable)
 from ..paging import decode_page_token, one_more, page
-from ..placement import check_namespace_directory_free, check_no_namespace_inside
+from ..placement import check_no_namespace_inside
 from ..purges import purge_after_drop
 
-from . import files as lance_files, rules
+from . import files as lance_files, rules, state as lance_state
 from .batch import commit_batch
-from . import state as lance_state
 from .files import infer_scheme, is_staged, object_path, resolve_path, show
-from .models import CreateTableVersionEntry, CreateTableVersionRequest, parse_mode
+from .models import CreateTableVersionEntry, CreateTableVersionRequest, Page, parse_mode
+from .namespaces import CATALOG, REALM, LanceNamespaces
 from .proposals import CreateVersion, DeleteVersions, ReadTable, RemoveTable
-from .rules import Ident, check_branch, check_levels, check_table_ident
+from .rules import Ident, check_branch, check_table_ident
 from .state import INT64_MAX, LanceTable, TableVersion
 
 log = logging.getLogger(__name__)
 
-REALM = "lance"
-CATALOG = ""
 FORMAT = "lance"
-CASCADE_ROUNDS = 10   # a cascade drop drops the tables declared while it ran this many times before giving up
 VersionRequest = CreateTableVersionRequest | CreateTableVersionEntry   # a batch entry is read as a request
 
 
@@ -59,12 +53,6 @@ class TableRef:
     location: str
 
 
-@dataclass
-class Page:
-    items: list[Any]
-    next_token: str | None
-
-
 class LanceService:
     def __init__(self, coordinator):
         self.c = coordinator
@@ -74,9 +62,7 @@ class LanceService:
         self.registry.register_format(FORMAT, self._load_state,
                                       Compaction(compact=LanceTable.dormant, expand=lambda row, state: state))
         self._refs: dict[Ident, TableRef] = {}
-        # Namespaces a cascade drop is emptying here: nothing new is created in or below them meanwhile, or
-        # steady declares could keep the drop from ever finding them empty (`_drop_cascading`).
-        self._dropping: Counter[Ident] = Counter()
+        self.namespaces = LanceNamespaces(self)
 
     @property
     def warehouse(self) -> str:
@@ -104,122 +90,20 @@ class LanceService:
             raise Unavailable(f"table {show(state.ident)} changed while it was loading; retry")
         await lance_files.remove_unrecorded(self.files, state, orphans)
 
-    # -- namespaces --------------------------------------------------------------------------------------------
+    # -- namespaces (namespaces.py) ---------------------------------------------------------------------------
 
     async def create_namespace(self, ns: Ident, mode: str | None, properties: dict[str, str] | None
                                ) -> dict[str, str]:
-        mode = parse_mode(mode, ("create", "existok", "overwrite"), "create", "mode")
-        check_levels(ns, "namespace")
-        if not ns:
-            if mode == "create":
-                raise NamespaceExists("the root namespace always exists")
-            return {}
-        props = dict(properties or {})
-        self._not_being_dropped(ns[:-1])
-        await check_namespace_directory_free(self.store, self.namespace_dir(ns), show(ns))
-        try:
-            await self._store_create_namespace(ns, props)
-        except NamespaceExists:
-            if mode == "create":
-                raise
-            if mode == "existok":
-                return await self.describe_namespace(ns)
-            # Overwrite: "the existing namespace is dropped and a new empty namespace with this name is created".
-            try:
-                await self.drop_namespace(ns, None, "cascade")
-            except NoSuchNamespace:
-                pass   # a concurrent overwrite or drop came first: gone all the same
-            await self._store_create_namespace(ns, props)
-        return props
-
-    async def _store_create_namespace(self, ns: Ident, props: dict[str, str]) -> None:
-        """The store's create, its refusals as the typed errors they mean here: the name is taken, or the parent
-        namespace is gone (storage's own classes, or the domain's while the store still raises those)."""
-        try:
-            await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, parent=_parent(ns))
-        except (AlreadyExists, storage_errors.NamespaceExists) as exc:
-            raise NamespaceExists(str(exc)) from None
-        except (NotFound, storage_errors.NamespaceMissing) as exc:
-            raise NoSuchNamespace(str(exc)) from None
+        return await self.namespaces.create(ns, mode, properties)
 
     async def describe_namespace(self, ns: Ident) -> dict[str, str]:
-        check_levels(ns, "namespace")
-        if not ns:
-            return {}
-        props = await self.store.get_namespace(REALM, CATALOG, join_namespace(ns))
-        if props is None:
-            raise NoSuchNamespace(f"Namespace does not exist: {show(ns)}")
-        return props
+        return await self.namespaces.describe(ns)
 
     async def list_namespaces(self, ns: Ident, page_token: str | None, limit: int | None) -> Page:
-        await self.describe_namespace(ns)
-        paths = await self.store.list_namespaces(REALM, CATALOG, join_namespace(ns),
-                                                 after=decode_page_token(page_token), limit=one_more(limit))
-        paths, nxt = page(paths, limit)
-        return Page([split_namespace(p)[-1] for p in paths], nxt)
+        return await self.namespaces.list(ns, page_token, limit)
 
     async def drop_namespace(self, ns: Ident, mode: str | None, behavior: str | None) -> dict[str, str]:
-        mode = parse_mode(mode, ("fail", "skip"), "fail", "mode")
-        behavior = parse_mode(behavior, ("restrict", "cascade"), "restrict", "behavior")
-        check_levels(ns, "namespace")
-        if not ns:
-            raise BadRequest("the root namespace cannot be dropped")
-        try:
-            props = await self.describe_namespace(ns)
-            if behavior == "cascade":
-                await self._drop_cascading(ns)
-            else:
-                await self._store_drop_namespace(ns)
-        except NoSuchNamespace:
-            if mode == "skip":
-                return {}
-            raise
-        except NamespaceNotEmpty:
-            raise NamespaceNotEmpty(f"Namespace is not empty: {show(ns)}; drop its tables and namespaces first or "
-                                    f"use behavior Cascade") from None
-        return props
-
-    async def _store_drop_namespace(self, ns: Ident, cascade: bool = False) -> None:
-        """The store's drop, its refusals as the typed errors they mean here (storage's own classes, or the
-        domain's while the store still raises those; `from_storage` keeps a typed one as it is)."""
-        try:
-            await self.store.drop_namespace(REALM, CATALOG, join_namespace(ns), cascade=cascade)
-        except storage_errors.StorageError as exc:
-            raise from_storage(exc) from None
-        except NotFound as exc:
-            raise NoSuchNamespace(exc.message) from None
-        except NotEmpty as exc:
-            # (a cascade refuses only for tables created while it ran)
-            raise (NamespaceRefilled if cascade else NamespaceNotEmpty)(exc.message) from None
-
-    async def _drop_cascading(self, ns: Ident) -> None:
-        """Spec, Cascade: "all tables and child namespaces in the namespace are dropped before the namespace is
-        dropped". Tables go through their actors (so none keeps serving from memory and their files are purged),
-        then the namespaces, in a transaction that keeps new tables out. Tables declared meanwhile are dropped in
-        another round (in a cluster, where other members go on creating, up to CASCADE_ROUNDS)."""
-        self._dropping[ns] += 1
-        try:
-            await self._drop_rounds(ns)
-        finally:
-            self._dropping[ns] -= 1
-            if not self._dropping[ns]:
-                del self._dropping[ns]
-
-    async def _drop_rounds(self, ns: Ident) -> None:
-        path = join_namespace(ns)
-        for _ in range(CASCADE_ROUNDS):
-            for child in [path] + await self.store.list_namespaces(REALM, CATALOG, path, recursive=True):
-                for row in await self.store.list_tables(REALM, CATALOG, child):
-                    try:
-                        await self.drop_table((*split_namespace(row.namespace), row.name))
-                    except NotFound:
-                        pass   # (gone meanwhile, or its namespace: nothing to drop)
-            try:
-                return await self._store_drop_namespace(ns, cascade=True)
-            except NamespaceRefilled:
-                pass
-        raise CommitConflict(f"Namespace {show(ns)} was not dropped: tables kept being created in it; the tables "
-                             f"dropped so far stay dropped; retry")
+        return await self.namespaces.drop(ns, mode, behavior)
 
     # -- tables: resolution ----------------------------------------------------------------------------------
 
@@ -305,7 +189,7 @@ class LanceService:
     # -- tables ------------------------------------------------------------------------------------------------
 
     def namespace_dir(self, ns: Ident) -> str:
-        return join(self.warehouse, *(path_segment(level) for level in ns))
+        return self.namespaces.directory(ns)
 
     def default_location(self, ident: Ident, table_id: uuid.UUID) -> str:
         return join(self.namespace_dir(ident[:-1]), f"{path_segment(ident[-1])}-{table_id.hex}")
@@ -322,16 +206,11 @@ class LanceService:
         rules.check_declarable(location, await trio.to_thread.run_sync(lance_files.list_manifests, self.files,
                                                                        location))
 
-    def _not_being_dropped(self, ns: Ident) -> None:
-        for depth in range(1, len(ns) + 1):
-            if self._dropping[ns[:depth]]:
-                raise CommitConflict(f"Namespace {show(ns[:depth])} is being dropped; nothing was created; retry")
-
     def new_table(self, ident: Ident, location: str | None, properties: dict[str, str] | None
                    ) -> tuple[TableRow, LanceTable]:
         """The row and state of a table to declare or register (nothing written yet)."""
         check_table_ident(ident)
-        self._not_being_dropped(ident[:-1])
+        self.namespaces.not_being_dropped(ident[:-1])
         table_id = uuid.uuid4()
         loc = self.check_location(location, ident) if location else self.default_location(ident, table_id)
         state = LanceTable(ident[:-1], ident[-1], loc, dict(properties or {}))
@@ -536,8 +415,3 @@ async def recounting(attempt: Callable[[], Awaitable[Any]]) -> Any:
             pass
     raise Unavailable("the table's versions kept changing while their records were counted; nothing was applied, "
                       "retry", retry_after_s=1)
-
-
-def _parent(ns: Ident) -> tuple[str, str, str] | None:
-    """The namespace a nested namespace is created in, which must exist (the store locks it against a drop)."""
-    return (REALM, CATALOG, join_namespace(ns[:-1])) if len(ns) > 1 else None
