@@ -44,8 +44,7 @@ class LanceNamespaces:
             if self._dropping[ns[:depth]]:
                 raise CommitConflict(f"Namespace {show(ns[:depth])} is being dropped; nothing was created; retry")
 
-    async def create(self, ns: Ident, mode: str | None, properties: dict[str, str] | None
-                               ) -> dict[str, str]:
+    async def create(self, ns: Ident, mode: str | None, properties: dict[str, str] | None) -> dict[str, str]:
         mode = parse_mode(mode, ("create", "existok", "overwrite"), "create", "mode")
         check_levels(ns, "namespace")
         if not ns:
@@ -72,13 +71,16 @@ class LanceNamespaces:
 
     async def _store_create_namespace(self, ns: Ident, props: dict[str, str]) -> None:
         """The store's create, its refusals as the typed errors they mean here: the name is taken, or the parent
-        namespace is gone (storage's own classes, or the domain's while the store still raises those)."""
+        namespace is gone (storage's own errors through `from_storage`; the untyped domain ones the store raised
+        before it had its own, by what they can only mean here)."""
         try:
             await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, parent=_parent(ns))
-        except (AlreadyExists, storage_errors.NamespaceExists) as exc:
-            raise NamespaceExists(str(exc)) from None
-        except (NotFound, storage_errors.NamespaceMissing) as exc:
-            raise NoSuchNamespace(str(exc)) from None
+        except storage_errors.StorageError as exc:
+            raise from_storage(exc) from None
+        except AlreadyExists as exc:
+            raise NamespaceExists(exc.message) from None
+        except NotFound as exc:
+            raise NoSuchNamespace(exc.message) from None
 
     async def describe(self, ns: Ident) -> dict[str, str]:
         check_levels(ns, "namespace")
@@ -118,8 +120,7 @@ class LanceNamespaces:
         return props
 
     async def _store_drop_namespace(self, ns: Ident, cascade: bool = False) -> None:
-        """The store's drop, its refusals as the typed errors they mean here (storage's own classes, or the
-        domain's while the store still raises those; `from_storage` keeps a typed one as it is)."""
+        """The store's drop, its refusals as the typed errors they mean here (as `_store_create_namespace`)."""
         try:
             await self.store.drop_namespace(REALM, CATALOG, join_namespace(ns), cascade=cascade)
         except storage_errors.StorageError as exc:

@@ -6,8 +6,8 @@ commit log, then the staged bytes become `_versions/<final name>` (`Decision.pub
 process whose database write applied, so a fenced former owner can never overwrite a committed manifest), and the
 staging file is gone (locally it is renamed into place, in one step; on an object store it is deleted afterwards,
 best effort). Until then it is what restores a final manifest lost to a crash, see
-`files.restore_final_manifests`. Everything that needs I/O (reading the staged manifest) is done by the service before the proposal reaches the
-actor, so these rules can be re-decided and composed freely.
+`files.restore_final_manifests`. Everything that needs I/O (reading the staged manifest) is done by the service
+before the proposal reaches the actor, so these proposals can be re-decided and composed freely.
 """
 
 from __future__ import annotations
@@ -152,9 +152,9 @@ class Steps:
         purge: PurgeClaim | None = None
         # A delete's older records were counted against the state the batch starts from; later deletes in the
         # batch were counted without the ranges of earlier ones (LanceService.version_deletion).
-        for p in self.steps:
-            if isinstance(p[2], DeleteVersions):
-                p[2].check_counted(state)
+        for _, _, p in self.steps:
+            if isinstance(p, DeleteVersions):
+                p.check_counted(state)
         for index, label, proposal in self.steps:
             if isinstance(proposal, DeleteVersions):
                 proposal = replace(proposal, checked=True)

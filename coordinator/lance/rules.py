@@ -12,8 +12,8 @@ from storage.files import is_below, is_within, unsafe_location
 
 from ..errors import (BadRequest, CoordinatorError, NoSuchTable, Recount, TableExists, Unsupported,
                       VersionExists)
-from .files import MANIFEST_MAGIC, NAMING_SCHEMES, VERSIONS_DIR, object_path, show, version_of_manifest_name, \
-    versions_dir
+from .files import (MANIFEST_MAGIC, NAMING_SCHEMES, VERSIONS_DIR, object_path, show, version_of_manifest_name,
+                    versions_dir)
 
 if TYPE_CHECKING:
     from .files import FoundManifest

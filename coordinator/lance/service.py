@@ -207,7 +207,7 @@ class LanceService:
                                                                        location))
 
     def new_table(self, ident: Ident, location: str | None, properties: dict[str, str] | None
-                   ) -> tuple[TableRow, LanceTable]:
+                  ) -> tuple[TableRow, LanceTable]:
         """The row and state of a table to declare or register (nothing written yet)."""
         check_table_ident(ident)
         self.namespaces.not_being_dropped(ident[:-1])
@@ -379,7 +379,7 @@ class LanceService:
         return await recounting(lambda: self._submit(ident, make))
 
     async def version_deletion(self, ref: TableRef, ranges: list[tuple[int, int]],
-                                earlier: list[tuple[int, int]] = ()) -> DeleteVersions:
+                               earlier: list[tuple[int, int]] = ()) -> DeleteVersions:
         """DeleteVersions, with the records it deletes below the versions in memory counted from the log (less
         those in `earlier` ranges, which an earlier operation of the same batch deletes)."""
         state = await self.registry.submit(ref.table_id, ReadTable())

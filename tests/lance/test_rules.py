@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.errors import (BadRequest, NoSuchTable, Recount, TableExists, Unsupported, VersionExists)
+from coordinator.errors import BadRequest, NoSuchTable, Recount, TableExists, Unsupported, VersionExists
 from coordinator.lance import rules
 from coordinator.lance.files import FoundManifest, MANIFEST_MAGIC, manifest_name, manifest_uri
 from coordinator.lance.proposals import CreateVersion, DeleteVersions, RemoveTable, Steps
@@ -97,6 +97,13 @@ def test_create_version_answers_the_same_commit_again_and_refuses_another():
     other = CreateVersion(1, f"{LOC}/_versions/other", b"x" + MANIFEST_MAGIC, "zzz", "V2", 0)
     with pytest.raises(VersionExists):
         other.decide(state)
+
+
+def test_create_version_refuses_a_version_not_next_and_a_missing_staged_manifest():
+    with pytest.raises(VersionExists):
+        CreateVersion(3, f"{LOC}/_versions/3.staged", b"x" + MANIFEST_MAGIC, "s3", "V2", 0).decide(table(1))
+    with pytest.raises(BadRequest):
+        CreateVersion(2, f"{LOC}/_versions/2.staged", None, None, "V2", 0).decide(table(1))
 
 
 def test_create_version_records_the_next_version():
