@@ -18,8 +18,9 @@ from quart import Blueprint, Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
 from coordinator.auth import Privilege
-from coordinator.errors import (from_storage, AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NotEmpty,
-                                NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable, Unpublished)
+from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NamespaceExists,
+                                NoSuchNamespace, NoSuchTransaction, NoSuchVersion, NotEmpty, NotFound, OutcomeUnknown,
+                                TooManyRequests, Unauthorized, Unavailable, Unpublished, Unsupported, from_storage)
 from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersionsRequest,
                                BatchDeleteTableVersionsRequest, CreateNamespaceRequest, CreateTableVersionRequest,
                                DeclareTableRequest, DeregisterTableRequest, DescribeNamespaceRequest,
@@ -28,7 +29,7 @@ from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersion
                                TableVersion)
 
 from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
-from .common import empty_response, json_response, parse_json, parse_model, parsed_once
+from .common import CommitPart, empty_response, json_response, parse_json, parse_model, parsed_once
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +45,20 @@ STATUS_OF_CODE = {0: 406, 1: 404, 2: 409, 3: 409, 4: 404, 5: 409, 6: 404, 7: 409
                   21: 429, 22: 404, 23: 409}
 
 
+NOT_FOUND_CODES = ((NoSuchNamespace, 1), (NoSuchVersion, 11), (NoSuchTransaction, 10))   # else 4: the table
+
+
 def error_code(exc: CoordinatorError) -> int:
-    kind = exc.kind or ""
-    if kind == "unsupported":
+    if isinstance(exc, Unsupported):
         return 0
     if isinstance(exc, NotFound):
-        return {"namespace": 1, "version": 11, "transaction": 10}.get(kind, 4)
+        return next((code for cls, code in NOT_FOUND_CODES if isinstance(exc, cls)), 4)
     if isinstance(exc, AlreadyExists):
-        return 2 if kind == "namespace" else 5
+        return 2 if isinstance(exc, NamespaceExists) else 5
     if isinstance(exc, NotEmpty):
         return 3
     if isinstance(exc, CommitConflict):
-        return 19 if kind == "invalid-state" else 14
+        return 14
     if isinstance(exc, BadRequest):
         return 13
     if isinstance(exc, Unauthorized):
@@ -346,11 +349,10 @@ async def describe_table(id: str) -> Response:
     with_uri = _arg_bool("with_table_uri", body.with_table_uri or False)
     check_declared = _arg_bool("check_declared", body.check_declared or False)
     if _arg_bool("load_detailed_metadata", body.load_detailed_metadata or False):
-        raise BadRequest("load_detailed_metadata: this server tracks versions and does not open datasets; "
-                         "open the table with Lance for its schema and statistics", kind="unsupported")
+        raise Unsupported("load_detailed_metadata: this server tracks versions and does not open datasets; "
+                          "open the table with Lance for its schema and statistics")
     if body.tag is not None:
-        raise BadRequest("describe by tag: tags live in the dataset (_refs/tags); resolve the tag with Lance",
-                         kind="unsupported")
+        raise Unsupported("describe by tag: tags live in the dataset (_refs/tags); resolve the tag with Lance")
     table = await _catalog().describe_table(ident, body.version, body.branch)
     out: dict[str, Any] = {"table": table.name, "namespace": list(table.namespace), "location": table.location,
                            "storage_options": {}, "properties": dict(table.properties), "managed_versioning": True}
@@ -475,8 +477,8 @@ def _result(kind: str, reply: Any) -> dict[str, Any]:
 @bp.post("/v1/transaction/<id>/alter")
 @guard(authenticated)
 async def transaction(id: str) -> Response:
-    raise NotFound(f"no transaction {id!r}: this server applies every commit synchronously and issues no "
-                   f"transaction ids", kind="transaction")
+    raise NoSuchTransaction(f"no transaction {id!r}: this server applies every commit synchronously and issues "
+                            f"no transaction ids")
 
 
 SERVED = {"create", "list", "describe", "exists", "drop", "table/list", "declare", "register", "deregister",
@@ -490,6 +492,25 @@ async def unsupported(id: str, operation: str) -> Response:
     if operation in SERVED:
         raise BadRequest(f"{operation} is served with another method: see the spec (lists take GET, others "
                          f"POST)")
-    raise BadRequest(f"operation {operation!r} is not supported: this server is the commit authority for "
-                     f"Lance tables (namespaces, tables, versions); read and write data with Lance itself",
-                     kind="unsupported")
+    raise Unsupported(f"operation {operation!r} is not supported: this server is the commit authority for "
+                      f"Lance tables (namespaces, tables, versions); read and write data with Lance itself")
+
+
+def cross_format_part(body: dict) -> CommitPart:
+    """A Lance `CreateTableVersionRequest` (its table named by `id`) as a part of a cross-format commit
+    (api/commits.py)."""
+    req = parse_model(CreateTableVersionRequest, body)
+    if not req.id:
+        raise BadRequest("id is required: the table's identifier levels")
+    ident = tuple(req.id)
+
+    async def needs() -> Needs:
+        return [(WRITE, ("lance", *ident))]
+
+    async def plan():
+        return await _catalog().plan_commit(ident, req)
+
+    def error(exc: CoordinatorError) -> tuple[int, int]:
+        code = error_code(exc)
+        return STATUS_OF_CODE[code], code
+    return CommitPart(f"lance {'.'.join(ident)}", needs, plan, error)

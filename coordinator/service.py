@@ -53,7 +53,7 @@ class Coordinator:
         self.idempotency = Idempotency(self.store)
         from .iceberg.service import IcebergService; self.iceberg = IcebergService(self)  # noqa: E702
         from .delta.service import DeltaService; self.delta = DeltaService(self)  # noqa: E702
-        from .lance.catalog import LanceCatalog; self.lance = LanceCatalog(self)  # noqa: E702
+        from .lance.service import LanceService; self.lance = LanceService(self)  # noqa: E702
         self.cluster = None
         if self.config.cluster:
             from .cluster import Cluster

@@ -40,7 +40,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from coordinator.lance.table import object_path, version_of_manifest_name
+from coordinator.lance.files import object_path, version_of_manifest_name
 from tests.delta.conftest import FIRST, PREFIX, UC, commit_info, commit_log
 from tests.lance.conftest import stage
 from tests.support import ServerProcess, throwaway_postgres, uuid7

@@ -4,14 +4,15 @@ The implementation modules are private in spirit; this is the surface the HTTP l
 the list).
 """
 
-from coordinator.lance.catalog import LanceCatalog, Page
+from coordinator.lance.files import object_path
 from coordinator.lance.models import (BatchCommitTablesRequest, BatchCreateTableVersionsRequest,
                                       BatchDeleteTableVersionsRequest, CreateNamespaceRequest,
                                       CreateTableVersionRequest, DeclareTableRequest, DeregisterTableRequest,
                                       DescribeNamespaceRequest, DescribeTableRequest, DescribeTableVersionRequest,
-                                      DropNamespaceRequest, DropTableRequest, RegisterTableRequest,
+                                      DropNamespaceRequest, DropTableRequest, Page, RegisterTableRequest,
                                       TableExistsRequest)
-from coordinator.lance.table import LanceTable, TableVersion, object_path
+from coordinator.lance.service import LanceService
+from coordinator.lance.state import LanceTable, TableVersion
 
 __all__ = [
     "BatchCommitTablesRequest",
@@ -26,7 +27,7 @@ __all__ = [
     "DescribeTableVersionRequest",
     "DropNamespaceRequest",
     "DropTableRequest",
-    "LanceCatalog",
+    "LanceService",
     "LanceTable",
     "Page",
     "RegisterTableRequest",

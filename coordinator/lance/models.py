@@ -8,6 +8,7 @@ takes identity from the headers, which the spec says win over the body.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -17,6 +18,14 @@ from ..errors import BadRequest
 Version = Annotated[int, Field(strict=True, ge=0)]
 Long = Annotated[int, Field(strict=True)]
 Size = Annotated[int, Field(strict=True, ge=0)]
+
+
+@dataclass
+class Page:
+    """One page of a listing as the service answers it (the route makes the spec's response of it)."""
+
+    items: list[Any]
+    next_token: str | None
 
 
 class _Body(BaseModel):

@@ -1,237 +1,201 @@
-"""Lance commit rules: pure `decide(state) -> Decision` proposals for the table actor.
-
-The coordinator is Lance's external manifest store (spec: "External Manifest Store"; `managed_versioning`).
-A writer stages its manifest itself and asks for version N; the server FINALIZES: the version is recorded in the
-commit log, then the staged bytes become `_versions/<final name>` (`Decision.published`: written only by the
-process whose database write applied, so a fenced former owner can never overwrite a committed manifest), and the
-staging file is gone (locally it is renamed into place, in one step; on an object store it is deleted afterwards,
-best effort). Until then it is what restores a final manifest lost to a crash, see `LanceCatalog._load_state`.
-Everything that needs I/O (reading the staged manifest) is done by the catalog before the proposal reaches the
-actor, so these rules can be re-decided and composed freely.
+"""Lance's commit rules, pure: a table's state and a request in, a verdict out (a value, or a spec-named typed
+error). No I/O: what needs the store or the files (a staged manifest's bytes, a listing of `_versions/`) is read
+by the service first and handed in. One function per rule of the spec (lance-namespace-rest-catalog.md and the
+External Manifest Store); `proposals.py` composes them for the table actor.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from storage.files import local_path
-from storage.records import LogEntry, PurgeClaim
+from storage.files import is_below, is_within, unsafe_location
 
-from ..decision import Decision, Proposal
-from ..errors import BadRequest, CommitConflict, CoordinatorError, NotFound
-from .table import LanceTable, TableVersion, in_ranges, manifest_uri
+from ..errors import (BadRequest, CoordinatorError, NoSuchTable, Recount, TableExists, Unsupported,
+                      VersionExists)
+from .files import (MANIFEST_MAGIC, NAMING_SCHEMES, VERSIONS_DIR, object_path, show, version_of_manifest_name,
+                    versions_dir)
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from .files import FoundManifest
+    from .state import LanceTable, TableVersion
 
-AfterDurable = Callable[[], Awaitable[None]]
-
-
-def show(ident: list[str] | tuple[str, ...]) -> str:
-    return ".".join(ident)
+Ident = tuple[str, ...]   # namespace levels + table name
 
 
-@dataclass
-class ReadTable:
-    """A read: answered from the actor's memory with the immutable table snapshot."""
-
-    def decide(self, state: LanceTable) -> Decision:
-        return Decision(state, reply=state)
+# -- identifiers and branches ------------------------------------------------------------------------------------
 
 
-@dataclass
-class CreateVersion:
-    """CreateTableVersion with put-if-not-exists semantics (spec: `/v1/table/{id}/version/create`).
-
-    - The next version is always `high_water + 1`; a number once recorded (even if its record was deleted) is
-      never handed out again, so a reader can never see two different manifests under one version.
-    - An existing version is a conflict (409, ConcurrentModification: the writer rebases and retries) unless it
-      is the same commit again (same staged path, or byte-identical manifest): then it is answered again (200),
-      so a client whose first answer was lost learns that its commit landed.
-    """
-
-    version: int
-    staging_uri: str
-    data: bytes | None            # the staged manifest; None when it no longer exists
-    sha256: str | None
-    scheme: str
-    timestamp_ms: int
-    metadata: dict[str, str] | None = None
-    # `staging_uri` is a staging file (`is_staged`), the server's to remove once the final manifest is in place:
-    # locally, publishing consumes it (renamed into place, its bytes checked, or removed after a copy:
-    # storage.files.FileWrite); on an object store `remove_staging` deletes it afterwards, as it does a local one
-    # whose version a later operation of the same batch took back (Steps).
-    staged: bool = False
-    remove_staging: Callable[[str], Awaitable[None]] | None = None
-    trim: bool = True   # Steps trims once, after the batch's last operation (LanceTable.trimmed)
-
-    def decide(self, state: LanceTable) -> Decision:
-        existing = state.find(self.version)
-        if existing is not None:
-            if existing.staging_uri == self.staging_uri or (self.sha256 and existing.sha256 == self.sha256):
-                return Decision(state, reply=existing)
-            raise CommitConflict(f"version {self.version} of table {show(state.ident)} already exists; the latest "
-                                 f"version is {state.latest.version}: rebase and retry", kind="version-exists")
-        if self.version == 0:
-            raise BadRequest("version must be >= 1: Lance versions start at 1")
-        if self.version <= state.high_water and not state.covers(self.version):
-            raise CommitConflict(f"version {self.version} of table {show(state.ident)} already exists; the latest "
-                                 f"version is {state.high_water}: rebase and retry", kind="version-exists")
-        if self.version <= state.high_water:
-            raise CommitConflict(f"version {self.version} of table {show(state.ident)} was recorded before and its "
-                                 f"record deleted; version numbers are never reused: the next version is "
-                                 f"{state.high_water + 1}", kind="version-exists")
-        if self.version != state.high_water + 1:
-            # A writer whose view is ahead of the table: it saw a manifest that was never recorded (a write that
-            # bypassed the namespace, or a refused one's). A conflict, so that it rebases on the recorded latest
-            # version; and a reload, whose clean-up removes that manifest, or every writer would keep seeing it.
-            raise CommitConflict(f"version {self.version} is not the next version of table {show(state.ident)}: "
-                                 f"the next version is {state.high_water + 1}; rebase and retry",
-                                 kind="version-exists", reload=True)
-        if self.data is None:
-            raise BadRequest(f"the staged manifest {self.staging_uri} does not exist: write it before creating "
-                             f"version {self.version}")
-        final = manifest_uri(state.location, self.version, self.scheme)
-        entry = TableVersion(self.version, final, len(self.data), self.timestamp_ms, self.scheme,
-                             self.staging_uri, self.sha256, None, self.metadata or None)
-        new = state.with_version(entry, trim=self.trim)
-        consumed = self.staged and self.staging_uri != final
-        # (written from within the table's place: a link planted in `_versions/` leads nowhere)
-        published = (final, self.data, self.staging_uri if consumed else None, state.location)
-        after = None
-        if consumed and local_path(self.staging_uri) is None:
-            after = self.discard_staging()
-        return Decision(new, reply=entry, row_state=new.row_state(), log=[LogEntry(self.version, entry.payload())],
-                        published=[published], after_durable=after)
-
-    def discard_staging(self) -> AfterDurable | None:
-        """Removes the staged manifest when publishing will not (an object store; a version taken back)."""
-        if not self.staged or self.remove_staging is None:
-            return None
-        return functools.partial(self.remove_staging, self.staging_uri)
+def check_levels(levels: Ident, what: str) -> None:
+    for level in levels:
+        # `/` too: a route's %2F is decoded before routing, so a level holding it could never be addressed
+        if not level or "\x1f" in level or "\x1e" in level or "\x00" in level or "/" in level:
+            raise BadRequest(f"invalid {what} identifier {list(levels)!r}: an empty level, a control character "
+                             f"or '/'")
 
 
-@dataclass
-class DeleteVersions:
-    """BatchDeleteTableVersions: drop version RECORDS in [start, end) ranges (end -1 = through the latest). The
-    manifests and data stay on storage (spec: "deletes version tracking records, NOT the actual table data")."""
-
-    ranges: list[tuple[int, int]]
-    # Records only in the commit log (below the table's `log_below`) are counted by the catalog beforehand:
-    # `older_count` of them, in a state whose `log_below` and `deletes` were these.
-    older_than: int = 0
-    older_count: int = 0
-    deletes_seen: int = 0
-    checked: bool = False   # Steps checked `counted_in` against the batch's first state already
-
-    def counted_in(self, state: LanceTable) -> bool:
-        """Whether the older records were counted in this state (or one that differs only in memory)."""
-        return state.log_below == self.older_than and state.deletes == self.deletes_seen
-
-    def decide(self, state: LanceTable) -> Decision:
-        if not self.checked and not self.counted_in(state):
-            # Versions left memory, or another delete applied, since the count: nothing applied, count again.
-            raise CommitConflict("the table's versions changed while their records were counted", kind="recount")
-        new, count = state.without_ranges(self.ranges)
-        count += self.older_count
-        if count == 0:
-            return Decision(state, reply=0)
-        return Decision(new, reply=count, row_state=new.row_state(), log_delete=list(self.ranges))
+def check_table_ident(ident: Ident) -> None:
+    if not ident:
+        raise BadRequest("a table identifier needs at least a table name")
+    check_levels(ident, "table")
 
 
-@dataclass
-class RemoveTable:
-    """Deregister (`purge` None: the files stay) or drop (`purge` deletes the table's files once the row is gone).
-    The reply is the table as it was."""
-
-    purge: Callable[[], Awaitable[None]] | None = None
-    claim: PurgeClaim | None = None   # on what `purge` deletes, until it has (registry.purge_after_drop)
-
-    def decide(self, state: LanceTable) -> Decision:
-        return Decision(None, reply=state, delete=True, after_durable=self.purge, purge=self.claim)
+def check_branch(branch: str | None) -> None:
+    """Versions live on the main branch only here."""
+    if branch not in (None, "", "main"):
+        raise Unsupported(f"branch {branch!r}: this server manages the main branch only")
 
 
-@dataclass
-class Steps:
-    """Several operations of one batch on one table, applied in request order, each seeing the ones before it.
-
-    One Decision for the whole sequence (the multi-table transaction takes one per table). The reply maps each
-    operation's index in the batch to its own reply. An error names the operation it came from.
-    """
-
-    steps: list[tuple[int, str, Proposal]] = field(default_factory=list)
-
-    def decide(self, state: LanceTable) -> Decision:
-        replies: dict[int, Any] = {}
-        current = state
-        # (log entry, its published files, what removes its staged manifest if the entry is taken back)
-        created: list[tuple[LogEntry, list, AfterDurable | None]] = []
-        deleted_ranges: list[tuple[int, int]] = []
-        afters: list[AfterDurable] = []
-        removed_by: int | None = None
-        purge: PurgeClaim | None = None
-        # A delete's older records were counted against the state the batch starts from; later deletes in the
-        # batch were counted without the ranges of earlier ones (LanceCatalog._version_deletion).
-        deletions = [p for _, _, p in self.steps if isinstance(p, DeleteVersions)]
-        if not all(p.counted_in(state) for p in deletions):
-            raise CommitConflict("the table's versions changed while their records were counted", kind="recount")
-        for index, label, proposal in self.steps:
-            if isinstance(proposal, DeleteVersions):
-                proposal = replace(proposal, checked=True)
-            elif isinstance(proposal, CreateVersion):
-                proposal = replace(proposal, trim=False)
-            if removed_by is not None:
-                raise NotFound(f"operation {index} ({label}): the table was deregistered by operation {removed_by} "
-                               f"of this batch", kind="table")
-            try:
-                d = proposal.decide(current)
-            except CoordinatorError as exc:
-                exc.message = f"operation {index} ({label}): {exc.message}"
-                exc.args = (exc.message,)
-                raise
-            replies[index] = d.reply
-            if d.after_durable is not None:
-                afters.append(d.after_durable)
-            if d.delete:
-                removed_by = index
-                purge = d.purge
-                current = d.state
-                afters.extend(discard for *_, discard in created if discard is not None)
-                continue
-            if d.log_delete:
-                # The store applies deletions before inserts; a version this batch created and a later operation
-                # deletes must therefore not be inserted at all (nor its manifest written).
-                afters.extend(discard for e, _, discard in created
-                              if discard is not None and in_ranges(e.version, d.log_delete))
-                created = [c for c in created if not in_ranges(c[0].version, d.log_delete)]
-                deleted_ranges.extend(d.log_delete)
-            if d.log:
-                # (an object store's staged manifest is removed afterwards in any case: d.after_durable)
-                discard = (proposal.discard_staging() if isinstance(proposal, CreateVersion)
-                           and d.after_durable is None else None)
-                created.extend((e, d.published if i == 0 else [], discard if i == 0 else None)
-                               for i, e in enumerate(d.log))
-            current = d.state
-        after = _chain(afters)
-        if removed_by is not None:
-            return Decision(None, reply=replies, delete=True, after_durable=after, purge=purge)
-        # One write, so the deletion counter rises once, as the row's version does (it is loaded as that version).
-        current = replace(current, deletes=state.deletes + (current.deletes > state.deletes)).trimmed()
-        return Decision(current, reply=replies, row_state=current.row_state(), log=[e for e, *_ in created],
-                        log_delete=deleted_ranges, published=[f for _, fs, _ in created for f in fs],
-                        after_durable=after)
+# -- version numbering (CreateTableVersion: put-if-not-exists) ---------------------------------------------------
 
 
-def _chain(afters: list[AfterDurable]) -> AfterDurable | None:
-    if not afters:
-        return None
+def same_commit(existing: TableVersion, staging_uri: str, sha256: str | None) -> bool:
+    """Whether a create of an existing version is the commit that made it, sent again (same staged path, or a
+    byte-identical manifest): answered again then, so a client whose first answer was lost learns it landed."""
+    return existing.staging_uri == staging_uri or bool(sha256 and existing.sha256 == sha256)
 
-    async def run() -> None:
-        for fn in afters:
-            try:
-                await fn()
-            except Exception as exc:  # clean-up only: the commit already stands
-                log.warning("lance clean-up after commit failed: %s", exc)
-    return run
+
+def check_next_version(state: LanceTable, version: int) -> None:
+    """A version not yet in the table must be the next one, `high_water + 1`: a number once recorded (even if its
+    record was deleted) is never handed out again, so a reader can never see two manifests under one version.
+    Anything else is VersionExists (409, ConcurrentModification: the writer rebases and retries)."""
+    if version == 0:
+        raise BadRequest("version must be >= 1: Lance versions start at 1")
+    if version <= state.high_water and not state.covers(version):
+        raise VersionExists(f"version {version} of table {show(state.ident)} already exists; the latest "
+                            f"version is {state.high_water}: rebase and retry")
+    if version <= state.high_water:
+        raise VersionExists(f"version {version} of table {show(state.ident)} was recorded before and its "
+                            f"record deleted; version numbers are never reused: the next version is "
+                            f"{state.high_water + 1}")
+    if version != state.high_water + 1:
+        # A writer whose view is ahead of the table: it saw a manifest that was never recorded (a write that
+        # bypassed the namespace, or a refused one's). A conflict, so that it rebases on the recorded latest
+        # version; and a reload, whose clean-up removes that manifest, or every writer would keep seeing it.
+        raise VersionExists(f"version {version} is not the next version of table {show(state.ident)}: the next "
+                            f"version is {state.high_water + 1}; rebase and retry", reload=True)
+
+
+def version_taken(state: LanceTable, version: int) -> VersionExists:
+    return VersionExists(f"version {version} of table {show(state.ident)} already exists; the latest version is "
+                         f"{state.latest.version}: rebase and retry")
+
+
+# -- staged manifests --------------------------------------------------------------------------------------------
+
+
+def check_naming_scheme(scheme: str | None) -> None:
+    if scheme is not None and scheme not in NAMING_SCHEMES:
+        raise BadRequest(f"naming_scheme must be one of {', '.join(NAMING_SCHEMES)}, got {scheme!r}")
+
+
+def check_staging_path(location: str, uri: str, version: int) -> str:
+    """A staged manifest must sit directly in the table's `_versions/` directory: the server deletes it once the
+    version is committed, so it must never be allowed to name a data file, another version's final manifest,
+    or anything outside the table. Its file name, when it does."""
+    directory = versions_dir(location)
+    parent, _, name = uri.rstrip("/").rpartition("/")
+    if not name or not (is_within(directory, parent) and is_within(parent, directory)):
+        raise BadRequest(f"manifest_path {object_path(uri)!r} must name a file in the table's "
+                         f"{VERSIONS_DIR}/ directory ({object_path(directory)}/)")
+    final = version_of_manifest_name(name)
+    if final is not None and final[0] != version:
+        raise BadRequest(f"manifest_path {name!r} is the final manifest of version {final[0]}, not a staged "
+                         f"manifest for version {version}")
+    return name
+
+
+def check_staged_manifest(data: bytes, manifest_size: int | None, manifest_path: str) -> None:
+    """The staged bytes are the manifest the request describes: its size, and Lance's footer."""
+    if manifest_size is not None and manifest_size != len(data):
+        raise BadRequest(f"manifest_size {manifest_size} does not match the staged manifest ({len(data)} bytes at "
+                         f"{manifest_path})")
+    if data[-len(MANIFEST_MAGIC):] != MANIFEST_MAGIC:
+        raise BadRequest(f"{manifest_path} is not a Lance manifest (no {MANIFEST_MAGIC!r} footer)")
+
+
+def check_staged_exists(data: bytes | None, staging_uri: str, version: int) -> bytes:
+    if data is None:
+        raise BadRequest(f"the staged manifest {staging_uri} does not exist: write it before creating version "
+                         f"{version}")
+    return data
+
+
+# -- deleting version records (BatchDeleteTableVersions) ---------------------------------------------------------
+
+
+def in_ranges(version: int, ranges: list[tuple[int, int]]) -> bool:
+    """Whether `version` is in one of the [start, end) ranges of a version delete (end -1: through the latest)."""
+    return any(version >= start and (end < 0 or version < end) for start, end in ranges)
+
+
+def check_counted(state: LanceTable, log_below: int, deletes: int) -> None:
+    """Records only in the commit log are counted before the deletion reaches the actor, in a state whose
+    `log_below` and `deletes` were these. If versions left memory, or another delete applied, since: nothing
+    applies, Recount (the service counts again)."""
+    if state.log_below != log_below or state.deletes != deletes:
+        raise Recount("the table's versions changed while their records were counted")
+
+
+# -- declared, registered and deregistered tables ----------------------------------------------------------------
+
+
+def check_location(warehouse: str, location: str, namespace_dir: str, namespace: Ident, authenticated: bool
+                   ) -> str:
+    """A client's table location: below the warehouse (never the warehouse itself) and, with authentication on,
+    inside the table's namespace's directory: a client's files stay where its namespace grants reach, so
+    `create` in one namespace cannot claim another's place."""
+    location = location.rstrip("/")
+    unsafe = unsafe_location(location)
+    if unsafe is not None:
+        raise BadRequest(f"location {location!r} is refused: {unsafe}")
+    if not location or not is_below(warehouse, location):
+        raise BadRequest(f"location {location!r} must be below the warehouse {warehouse!r}")
+    if authenticated and not is_below(namespace_dir, location):
+        raise BadRequest(f"location {location!r} must lie inside {namespace_dir}, the directory of the namespace "
+                         f"{show(namespace) or '(root)'}: with authentication on, a table's files stay where its "
+                         f"namespace's grants reach")
+    return location
+
+
+def check_name_free(ident: Ident, taken: bool) -> None:
+    if taken:
+        raise TableExists(f"Table already exists: {show(ident)}")
+
+
+def check_declarable(location: str, manifests: list[FoundManifest]) -> None:
+    """A declared table starts with no versions, so its location must hold none (use register for that)."""
+    if manifests:
+        raise BadRequest(f"location {location} already holds a Lance table: register it instead of declaring")
+
+
+def check_registrable(location: str, manifests: list[FoundManifest], latest: bytes | None) -> None:
+    """A registered table is one Lance wrote: its `_versions/` holds manifests, the latest (`latest`: its bytes)
+    ending in Lance's footer."""
+    if not manifests:
+        raise BadRequest(f"no Lance table at {location}: its _versions/ directory holds no manifest")
+    if not (latest or b"").endswith(MANIFEST_MAGIC):
+        raise BadRequest(f"no Lance table at {location}: {manifests[-1].uri} is not a Lance manifest")
+
+
+# -- batches (BatchCommitTables) ---------------------------------------------------------------------------------
+
+
+def labelled(exc: CoordinatorError, index: int, label: str) -> CoordinatorError:
+    """An operation's error as the batch answers it: naming the operation (its index in the batch)."""
+    exc.message = f"operation {index} ({label}): {exc.message}"
+    exc.args = (exc.message,)
+    return exc
+
+
+def check_not_removed(index: int, label: str, removed_by: int | None) -> None:
+    """Operations apply in request order: a table deregistered by an earlier operation is gone for later ones."""
+    if removed_by is not None:
+        raise labelled(NoSuchTable(f"the table was deregistered by operation {removed_by} of this batch"), index,
+                       label)
+
+
+def check_deregistrable(index: int, label: str, declared_by: int | None) -> None:
+    """Deregistering a table the same batch declares is refused as pointless."""
+    if declared_by is not None:
+        raise labelled(BadRequest(f"the table is declared by operation {declared_by} of this same batch; leave out "
+                                  f"both operations"), index, label)

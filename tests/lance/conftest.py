@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from coordinator.service import Coordinator
-from coordinator.lance.table import manifest_name, object_path
+from coordinator.lance.files import manifest_name, object_path
 
 
 

@@ -35,7 +35,7 @@ async def test_tables_and_namespaces_created_while_a_cascade_drop_runs_are_dropp
             with pytest.raises(CommitConflict):
                 await lance.declare_table(("n", "refused"), None, None)
             with monkeypatch.context() as elsewhere:
-                elsewhere.setattr(lance, "_not_being_dropped", lambda ns: None)
+                elsewhere.setattr(lance.namespaces, "not_being_dropped", lambda ns: None)
                 late.append(await lance.declare_table(("n", "late"), None, None))
                 await lance.create_namespace(("n", "sub"), None, None)
                 late.append(await lance.declare_table(("n", "sub", "late"), None, None))

@@ -69,7 +69,7 @@ async def test_a_lance_location_on_the_delta_managed_root_blocks_every_managed_d
 
 def _final_manifest(location: str, version: int) -> None:
     """A final manifest, as a Lance writer leaves it."""
-    from coordinator.lance.table import manifest_name
+    from coordinator.lance.files import manifest_name
 
     from .conftest import fake_manifest
     d = Path(local_path(location)) / "_versions"
@@ -128,7 +128,7 @@ async def test_a_reload_deletes_no_manifests_through_a_link(coord, tmp_path):
     unrecorded final manifests finds that dataset's manifests and must leave them."""
     from coordinator.errors import CoordinatorError
     from coordinator.lance.models import CreateTableVersionRequest
-    from coordinator.lance.table import manifest_uri
+    from coordinator.lance.files import manifest_uri
     from storage.files import to_local_path
 
     from .conftest import fake_manifest, stage
@@ -160,7 +160,7 @@ async def test_a_reload_deletes_no_manifests_through_a_versions_link(coord, tmp_
     table's place go through directory descriptors and follow no link, whichever directory it is."""
     from coordinator.errors import CoordinatorError
     from coordinator.lance.models import CreateTableVersionRequest
-    from coordinator.lance.table import manifest_uri
+    from coordinator.lance.files import manifest_uri
     from storage.files import to_local_path
 
     from .conftest import fake_manifest, stage
@@ -192,7 +192,7 @@ async def test_no_link_below_a_table_hands_its_commit_another_datasets_files(coo
     location that looks percent-encoded once checked the place as text and fell back to plain paths)."""
     from coordinator.errors import BadRequest
     from coordinator.lance.models import CreateTableVersionRequest
-    from coordinator.lance.table import manifest_uri, object_path
+    from coordinator.lance.files import manifest_uri, object_path
     from storage.files import to_local_path
 
     from .conftest import fake_manifest, stage

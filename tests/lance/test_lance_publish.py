@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from coordinator.errors import NotOwner, Unavailable, Unpublished
-from coordinator.lance.table import manifest_uri, object_path, version_of_manifest_name
+from coordinator.lance.files import manifest_uri, object_path, version_of_manifest_name
 from storage.files import to_local_path
 from storage.records import Refusal, WriteResult
 

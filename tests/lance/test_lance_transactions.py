@@ -9,8 +9,8 @@ import trio
 import coordinator.lance
 from coordinator.errors import CommitConflict, NotFound, Unavailable
 from coordinator.lance.models import BatchDeleteTableVersionsRequest, CreateTableVersionRequest, DeclareTableRequest
-from coordinator.lance.rules import ReadTable, Steps
-from coordinator.lance.table import manifest_uri
+from coordinator.lance.proposals import ReadTable, Steps
+from coordinator.lance.files import manifest_uri
 from storage.files import to_local_path
 
 from .conftest import local, stage
@@ -21,7 +21,7 @@ def test_public_surface():
         "BatchCommitTablesRequest", "BatchCreateTableVersionsRequest", "BatchDeleteTableVersionsRequest",
         "CreateNamespaceRequest", "CreateTableVersionRequest", "DeclareTableRequest", "DeregisterTableRequest",
         "DescribeNamespaceRequest", "DescribeTableRequest", "DescribeTableVersionRequest", "DropNamespaceRequest",
-        "DropTableRequest", "LanceCatalog", "LanceTable", "Page", "RegisterTableRequest", "TableExistsRequest",
+        "DropTableRequest", "LanceService", "LanceTable", "Page", "RegisterTableRequest", "TableExistsRequest",
         "TableVersion", "object_path"]
 
 

@@ -8,8 +8,7 @@ import pytest
 
 from coordinator import actor as actor_module
 from coordinator.errors import CommitConflict
-from coordinator.lance import catalog as lance_catalog
-from coordinator.lance import table as lance_table
+from coordinator.lance import state as lance_state
 from coordinator.lance.models import BatchDeleteTableVersionsRequest, CreateTableVersionRequest, VersionRange
 from tests.lance.conftest import stage
 
@@ -18,8 +17,7 @@ T = ("t",)
 
 @pytest.fixture
 def tiny_window(monkeypatch):
-    monkeypatch.setattr(lance_table, "VERSIONS_KEPT", 3)
-    monkeypatch.setattr(lance_catalog, "VERSIONS_KEPT", 3)
+    monkeypatch.setattr(lance_state, "VERSIONS_KEPT", 3)
 
 
 def create(location: str, version: int) -> CreateTableVersionRequest:
@@ -87,7 +85,7 @@ async def test_a_count_made_before_another_delete_and_a_reload_is_made_again(coo
 async def test_with_the_real_window_a_batch_create_then_delete(coord):
     catalog = coord.lance
     location = (await catalog.declare_table(T, None, None)).location
-    n = 2 * lance_table.VERSIONS_KEPT
+    n = 2 * lance_state.VERSIONS_KEPT
     await catalog.batch_commit([("create_table_version", T, create(location, v)) for v in range(1, n + 1)])
     results = await catalog.batch_commit([("create_table_version", T, create(location, n + 1)),
                                           ("delete_table_versions", T, delete(1, 3))])

@@ -12,8 +12,7 @@ import httpx
 import pytest
 
 from api.server import EmbeddedService
-from coordinator.lance import catalog as lance_catalog
-from coordinator.lance import table as lance_table
+from coordinator.lance import state as lance_state
 from tests.lance.conftest import stage
 
 NS, TABLE = "/v1/namespace", "/v1/table"
@@ -22,8 +21,7 @@ KEPT = 3
 
 @pytest.fixture
 def tiny_window(monkeypatch):
-    monkeypatch.setattr(lance_table, "VERSIONS_KEPT", KEPT)
-    monkeypatch.setattr(lance_catalog, "VERSIONS_KEPT", KEPT)
+    monkeypatch.setattr(lance_state, "VERSIONS_KEPT", KEPT)
 
 
 def ok(r: httpx.Response) -> dict:
@@ -110,8 +108,7 @@ def test_versions_older_than_memory_are_answered_from_the_log(config, tiny_windo
 
 @pytest.fixture(params=[KEPT, 1000], ids=["window", "all-in-memory"])
 def kept(request, monkeypatch):
-    monkeypatch.setattr(lance_table, "VERSIONS_KEPT", request.param)
-    monkeypatch.setattr(lance_catalog, "VERSIONS_KEPT", request.param)
+    monkeypatch.setattr(lance_state, "VERSIONS_KEPT", request.param)
     return request.param
 
 

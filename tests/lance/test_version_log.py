@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from coordinator.lance.table import LanceTable, TableVersion
+from coordinator.lance.state import LanceTable, TableVersion
 
 
 def version(n: int) -> TableVersion:
@@ -63,8 +63,8 @@ def test_a_state_sent_to_another_member_carries_only_its_versions(states):
 
 
 def test_only_the_latest_versions_stay_in_memory(monkeypatch):
-    from coordinator.lance import table as lance_table
-    monkeypatch.setattr(lance_table, "VERSIONS_KEPT", 3)
+    from coordinator.lance import state as lance_state
+    monkeypatch.setattr(lance_state, "VERSIONS_KEPT", 3)
     t = LanceTable(("ns",), "t", "file:///t")
     for n in range(1, 8):
         t = t.with_version(version(n))
@@ -77,7 +77,7 @@ def test_only_the_latest_versions_stay_in_memory(monkeypatch):
     assert numbers(t.page(4, 10, False)) == [5, 6, 7] and t.page(3, 10, False) is None
     assert t.page(None, 1, False) is None
     idle = t.dormant()
-    assert len(idle.versions) == lance_table.VERSIONS_KEPT_IDLE or numbers(idle.versions) == [5, 6, 7]
+    assert len(idle.versions) == lance_state.VERSIONS_KEPT_IDLE or numbers(idle.versions) == [5, 6, 7]
     assert idle.latest.version == 7 and not idle.complete
 
 
@@ -91,9 +91,9 @@ def test_a_delete_counted_before_another_delete_applied_is_counted_again(monkeyp
     """Two deletes of one old range at once both count its records in the log: the second to reach the actor
     must count again (it would report records the first already deleted)."""
     from coordinator.errors import CommitConflict
-    from coordinator.lance import table as lance_table
-    from coordinator.lance.rules import DeleteVersions
-    monkeypatch.setattr(lance_table, "VERSIONS_KEPT", 3)
+    from coordinator.lance import state as lance_state
+    from coordinator.lance.proposals import DeleteVersions
+    monkeypatch.setattr(lance_state, "VERSIONS_KEPT", 3)
     t = LanceTable(("ns",), "t", "file:///t")
     for n in range(1, 8):
         t = t.with_version(version(n))

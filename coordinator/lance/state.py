@@ -1,131 +1,24 @@
-"""A Lance table as the coordinator holds it: its location and its version list (the external manifest store).
+"""A Lance table's in-memory state (the table actor's): its location and its version list (the external manifest
+store), and how it is built from its table row and commit log and written back to the row.
 
-Pure values and pure path arithmetic, no I/O. The state is immutable so a commit rule can build the next state
-without touching the current one, and so the actor can hand a snapshot to readers.
-
-Paths. Lance speaks in object-store paths without a scheme ("tmp/wh/t.lance/_versions/1.manifest": relative to
-the root of a local filesystem, or to the bucket on S3); the coordinator keeps full URIs. `object_path` and
-`resolve_path` translate at the protocol edge, relative to the table's own location so a client can never point
-us at a file outside the table.
+Immutable values, so a commit rule can build the next state without touching the current one, and so the actor
+can hand a snapshot to readers.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
-from storage.files import is_within, join, local_path, to_local_path
+from storage.records import LogEntry, TableRow, split_namespace
 
-from ..errors import BadRequest
+from .files import object_path
+from .rules import in_ranges
 
-U64_MAX = 2**64 - 1
 INT64_MAX = 2**63 - 1   # a version number, as the commit log stores it
-NAMING_SCHEMES = ("V1", "V2")
-VERSIONS_DIR = "_versions"
-MANIFEST_MAGIC = b"LANC"  # the last four bytes of every Lance manifest (and data) file
-_FINAL_NAME = re.compile(r"^(\d+)\.manifest$")
-
-
-def manifest_name(version: int, scheme: str) -> str:
-    """V1: `{version}.manifest`; V2: `{u64::MAX - version}.manifest`, zero-padded to 20 digits so that a
-    lexicographic listing finds the latest first (spec: ManifestNamingScheme)."""
-    if scheme == "V1":
-        return f"{version}.manifest"
-    return f"{U64_MAX - version:020d}.manifest"
-
-
-def version_of_manifest_name(name: str) -> tuple[int, str] | None:
-    """(version, scheme) for a final manifest file name, None for anything else (staging files, hints)."""
-    m = _FINAL_NAME.match(name)
-    if not m:
-        return None
-    digits = m.group(1)
-    n = int(digits)
-    if len(digits) == 20 and n > U64_MAX // 2:
-        return U64_MAX - n, "V2"
-    return n, "V1"
-
-
-def is_staged(uri: str) -> bool:
-    """Whether a version's manifest_path names a staging file, the server's to remove once the final manifest is
-    written; a final manifest name the client handed in is the client's own file and stays."""
-    return version_of_manifest_name(uri.rpartition("/")[2]) is None
-
-
-def infer_scheme(staging_name: str, version: int) -> str | None:
-    for scheme in NAMING_SCHEMES:
-        if staging_name.startswith(manifest_name(version, scheme)):
-            return scheme
-    return None
-
-
-# -- paths -----------------------------------------------------------------------------------------------------
-
-
-def _store_root(location: str) -> tuple[str, str]:
-    """(scheme, bucket) of the object store a location lives in; bucket is "" for local files."""
-    if local_path(location) is not None:
-        return "file", ""
-    p = urlparse(location)
-    return p.scheme, p.netloc
-
-
-def object_path(uri: str) -> str:
-    """The object-store path Lance expects for a URI: no scheme, no bucket, no leading slash."""
-    local = to_local_path(uri)
-    if local is not None:
-        return str(local).lstrip("/")
-    return urlparse(uri).path.lstrip("/")
-
-
-def resolve_path(location: str, path: str) -> str:
-    """The URI for a path a client sent: an object-store path (as pylance sends) or a full URI."""
-    if not path or "\x00" in path:
-        raise BadRequest(f"invalid path: {path!r}")
-    if "://" in path:
-        return path
-    scheme, bucket = _store_root(location)
-    if scheme == "file":
-        return Path("/" + path.lstrip("/")).as_uri()
-    return f"{scheme}://{bucket}/{path.lstrip('/')}"
-
-
-def versions_dir(location: str) -> str:
-    return join(location, VERSIONS_DIR)
-
-
-def manifest_uri(location: str, version: int, scheme: str) -> str:
-    return join(location, VERSIONS_DIR, manifest_name(version, scheme))
-
-
-def check_staging_path(location: str, uri: str, version: int) -> str:
-    """A staged manifest must sit directly in the table's `_versions/` directory: the server deletes it once the
-    version is committed, so it must never be allowed to name a data file, another version's final manifest,
-    or anything outside the table."""
-    directory = versions_dir(location)
-    parent, _, name = uri.rstrip("/").rpartition("/")
-    if not name or not (is_within(directory, parent) and is_within(parent, directory)):
-        raise BadRequest(f"manifest_path {object_path(uri)!r} must name a file in the table's "
-                         f"{VERSIONS_DIR}/ directory ({object_path(directory)}/)")
-    final = version_of_manifest_name(name)
-    if final is not None and final[0] != version:
-        raise BadRequest(f"manifest_path {name!r} is the final manifest of version {final[0]}, not a staged "
-                         f"manifest for version {version}")
-    return name
-
-
-def in_ranges(version: int, ranges: list[tuple[int, int]]) -> bool:
-    """Whether `version` is in one of the [start, end) ranges of a version delete (end -1: through the latest)."""
-    return any(version >= start and (end < 0 or version < end) for start, end in ranges)
-
-
-# -- state -----------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -318,3 +211,24 @@ class LanceTable:
     def row_state(self) -> dict[str, Any]:
         """The small JSON kept in the table row; the versions themselves are the commit log."""
         return {"properties": self.properties, "high_water": self.high_water}
+
+
+def log_entries_to_load() -> int:
+    """How many of a table's latest commit-log entries a load reads: the latest VERSIONS_KEPT versions, and one
+    more that tells whether there are older ones."""
+    return VERSIONS_KEPT + 1
+
+
+def from_row(row: TableRow, entries: list[LogEntry]) -> LanceTable:
+    """The state of a table from its row and its latest commit-log entries (newest first, as loaded)."""
+    versions = [TableVersion.from_payload(e.version, e.payload) for e in reversed(entries[:VERSIONS_KEPT])]
+    high = max(int(row.state.get("high_water", 0)), versions[-1].version if versions else 0)
+    return LanceTable(split_namespace(row.namespace), row.name, row.location or "",
+                      dict(row.state.get("properties") or {}), versions, high,
+                      log_below=versions[0].version if len(entries) > VERSIONS_KEPT else 0,
+                      deletes=row.row_version)
+
+
+def from_log(entries: list[LogEntry]) -> list[TableVersion]:
+    """Versions read back from the commit log (older than those in memory)."""
+    return [TableVersion.from_payload(e.version, e.payload) for e in entries]

@@ -1,0 +1,269 @@
+"""What a Lance table keeps in its location, as the coordinator reads and writes it: manifest names and URIs, the
+staged manifests writers hand in, and the `_versions/` directory (listed to register a table, to see which
+versions Lance's own clean-up removed, and to repair what a crash left at load).
+
+Paths. Lance speaks in object-store paths without a scheme ("tmp/wh/t.lance/_versions/1.manifest": relative to
+the root of a local filesystem, or to the bucket on S3); the coordinator keeps full URIs. `object_path` and
+`resolve_path` translate at the protocol edge, relative to the table's own location so a client can never point
+us at a file outside the table.
+
+The name and path functions are pure; the others do I/O through storage.files.FileIO (the listing blocks: callers
+run it in a thread; it goes through FileIO's object-store client for s3:// so credentials and endpoints are
+configured in one place).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+import trio
+
+from storage import errors as storage_errors
+from storage.files import NOT_A_FILE, FileIO, join, local_path, to_local_path
+
+from ..errors import BadRequest, NotFound
+
+if TYPE_CHECKING:
+    from .state import LanceTable, TableVersion
+
+log = logging.getLogger(__name__)
+
+U64_MAX = 2**64 - 1
+NAMING_SCHEMES = ("V1", "V2")
+VERSIONS_DIR = "_versions"
+MANIFEST_MAGIC = b"LANC"  # the last four bytes of every Lance manifest (and data) file
+_FINAL_NAME = re.compile(r"^(\d+)\.manifest$")
+
+
+def show(ident: list[str] | tuple[str, ...]) -> str:
+    return ".".join(ident)
+
+
+# -- manifest names ----------------------------------------------------------------------------------------------
+
+
+def manifest_name(version: int, scheme: str) -> str:
+    """V1: `{version}.manifest`; V2: `{u64::MAX - version}.manifest`, zero-padded to 20 digits so that a
+    lexicographic listing finds the latest first (spec: ManifestNamingScheme)."""
+    if scheme == "V1":
+        return f"{version}.manifest"
+    return f"{U64_MAX - version:020d}.manifest"
+
+
+def version_of_manifest_name(name: str) -> tuple[int, str] | None:
+    """(version, scheme) for a final manifest file name, None for anything else (staging files, hints)."""
+    m = _FINAL_NAME.match(name)
+    if not m:
+        return None
+    digits = m.group(1)
+    n = int(digits)
+    if len(digits) == 20 and n > U64_MAX // 2:
+        return U64_MAX - n, "V2"
+    return n, "V1"
+
+
+def is_staged(uri: str) -> bool:
+    """Whether a version's manifest_path names a staging file, the server's to remove once the final manifest is
+    written; a final manifest name the client handed in is the client's own file and stays."""
+    return version_of_manifest_name(uri.rpartition("/")[2]) is None
+
+
+def infer_scheme(staging_name: str, version: int) -> str | None:
+    for scheme in NAMING_SCHEMES:
+        if staging_name.startswith(manifest_name(version, scheme)):
+            return scheme
+    return None
+
+
+# -- paths -----------------------------------------------------------------------------------------------------
+
+
+def _store_root(location: str) -> tuple[str, str]:
+    """(scheme, bucket) of the object store a location lives in; bucket is "" for local files."""
+    if local_path(location) is not None:
+        return "file", ""
+    p = urlparse(location)
+    return p.scheme, p.netloc
+
+
+def object_path(uri: str) -> str:
+    """The object-store path Lance expects for a URI: no scheme, no bucket, no leading slash."""
+    local = to_local_path(uri)
+    if local is not None:
+        return str(local).lstrip("/")
+    return urlparse(uri).path.lstrip("/")
+
+
+def resolve_path(location: str, path: str) -> str:
+    """The URI for a path a client sent: an object-store path (as pylance sends) or a full URI."""
+    if not path or "\x00" in path:
+        raise BadRequest(f"invalid path: {path!r}")
+    if "://" in path:
+        return path
+    scheme, bucket = _store_root(location)
+    if scheme == "file":
+        return Path("/" + path.lstrip("/")).as_uri()
+    return f"{scheme}://{bucket}/{path.lstrip('/')}"
+
+
+def versions_dir(location: str) -> str:
+    return join(location, VERSIONS_DIR)
+
+
+def manifest_uri(location: str, version: int, scheme: str) -> str:
+    return join(location, VERSIONS_DIR, manifest_name(version, scheme))
+
+
+# -- reading -----------------------------------------------------------------------------------------------------
+
+
+async def read_staged(files: FileIO, location: str, uri: str) -> bytes | None:
+    """A staged manifest's bytes, None if it does not exist (a link planted there is refused)."""
+    try:
+        return await files.read(uri, within=location)
+    except (NotFound, storage_errors.FileMissing):
+        return None
+
+
+@dataclass(frozen=True)
+class FoundManifest:
+    version: int
+    scheme: str
+    uri: str
+    size: int
+    mtime_ms: int
+
+
+def list_manifests(files: FileIO, location: str) -> list[FoundManifest]:
+    """Final manifests in `<location>/_versions/`, ascending by version; staging files and hints are skipped.
+    If one version exists under both naming schemes (a table migrated from V1), V2 wins, as in Lance."""
+    found: dict[int, FoundManifest] = {}
+    local = to_local_path(location)
+    if local is not None:
+        try:
+            entries = list(os.scandir(local / VERSIONS_DIR))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        for entry in entries:
+            parsed = version_of_manifest_name(entry.name)
+            if parsed is None or not entry.is_file():
+                continue
+            st = entry.stat()
+            _keep(found, FoundManifest(parsed[0], parsed[1], join(location, VERSIONS_DIR, entry.name), st.st_size,
+                                       int(st.st_mtime * 1000)))
+    else:
+        import obstore
+        store, key = files.object_store(location)
+        prefix = key.rstrip("/") + f"/{VERSIONS_DIR}/"
+        root = urlparse(location)
+        for chunk in obstore.list(store, prefix=prefix):
+            for meta in chunk:
+                name = meta["path"].rsplit("/", 1)[-1]
+                parsed = version_of_manifest_name(name)
+                if parsed is None:
+                    continue
+                _keep(found, FoundManifest(parsed[0], parsed[1], f"{root.scheme}://{root.netloc}/{meta['path']}",
+                                           int(meta["size"]), int(meta["last_modified"].timestamp() * 1000)))
+    return [found[v] for v in sorted(found)]
+
+
+def _keep(found: dict[int, FoundManifest], m: FoundManifest) -> None:
+    if m.version not in found or m.scheme == "V2":
+        found[m.version] = m
+
+
+async def cleaned_up(files: FileIO, versions: list[TableVersion], latest: TableVersion | None) -> set[int]:
+    """The versions among `versions` whose manifest is gone. Lance's `cleanup_old_versions` deletes old versions'
+    manifests itself and tells the namespace nothing; a version that cannot be opened is none (lance's own
+    directory namespace lists `_versions/` and shows only what is there). Cleanup never takes the latest
+    version, so the commit path's `version/list` limit 1 costs no listing."""
+    listed: dict[str, set[str]] = {}   # directory -> its names, listed once (all are usually `_versions/`)
+    gone = set()
+    for v in versions:
+        if latest is not None and v.version >= latest.version:
+            continue
+        directory, _, name = v.manifest_uri.rpartition("/")
+        if directory not in listed:
+            listed[directory] = await files.names_in(directory)
+        if name not in listed[directory]:
+            gone.add(v.version)
+    return gone
+
+
+# -- repairs at load ---------------------------------------------------------------------------------------------
+
+
+async def restore_final_manifests(files: FileIO, state: LanceTable) -> None:
+    """A final manifest is written once its version is recorded, so a crash in between leaves a recorded
+    version without it. Its staged manifest is gone only once the final one is in place (renamed into it, or
+    removed after the copy), so it is still there: copy it back, from the latest version down to the first
+    whose final manifest exists (earlier ones were written before that one). Without a matching staged copy
+    the version is logged and the table served; a storage error fails the load instead, so that nothing is
+    answered while a restorable file is missing."""
+    for v in reversed(state.versions):
+        # (a directory put in its place is not it, nor a link: only a file reached without following one)
+        found = await files.size(v.manifest_uri, within=state.location)
+        if found is not None and v.size in (None, found):
+            return
+        data = None
+        if v.staging_uri not in (None, v.manifest_uri):   # a final name the client handed in has no copy
+            try:
+                data = await files.read(v.staging_uri, within=state.location)
+            except (NotFound, BadRequest, storage_errors.FileMissing, storage_errors.FileRefused):
+                pass   # (gone, or not a file: a link, say)
+        if data is None or len(data) != v.size or hashlib.sha256(data).hexdigest() != v.sha256:
+            log.error("table %s: version %d's manifest %s is missing and %s holds no copy of it",
+                      show(state.ident), v.version, v.manifest_uri, v.staging_uri)
+            continue
+        await files.write_many([(v.manifest_uri, data, None, state.location)])
+        log.warning("table %s: restored version %d's manifest %s from %s", show(state.ident), v.version,
+                    v.manifest_uri, v.staging_uri)
+        if is_staged(v.staging_uri):   # as CreateVersion's clean-up
+            try:
+                await files.delete(v.staging_uri, within=state.location)
+            except Exception as exc:
+                log.warning("removing staged manifest %s failed: %s", v.staging_uri, exc)
+
+
+async def unrecorded_manifests(files: FileIO, state: LanceTable, grace_s: float) -> list[str]:
+    """Final manifests above the high-water mark, older than `grace_s`: never recorded. Ours are written only
+    after their version is, but a client may put one there itself (a final name handed in as `manifest_path`)
+    and its commit then be refused or lost (crash, database failure). Lance probes final paths before
+    committing, so such a file would make every writer skip a version we then refuse. Empty when the table's
+    place leads elsewhere (a link between the warehouse and it: the manifests found may be anyone's)."""
+    orphans = []
+    version = state.high_water + 1
+    while True:
+        ages = [(uri, await files.age_s(uri)) for uri in
+                (manifest_uri(state.location, version, s) for s in NAMING_SCHEMES)]
+        found = [(uri, age) for uri, age in ages if age is not None]
+        if not found:
+            break
+        # A young one may be a writer's final name handed in as manifest_path, its version/create still on
+        # its way: left for a later load (config.lance_unrecorded_grace_s).
+        orphans += [uri for uri, age in found if age >= grace_s]
+        version += 1
+    if orphans:
+        if await trio.to_thread.run_sync(files.leads_elsewhere, state.location):
+            return []
+    return orphans
+
+
+async def remove_unrecorded(files: FileIO, state: LanceTable, uris: list[str]) -> None:
+    for uri in uris:
+        log.warning("removing manifest %s: its version was never recorded", uri)
+        try:
+            await files.delete(uri, within=state.location)
+        except OSError as exc:
+            if exc.errno not in NOT_A_FILE:
+                raise
+            # Reached through a link (the table's `_versions/`, say): not ours to delete, and no reason to
+            # refuse to load the table either.
+            log.warning("not removing %s: %s", uri, exc)
