@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-import uuid
 from typing import Any
+
+from .keys import new_key
 
 COMMIT_PATH = "/api/coordinator/v1/commit"
 
@@ -61,10 +62,11 @@ def lance_part(table_id: list[str], create_table_version: dict[str, Any]) -> dic
 
 def commit(base_url: str, parts: list[dict[str, Any]], *, token: str | None = None,
            idempotency_key: str | None = None, timeout_s: float = 60.0) -> list[Any]:
-    """Commit `parts` atomically. To retry after a lost answer, pass the same `idempotency_key` (a UUID; one is
-    made for a call that gives none): the retry is answered as the first attempt was, never applied twice."""
+    """Commit `parts` atomically. To retry after a lost answer, pass the same `idempotency_key` (a UUIDv7 string,
+    `coordinator.keys.new_key()`; one is made for a call that gives none): the retry is answered as the first
+    attempt was, never applied twice."""
     body = json.dumps({"parts": parts}).encode()
-    headers = {"Content-Type": "application/json", "Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+    headers = {"Content-Type": "application/json", "Idempotency-Key": idempotency_key or new_key()}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(base_url.rstrip("/") + COMMIT_PATH, data=body, headers=headers, method="POST")

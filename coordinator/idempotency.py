@@ -18,8 +18,6 @@ handed back like any recorded answer (status and body bytes).
 from __future__ import annotations
 
 import logging
-import os
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Awaitable, Callable, TypeVar
@@ -52,15 +50,6 @@ def parse_key(raw: str) -> uuid.UUID:
     if key.version != 7 or key.variant != uuid.RFC_4122:
         raise BadRequest(f"Idempotency-Key must be a UUIDv7, got version {key.version}")
     return key
-
-
-def new_key() -> str:
-    """A fresh key as clients send it: a UUIDv7 string (RFC 9562). For this project's own clients (tests, load
-    generator); Python gains `uuid.uuid7` only in 3.14."""
-    ms = int(time.time() * 1000)
-    rand = int.from_bytes(os.urandom(10), "big")
-    value = (ms << 80) | (0x7 << 76) | ((rand >> 64) & 0xFFF) << 64 | (0b10 << 62) | (rand & ((1 << 62) - 1))
-    return str(uuid.UUID(int=value))
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 import trio
 
-from coordinator.idempotency import new_key
+from coordinator.keys import new_key
 from storage import files
 
 from .http import HttpConnection

@@ -17,7 +17,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 
-from coordinator.idempotency import new_key
+from coordinator.keys import new_key
 from storage.embedded import EmbeddedPostgres, free_port
 
 

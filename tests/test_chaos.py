@@ -48,9 +48,12 @@ from tests.support import ServerProcess, throwaway_postgres, uuid7
 pytestmark = pytest.mark.chaos
 
 FORMATS = ("iceberg", "delta", "lance")
-TABLES = ("t0", "t1", "t2")
+TABLES = ("t0", "t1", "t2", "tx")
 WRITERS_PER_FORMAT = 4           # writer w writes TABLES[w % 3]: t0 has two writers racing, t1 and t2 one each
-CROSS_FORMAT_WRITERS = 2         # writer w commits to TABLES[w % 3] of all three formats at once (t0 and t1)
+# Two writers commit to tx of all three formats at once, racing each other and one single-format writer per format
+# there. That one pauses between commits: a cross-format commit must win the race on all three tables, and
+# against writers that never pause it would (rightly) almost never win.
+CROSS_FORMAT_TABLE, CROSS_FORMAT_WRITERS, CROSS_FORMAT_RIVAL_PAUSE_S = "tx", 2, 0.2
 CROSS_FORMAT_COMMIT = "/api/coordinator/v1/commit"
 ICEBERG_NS, LANCE_NS, DELTA_SCHEMA = "chaos_ice", "chaos_lance", "chaos"
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
@@ -206,15 +209,17 @@ class Writer(abc.ABC):
     fmt = ""
 
     def __init__(self, base: str, table: str, log: ClientLog, stop: threading.Event, give_up: threading.Event,
-                 *, patient: bool):
+                 *, patient: bool, pause_s: float = 0.0):
         self.base, self.table, self.log = base, table, log
-        self.stop, self.give_up, self.patient = stop, give_up, patient
+        self.stop, self.give_up, self.patient, self.pause_s = stop, give_up, patient, pause_s
         self.http = httpx.Client(base_url=base, timeout=10)
 
     def run(self) -> None:
         try:
             while not self.stop.is_set():
                 self.commit_once()
+                if self.pause_s:
+                    self.stop.wait(self.pause_s)
         finally:
             self.http.close()
 
@@ -383,6 +388,14 @@ class LanceWriter(Writer):
             Path("/" + self.staged).unlink(missing_ok=True)
 
 
+def single_format_writers(base: str, table: str, log: ClientLog, stop: threading.Event, give_up: threading.Event,
+                          tables: "Tables", *, patient: bool, pause_s: float = 0.0) -> list[Writer]:
+    """One writer per format on `table`."""
+    args, kw = (base, table, log, stop, give_up), {"patient": patient, "pause_s": pause_s}
+    return [IcebergWriter(*args, **kw), DeltaWriter(*args, table_info=tables.delta[table], **kw),
+            LanceWriter(*args, location=tables.lance[table], **kw)]
+
+
 class CrossFormatWriter(Writer):
     """Commits to the same-named table of every format at once (`POST /api/coordinator/v1/commit`), racing the
     single-format writers on those tables. All three parts apply or none: the checker's `torn` counts any that
@@ -393,10 +406,7 @@ class CrossFormatWriter(Writer):
     def __init__(self, base: str, table: str, log: ClientLog, stop: threading.Event, give_up: threading.Event,
                  *, patient: bool, tables: "Tables"):
         super().__init__(base, table, log, stop, give_up, patient=patient)
-        args = (base, table, log, stop, give_up)
-        self.writers = [IcebergWriter(*args, patient=patient),
-                        DeltaWriter(*args, patient=patient, table_info=tables.delta[table]),
-                        LanceWriter(*args, patient=patient, location=tables.lance[table])]
+        self.writers = single_format_writers(base, table, log, stop, give_up, tables, patient=patient)
 
     def run(self) -> None:
         try:
@@ -599,13 +609,12 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
         tables = set_up(base)
         writers: list[Writer] = []
         for w in range(WRITERS_PER_FORMAT):
-            t, patient = TABLES[w % len(TABLES)], w % 2 == 0
-            args = (base, t, log, stop, give_up)
-            writers += [IcebergWriter(*args, patient=patient),
-                        DeltaWriter(*args, patient=patient, table_info=tables.delta[t]),
-                        LanceWriter(*args, patient=patient, location=tables.lance[t])]
-        writers += [CrossFormatWriter(base, TABLES[w % len(TABLES)], log, stop, give_up, patient=w % 2 == 0,
+            t, patient = TABLES[w % 3], w % 2 == 0
+            writers += single_format_writers(base, t, log, stop, give_up, tables, patient=patient)
+        writers += [CrossFormatWriter(base, CROSS_FORMAT_TABLE, log, stop, give_up, patient=w % 2 == 0,
                                       tables=tables) for w in range(CROSS_FORMAT_WRITERS)]
+        writers += single_format_writers(base, CROSS_FORMAT_TABLE, log, stop, give_up, tables, patient=True,
+                                         pause_s=CROSS_FORMAT_RIVAL_PAUSE_S)
         threads = [threading.Thread(target=w.run, name=f"{w.fmt}-{w.table}", daemon=True) for w in writers]
         for th in threads:
             th.start()

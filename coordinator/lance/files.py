@@ -28,7 +28,7 @@ import trio
 from storage import errors as storage_errors
 from storage.files import NOT_A_FILE, FileIO, join, local_path, to_local_path
 
-from ..errors import BadRequest, NotFound
+from ..errors import BadRequest, NotFound, from_storage
 
 if TYPE_CHECKING:
     from .state import LanceTable, TableVersion
@@ -130,6 +130,8 @@ async def read_staged(files: FileIO, location: str, uri: str) -> bytes | None:
         return await files.read(uri, within=location)
     except (NotFound, storage_errors.FileMissing):
         return None
+    except storage_errors.FileRefused as exc:   # not a file, or reached through a link: the request's fault
+        raise from_storage(exc) from None
 
 
 @dataclass(frozen=True)
