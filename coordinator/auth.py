@@ -42,7 +42,7 @@ import jwt
 import trio
 
 from .config import ConfigError
-from .errors import Forbidden, Unauthorized
+from .errors import Forbidden, InvalidClient, Unauthorized
 
 Resource = tuple[str, ...]
 ISSUER = "commit-coordinator"
@@ -197,7 +197,7 @@ class Authority:
         stored = client.secret_hash if client else _dummy_hash()
         ok = await trio.to_thread.run_sync(verify_secret, secret, stored, limiter=self._hashing)
         if client is None or not ok:
-            raise Unauthorized("invalid client id or secret", kind="invalid_client")
+            raise InvalidClient("invalid client id or secret")
         return self.issue(client.id)
 
     def issue(self, subject: str) -> Token:

@@ -20,7 +20,7 @@ HTTP status the class usually maps to.
      ├── NotEmpty              drop of a container that still holds objects           (409)
      │    └── NamespaceNotEmpty (NamespaceRefilled), CatalogNotEmpty
      ├── CommitConflict        a requirement / expected version did not hold          (409)
-     │    └── VersionExists, Recount, UnpublishedCommits
+     │    └── VersionExists, Recount, VersionPublished
      ├── DuplicateRequest      an Idempotency-Key applied a moment ago                (409)
      ├── TooManyRequests       the client must act first (e.g. backfill)              (429)
      ├── Unavailable           overloaded or database down; known NOT applied         (503 + Retry-After)
@@ -37,16 +37,13 @@ from storage import errors as storage_errors
 
 class CoordinatorError(Exception):
     status = 500
-    kind: str | None = None   # transitional: protocols now tell errors apart by class
     # In a commit of several parts (coordinator/transaction.py), the index of the part this refusal is about, as
     # the caller listed them; None for the commit as a whole.
     part: int | None = None
 
-    def __init__(self, message: str, *, kind: str | None = None, reload: bool = False):
+    def __init__(self, message: str, *, reload: bool = False):
         super().__init__(message)
         self.message = message
-        if kind is not None:
-            self.kind = kind
         # A rejection that shows storage holding what the table's state does not know of (a client saw it): the
         # actor reloads before its next request, and the format's loader reconciles the two.
         self.reload = reload
@@ -62,8 +59,6 @@ class BadRequest(CoordinatorError):
 class Unsupported(BadRequest):
     """An operation, option or branch this service does not serve (Lance: 406, code 0)."""
 
-    kind = "unsupported"
-
 
 class Unprocessable(BadRequest):
     """Well-formed but contradictory, e.g. a property key both updated and removed: Iceberg's spec answers 422
@@ -74,8 +69,6 @@ class Unprocessable(BadRequest):
 
 class FailedPrecondition(BadRequest):
     """Valid, but the object is not in a state that allows it (UC's FAILED_PRECONDITION)."""
-
-    kind = "precondition"
 
 
 class LocationTaken(BadRequest):
@@ -89,18 +82,12 @@ class LocationTaken(BadRequest):
                          f"another's; choose another location, or retry once the deletion has ended")
 
 
-def location_taken(location: str | None) -> LocationTaken:
-    return LocationTaken(location)
-
-
 class Unauthorized(CoordinatorError):
     status = 401
 
 
 class InvalidClient(Unauthorized):
     """OAuth2 client credentials that are wrong (the token endpoint's `invalid_client`)."""
-
-    kind = "invalid_client"
 
 
 class Forbidden(CoordinatorError):
@@ -114,39 +101,33 @@ class NotFound(CoordinatorError):
 class NoSuchNamespace(NotFound):
     """A namespace (Unity Catalog: a schema) that does not exist."""
 
-    kind = "namespace"
-
 
 class NoSuchTable(NotFound):
-    kind = "table"
+    pass
 
 
 class NameMoved(NoSuchTable):
     """A cached name's table id now belongs to another name (renamed): resolve the name again."""
 
-    kind = "table-moved"
-
 
 class NoSuchView(NotFound):
-    kind = "view"
+    pass
 
 
 class NoSuchCatalog(NotFound):
-    kind = "catalog"
+    pass
 
 
 class NoSuchVersion(NotFound):
-    kind = "version"
+    pass
 
 
 class NoSuchTransaction(NotFound):
-    kind = "transaction"
+    pass
 
 
 class NoSuchRoute(NotFound):
     """No route matched the path."""
-
-    kind = "route"
 
 
 class AlreadyExists(CoordinatorError):
@@ -154,19 +135,19 @@ class AlreadyExists(CoordinatorError):
 
 
 class NamespaceExists(AlreadyExists):
-    kind = "namespace"
+    pass
 
 
 class TableExists(AlreadyExists):
-    kind = "table"
+    pass
 
 
 class ViewExists(AlreadyExists):
-    kind = "view"
+    pass
 
 
 class CatalogExists(AlreadyExists):
-    kind = "catalog"
+    pass
 
 
 class NotEmpty(CoordinatorError):
@@ -174,17 +155,15 @@ class NotEmpty(CoordinatorError):
 
 
 class NamespaceNotEmpty(NotEmpty):
-    kind = "namespace"
+    pass
 
 
 class NamespaceRefilled(NamespaceNotEmpty):
     """A cascading drop found tables created in the namespace while it was being dropped."""
 
-    kind = "tables"
-
 
 class CatalogNotEmpty(NotEmpty):
-    kind = "catalog"
+    pass
 
 
 class CommitConflict(CoordinatorError):
@@ -196,19 +175,9 @@ class CommitConflict(CoordinatorError):
 class VersionExists(CommitConflict):
     """Lance: the version a client tried to create exists (or is not the next one)."""
 
-    kind = "version-exists"
-
 
 class Recount(CommitConflict):
     """Lance: the table's versions changed while their records were counted; counted again, it may apply."""
-
-    kind = "recount"
-
-
-class UnpublishedCommits(CommitConflict):
-    """Delta: the commit must wait until the client has published (backfilled) earlier ratified commits."""
-
-    kind = "published"
 
 
 class VersionPublished(CommitConflict):
@@ -225,8 +194,8 @@ class Unavailable(CoordinatorError):
 
     status = 503
 
-    def __init__(self, message: str, *, retry_after_s: int = 1, kind: str | None = None, reload: bool = False):
-        super().__init__(message, kind=kind, reload=reload)
+    def __init__(self, message: str, *, retry_after_s: int = 1, reload: bool = False):
+        super().__init__(message, reload=reload)
         self.retry_after_s = retry_after_s
 
 
@@ -258,7 +227,6 @@ class DuplicateRequest(CoordinatorError):
     request's recorded answer."""
 
     status = 409
-    kind = "duplicate"
 
     def __init__(self, key, message: str = "request already applied under this Idempotency-Key"):
         super().__init__(message)

@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from coordinator.cluster.channel import AnswerLost, ChannelServer, Codec, Peer, PeerUnreachable, read_frames
-from coordinator.errors import CommitConflict, CoordinatorError, Unavailable
+from coordinator.errors import CoordinatorError, Unavailable, VersionExists
 
 
 KEY = b"k" * 32
@@ -41,7 +41,7 @@ async def test_calls_results_errors_and_local_objects():
         return value, obj is theirs
 
     async def conflict():
-        raise CommitConflict("expected 1, found 2", kind="ref")
+        raise VersionExists("expected 1, found 2")
 
     async def crash():
         raise ValueError("boom")
@@ -59,8 +59,8 @@ async def test_calls_results_errors_and_local_objects():
         assert await peer.call("echo", {"a": [1, 2]}, mine) == ({"a": [1, 2]}, True)
         try:
             await peer.call("conflict")
-        except CommitConflict as exc:
-            assert (exc.message, exc.kind, exc.status) == ("expected 1, found 2", "ref", 409)
+        except VersionExists as exc:   # the error's own class, not only a CoordinatorError
+            assert (exc.message, exc.status) == ("expected 1, found 2", 409)
         else:
             raise AssertionError("no error")
         try:

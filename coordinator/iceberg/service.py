@@ -22,7 +22,7 @@ from storage.records import NAMESPACE_SEP, TableRow, join_namespace
 from coordinator.credentials import vendable_s3_keys
 from coordinator.decision import PlannedPart
 from coordinator.errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NameMoved, NoSuchNamespace,
-                                NoSuchTable, NoSuchView, NotFound, Unprocessable, location_taken)
+                                NoSuchTable, NoSuchView, NotFound, Unprocessable, LocationTaken)
 from coordinator.idempotency import IdempotencyKey
 from coordinator.names import Names
 from coordinator.paging import decode_page_token, one_more, page
@@ -299,7 +299,7 @@ class IcebergService:
         for u in moves:
             await self._check_chosen(u.location, ident)
             if await self.store.location_taken(u.location, exclude=await self._resolve(ident, kind)):
-                raise location_taken(u.location)
+                raise LocationTaken(u.location)
 
     async def _commit_create(self, ident: TableIdent, requirements: list, updates: list,
                              idempotency_key: IdempotencyKey | None) -> IcebergTable:

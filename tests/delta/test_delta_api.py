@@ -968,8 +968,8 @@ def test_seed_samples_parse():
 
 
 def test_error_codes_by_class():
-    """Unity Catalog's code for each typed outcome, read from the class alone (a `kind` says nothing)."""
-    from api.delta import _error_code
+    """Unity Catalog's code for each typed outcome, read from the class alone."""
+    from api.delta import error_code
     from coordinator import errors as e
     expected = [(e.NoSuchCatalog, 404, "CATALOG_DOES_NOT_EXIST"), (e.NoSuchNamespace, 404, "SCHEMA_DOES_NOT_EXIST"),
                 (e.NoSuchTable, 404, "TABLE_DOES_NOT_EXIST"), (e.CatalogExists, 409, "CATALOG_ALREADY_EXISTS"),
@@ -981,5 +981,4 @@ def test_error_codes_by_class():
                 (e.BadRequest, 400, "INVALID_PARAMETER_VALUE"), (e.Unauthorized, 401, "UNAUTHENTICATED"),
                 (e.Forbidden, 403, "PERMISSION_DENIED")]
     for cls, status, code in expected:
-        assert _error_code(cls("x")) == (status, code), cls
-    assert _error_code(e.BadRequest("x", kind="precondition")) == (400, "INVALID_PARAMETER_VALUE")
+        assert error_code(cls("x")) == (status, code), cls
