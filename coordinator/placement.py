@@ -15,9 +15,9 @@ from storage.records import join_namespace, split_namespace
 
 from .errors import BadRequest
 
-LANCE_REALM = "lance"               # coordinator/lance/catalog.py REALM (catalog "")
-ICEBERG_REALM = "iceberg"           # coordinator/iceberg/catalog.py REALM (catalog: the prefix, "" for none)
-DELTA_MANAGED_DIR = "__unitystorage"   # coordinator/delta/catalog.py MANAGED_DIR: its managed tables' root
+LANCE_REALM = "lance"               # coordinator/lance/namespaces.py REALM (catalog "")
+ICEBERG_REALM = "iceberg"           # coordinator/iceberg/state.py REALM (catalog: the prefix, "" for none)
+DELTA_MANAGED_DIR = "__unitystorage"   # coordinator/delta/service.py MANAGED_DIR: its managed tables' root
 
 
 async def check_no_namespace_inside(store, warehouse: str, location: str, iceberg_prefix: str | None = None

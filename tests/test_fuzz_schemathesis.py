@@ -3,7 +3,7 @@
 Issue 7, "Hostile and broken input": "run schemathesis against all three ... zero 5xx, every error in the
 protocol's format". Each protocol's OpenAPI document is read from the running service (`GET /openapi/<name>.yaml`)
 and narrowed to what the service serves: for Iceberg the endpoints `/v1/config` advertises; for Lance the routes
-of api/lance.py (an unserved Lance operation answers 406 "Unsupported" by design, which is not what is tested
+of api/lance/routes.py (an unserved Lance operation answers 406 "Unsupported" by design, which is not what is tested
 here); for Unity Catalog the whole document, which lists only served routes.
 
 Some state is created first (a namespace, a table, a view; a catalog, a schema, a managed table) so that requests
@@ -100,7 +100,7 @@ def uc_error_format(ctx, response, case) -> None:
 # -- what each protocol serves, and the state the fuzzer aims at ----------------------------------------------------
 
 
-# api/lance.py's routes (method, spec path). The spec's other operations answer 406 Unsupported by design.
+# api/lance/routes.py's routes (method, spec path). The spec's other operations answer 406 Unsupported by design.
 LANCE_SERVED = {
     ("POST", "/v1/namespace/{id}/create"), ("GET", "/v1/namespace/{id}/list"),
     ("POST", "/v1/namespace/{id}/describe"), ("POST", "/v1/namespace/{id}/exists"),

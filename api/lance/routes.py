@@ -1,9 +1,8 @@
-"""Lance Namespace REST routes (`/v1/namespace/{id}/...`, `/v1/table/{id}/...`): parse, call the catalog, map.
+"""Lance Namespace REST routes (`/v1/namespace/{id}/...`, `/v1/table/{id}/...`): parse, call the service, answer.
 
 Spec: lance-namespace-rest-open-api.yaml with lance-namespace-rest-catalog.md. `{id}` is the object's levels
-joined by the `delimiter` query parameter (default `$`); the delimiter alone is the root namespace. Errors use
-the spec's ErrorResponse (`{"error", "code", "detail", "instance"}`) with its codes 0-23 and the HTTP status the
-spec maps each code to. These routes share `/v1` with Iceberg's, which reserves the prefixes "namespace",
+joined by the `delimiter` query parameter (default `$`); the delimiter alone is the root namespace. Errors are
+answered by `errors.py`. These routes share `/v1` with Iceberg's, which reserves the prefixes "namespace",
 "table" and "transaction" so that every Lance path is unambiguous.
 """
 
@@ -15,12 +14,9 @@ from urllib.parse import unquote
 
 from pydantic import BaseModel
 from quart import Blueprint, Response, current_app, request
-from werkzeug.exceptions import HTTPException
 
 from coordinator.auth import Privilege
-from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NamespaceExists,
-                                NoSuchNamespace, NoSuchTransaction, NoSuchVersion, NotEmpty, NotFound, OutcomeUnknown,
-                                TooManyRequests, Unauthorized, Unavailable, Unpublished, Unsupported, from_storage)
+from coordinator.errors import BadRequest, CoordinatorError, NoSuchTransaction, Unsupported
 from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersionsRequest,
                                BatchDeleteTableVersionsRequest, CreateNamespaceRequest, CreateTableVersionRequest,
                                DeclareTableRequest, DeregisterTableRequest, DescribeNamespaceRequest,
@@ -28,75 +24,15 @@ from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersion
                                DropTableRequest, LanceTable, Page, RegisterTableRequest, TableExistsRequest,
                                TableVersion)
 
-from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
-from .common import CommitPart, empty_response, json_response, parse_json, parse_model, parsed_once
+from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
+from ..common import CommitPart, empty_response, json_response, parse_json, parse_model, parsed_once
+from .errors import STATUS_OF_CODE, error_code
 
 log = logging.getLogger(__name__)
 
 bp = Blueprint("lance", __name__)
 
 DEFAULT_DELIMITER = "$"
-
-# -- errors: one translation, at this boundary ----------------------------------------------------------------
-
-# Spec, "Error Code to HTTP Status Mapping".
-STATUS_OF_CODE = {0: 406, 1: 404, 2: 409, 3: 409, 4: 404, 5: 409, 6: 404, 7: 409, 8: 404, 9: 409, 10: 404,
-                  11: 404, 12: 404, 13: 400, 14: 409, 15: 403, 16: 401, 17: 503, 18: 500, 19: 409, 20: 400,
-                  21: 429, 22: 404, 23: 409}
-
-
-NOT_FOUND_CODES = ((NoSuchNamespace, 1), (NoSuchVersion, 11), (NoSuchTransaction, 10))   # else 4: the table
-
-
-def error_code(exc: CoordinatorError) -> int:
-    if isinstance(exc, Unsupported):
-        return 0
-    if isinstance(exc, NotFound):
-        return next((code for cls, code in NOT_FOUND_CODES if isinstance(exc, cls)), 4)
-    if isinstance(exc, AlreadyExists):
-        return 2 if isinstance(exc, NamespaceExists) else 5
-    if isinstance(exc, NotEmpty):
-        return 3
-    if isinstance(exc, CommitConflict):
-        return 14
-    if isinstance(exc, BadRequest):
-        return 13
-    if isinstance(exc, Unauthorized):
-        return 16
-    if isinstance(exc, Forbidden):
-        return 15
-    if isinstance(exc, TooManyRequests):
-        return 21
-    if isinstance(exc, Unavailable):
-        return 17
-    return 18
-
-
-def _detail(exc: CoordinatorError) -> str:
-    """Whether the request changed anything: the one thing a client must know to recover."""
-    if isinstance(exc, OutcomeUnknown):
-        return "the commit may or may not have been applied: describe the version to find out"
-    if isinstance(exc, Unpublished):
-        return "the commit was recorded but its manifest is not in place yet; retry the same request"
-    if isinstance(exc, Unavailable):
-        return "nothing was applied; retry"
-    return "nothing was applied"
-
-
-def _error(message: str, code: int, detail: str, headers: dict[str, str] | None = None) -> Response:
-    body = {"error": message, "code": code, "detail": detail, "instance": request.path}
-    return json_response(body, STATUS_OF_CODE[code], headers)
-
-
-def error_response(exc: BaseException) -> Response:
-    """Any error raised while serving a Lance path, as the spec's ErrorResponse: the one translation for this
-    protocol (api/app.py sends every error here by the request's path)."""
-    exc = from_storage(exc)
-    if isinstance(exc, HTTPException):
-        return _http_error_response(exc)
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
-    return _error(exc.message, error_code(exc), _detail(exc), headers)
-
 
 @bp.before_request
 async def _no_slash_in_the_id() -> None:
@@ -106,14 +42,6 @@ async def _no_slash_in_the_id() -> None:
     if len(raw) > 3 and b"%2f" in raw[3].lower():
         raise BadRequest(f"invalid identifier {unquote(raw[3].decode('latin-1'))!r}: an identifier level may not "
                          f"contain '/'")
-
-
-def _http_error_response(exc: HTTPException) -> Response:
-    status = exc.code or 400
-    if status >= 500:  # an unexpected fault (quart turns any uncaught exception into a 500): not the client's input
-        return _error(exc.description or exc.name, 18, "an internal error; whether anything was applied is unknown: "
-                      "describe the table or version to find out")
-    return _error(exc.description or exc.name, {404: 4, 405: 0, 413: 13}.get(status, 13), "nothing was applied")
 
 
 # -- request plumbing ------------------------------------------------------------------------------------------

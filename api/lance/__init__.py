@@ -1,0 +1,7 @@
+"""The Lance Namespace REST protocol: its routes (`routes.py`, the blueprint `bp`) and its one error translation
+(`errors.py`, `error_response`)."""
+
+from .errors import error_response
+from .routes import bp, cross_format_part
+
+__all__ = ["bp", "cross_format_part", "error_response"]
