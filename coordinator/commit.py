@@ -76,7 +76,7 @@ async def write(commit: Commit, store, files) -> None:
     with trio.CancelScope(shield=True):
         try:
             await files.write_many(fresh)
-        except (OSError, StorageError) as exc:  # a full or read-only warehouse, say: known not applied
+        except Exception as exc:  # a full or read-only warehouse, say: the store was not asked, nothing applied
             await _discard_new_tables_files(commit, files)
             raise Unavailable(f"could not write the table files ({exc}); nothing applied, retry") from exc
         try:
@@ -103,10 +103,7 @@ def refusal_error(commit: Commit, refusal: Refusal | None) -> CoordinatorError:
     if refusal is Refusal.FENCED:
         return NotOwner(f"table {first}'s shard moved to another member; nothing applied, retry")
     if refusal is Refusal.NAME_TAKEN:
-        if new is None:
-            return TableExists("Table already exists under the new name")
-        kind = ViewExists if new.kind == "view" else TableExists
-        return kind(f"{new.kind.capitalize()} already exists: {new.name}")
+        return _name_taken(new) if new is not None else TableExists("Table already exists under the new name")
     if refusal is Refusal.NO_NAMESPACE:
         namespace = new.namespace.replace("\x1f", ".") if new is not None else "of the new name"
         return NoSuchNamespace(f"Namespace does not exist: {namespace}")
@@ -123,8 +120,13 @@ async def _check_place_free(store, new: TableRow) -> None:
     both again when it inserts the row; this only keeps files out of another table's place."""
     if await store.location_taken(new.location):
         if await store.find_table(new.realm, new.catalog, new.namespace, new.name) is not None:
-            raise refusal_error(Commit([Part(TableWrite(new.table_id, 0, 0, insert=new))]), Refusal.NAME_TAKEN)
+            raise _name_taken(new)
         raise LocationTaken(new.location)
+
+
+def _name_taken(new: TableRow) -> CoordinatorError:
+    kind = ViewExists if new.kind == "view" else TableExists
+    return kind(f"{new.kind.capitalize()} already exists: {new.name}")
 
 
 async def _discard_new_tables_files(commit: Commit, files) -> None:
