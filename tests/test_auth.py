@@ -145,6 +145,9 @@ def _assert_protocol_error(path: str, r: httpx.Response, status: int) -> None:
         assert body["error_code"] == {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED"}[status], body
     elif protocol == "lance":
         assert body["code"] == {401: 16, 403: 15}[status], body
+    elif protocol == "coordinator":   # the service's own API (cross-format commits): the coordinator's names
+        assert body["error"]["code"] == status and body["error"]["type"] == {
+            401: "Unauthorized", 403: "Forbidden"}[status], body
     else:
         assert body["error"]["code"] == status and body["error"]["type"] == {
             401: "NotAuthorizedException", 403: "ForbiddenException"}[status], body

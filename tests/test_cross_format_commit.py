@@ -15,6 +15,7 @@ from coordinator.client import CommitRefused, commit, delta_part, iceberg_part, 
 from coordinator.keys import new_key
 from tests.delta.conftest import UC, commit_info
 from tests.lance.conftest import local, stage
+from tests.test_auth import auth_config, secured, tokens  # noqa: F401 - fixtures: the service with grants
 from tests.test_chaos import (TABLES, ClientLog, CrossFormatWriter, check, read_state, set_up, single_format_writers)
 
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
@@ -148,3 +149,23 @@ def test_cross_format_commits_racing_single_format_commits_lose_nothing(service,
     across = Counter(o.status for o in log.outcomes if o.across)
     assert across["acked"] >= 3 * 5, f"too few cross-format commits won their races: {across}, errors {log.errors}"
     assert across["rejected"], "no cross-format commit lost a race: nothing raced"
+
+
+def test_each_part_needs_the_grants_its_own_protocols_commit_needs(secured, tokens):
+    """`updater` may write Iceberg's db tables but only create in Lance's db: a commit with a part for each is
+    refused whole (403, nothing applied); `writer`, who may write both, commits it."""
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    with httpx.Client(base_url=secured, timeout=30, headers=admin) as http:
+        assert http.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
+        assert http.post("/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).status_code == 200
+        assert http.post("/v1/namespace/db/create", json={}).status_code == 200
+        location = http.post("/v1/table/db$t/declare", json={}).json()["location"]
+    body = [iceberg_part(["db"], "t", **snapshot_change(None, 7, 1)),
+            lance_part(["db", "t"], {"version": 1, "manifest_path": stage(location, 1)})]
+    with pytest.raises(CommitRefused) as refusal:
+        commit(secured, body, token=tokens["updater"])
+    assert (refusal.value.status, refusal.value.type) == (403, "Forbidden"), refusal.value.error
+    with httpx.Client(base_url=secured, timeout=30, headers=admin) as http:
+        assert http.get("/v1/namespaces/db/tables/t").json()["metadata"].get("current-snapshot-id") in (None, -1)
+    results = commit(secured, body, token=tokens["writer"])
+    assert results[1]["version"] == 1
