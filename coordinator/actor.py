@@ -29,6 +29,7 @@ import trio
 
 from storage.errors import StorageError
 from storage.files import file_write
+from storage.interface import Files, Store
 from storage.records import TableRow, TableWrite
 
 from . import commit
@@ -50,8 +51,8 @@ class Host(Protocol):
     """What an actor needs of the registry that runs it."""
 
     config: Config
-    store: Any
-    files: Any
+    store: Store
+    files: Files
 
     async def load_state(self, row: TableRow) -> Any: ...
     def retire(self, actor: "TableActor") -> bool: ...

@@ -34,6 +34,7 @@ import trio
 
 from storage.errors import StorageError
 from storage.files import FileWrite, file_write
+from storage.interface import Files, TableRows
 from storage.records import IdempotencyRecord, Refusal, TableRow, TableWrite, WriteGroup
 
 from .errors import (CoordinatorError, LocationTaken, NoSuchNamespace, NotOwner, TableExists, Unavailable, Unpublished,
@@ -65,7 +66,7 @@ class Commit:
         return WriteGroup([p.write for p in self.parts], list(self.idempotency))
 
 
-async def write(commit: Commit, store, files) -> None:
+async def write(commit: Commit, store: TableRows, files: Files) -> None:
     """Make `commit` durable (steps 1-3 above) or raise the one error that says whether it applied."""
     for part in commit.parts:
         if part.new is not None and part.new.location and part.files:
@@ -114,7 +115,7 @@ def refusal_error(commit: Commit, refusal: Refusal | None) -> CoordinatorError:
     return Unavailable(f"table {first} changed concurrently or its write was interrupted; nothing applied, retry")
 
 
-async def _check_place_free(store, new: TableRow) -> None:
+async def _check_place_free(store: TableRows, new: TableRow) -> None:
     """A new table's location must be free before its files are written there. The name first (spec: 409 "already
     exists"): a create run twice would otherwise be told that its own table's location is taken. The store checks
     both again when it inserts the row; this only keeps files out of another table's place."""
@@ -129,7 +130,7 @@ def _name_taken(new: TableRow) -> CoordinatorError:
     return kind(f"{new.kind.capitalize()} already exists: {new.name}")
 
 
-async def _discard_new_tables_files(commit: Commit, files) -> None:
+async def _discard_new_tables_files(commit: Commit, files: Files) -> None:
     """A refused new table's files (a lost race for the name, say) would be orphans outside any table: removed.
     The others' files have fresh names inside existing tables: left, as orphans a later commit never references."""
     for part in commit.parts:

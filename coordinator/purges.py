@@ -19,6 +19,7 @@ from uuid import UUID
 import trio
 
 from storage.files import DeletionStopped
+from storage.interface import Files, PurgeClaims, Store
 from storage.records import PurgeClaim
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ _clock = functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME) if hasattr(t
     else time.monotonic
 
 
-def purge_after_drop(store, files, location: str, metadata_location: str | None = None,
+def purge_after_drop(store: PurgeClaims, files: Files, location: str, metadata_location: str | None = None,
                      listing: Listing | None = None) -> tuple[PurgeClaim, Callable[[], Awaitable[bool]]]:
     """A drop's claim on its location (Decision.purge) and the deletion that ends it (its `after_durable`): a
     partial of a module function, not a closure, so that it can travel to a table's owner in a cluster."""
@@ -44,7 +45,7 @@ def purge_after_drop(store, files, location: str, metadata_location: str | None 
     return claim, functools.partial(delete_own_location, store, files, location, claim.owner, listing)
 
 
-async def delete_own_location(store, files, location: str, owner: UUID | None = None,
+async def delete_own_location(store: Store, files: Files, location: str, owner: UUID | None = None,
                               listing: Listing | None = None) -> bool:
     """Delete a dropped table's location, unless another table lives at, above or below it (rows from before
     locations were exclusive, or an Iceberg table moved there by `set-location`): then nothing, and a warning.

@@ -15,6 +15,7 @@ from uuid import UUID
 
 import trio
 
+from storage.interface import Files, Store
 from storage.records import UNFENCED, IdempotencyRecord, LogEntry, TableRow, shard_of
 
 from .actor import Participant, TableActor
@@ -41,7 +42,7 @@ class Dormant:
 
 
 class Registry:
-    def __init__(self, config: Config, store, files, metrics: Metrics):
+    def __init__(self, config: Config, store: Store, files: Files, metrics: Metrics):
         self.config = config
         self.store = store
         self.files = files

@@ -21,6 +21,7 @@ from typing import Any, Callable, Protocol
 from uuid import UUID
 
 from storage.records import IdempotencyRecord, TableWrite
+from storage.interface import Files, Store
 
 from . import commit
 from .actor import Participant
@@ -32,8 +33,8 @@ from .errors import BadRequest, CoordinatorError, Unpublished
 class Owners(Protocol):
     """Who decides each part, and where the commit is written (the registry)."""
 
-    store: Any
-    files: Any
+    store: Store
+    files: Files
 
     async def prepare(self, table_id: UUID, participant: Participant) -> tuple[Any, Part]: ...
     def insert_epoch(self, table_id: UUID) -> int: ...
