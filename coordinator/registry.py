@@ -25,7 +25,7 @@ from .decision import KEEP_STATE, Compaction, NewTable, Proposal
 from .errors import NotOwner, Unavailable
 from .metrics import Metrics
 from .purges import Listing, Resumer
-from .transaction import transact
+from .transaction import Receipt, transact
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class Registry:
         return await self.owner(table_id).offer(participant).wait()
 
     async def transact(self, parts: list[tuple[UUID, Proposal]], *, creates=(),
-                       idempotency: IdempotencyRecord | None = None) -> list[Any]:
+                       idempotency: Receipt = None) -> list[Any]:
         """All parts (and creates) applied atomically, or none; see coordinator.transaction."""
         return await transact(self, parts, creates=list(creates), idempotency=idempotency)
 

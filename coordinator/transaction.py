@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any, Callable, Protocol
 from uuid import UUID
 
-from storage.records import IdempotencyRecord, TableWrite
 from storage.interface import Files, Store
+from storage.records import IdempotencyRecord, TableWrite
 
 from . import commit
 from .actor import Participant
