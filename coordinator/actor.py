@@ -361,7 +361,7 @@ class TableActor:
         if not self.registry.serving(self):
             # Checked again just before any file is written: a former owner writes as little as possible. The
             # database's fencing is what guarantees it applies nothing.
-            error: CoordinatorError | None = NotOwner("")
+            error: CoordinatorError | None = NotOwner("the shard's lease lapsed before the write")
         else:
             try:
                 await commit.write(Commit([part], receipts), self.registry.store, self.registry.files)

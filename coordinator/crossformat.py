@@ -30,12 +30,12 @@ async def commit(registry, planners: list[Callable[[], Awaitable[PlannedPart]]],
             exc.part = i
             raise
 
-    def answers(replies: list[Any]) -> list[Any]:
-        return [p.answer(reply) for p, reply in zip(planned, replies)]
+    results: list[Any] = []
 
     def receipt(replies: list[Any]):
-        return key.record(200, orjson.dumps({"results": answers(replies)}))
+        """The answer, recorded in the commit's own transaction (the replies are known once every part is decided)."""
+        results.extend(p.answer(reply) for p, reply in zip(planned, replies))
+        return key.record(200, orjson.dumps({"results": results})) if key is not None else None
 
-    replies = await registry.transact([(p.table_id, p.proposal) for p in planned],
-                                      idempotency=receipt if key is not None else None)
-    return answers(replies)
+    await registry.transact([(p.table_id, p.proposal) for p in planned], idempotency=receipt)
+    return results

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 from uuid import UUID
 
@@ -142,14 +142,14 @@ class Registry:
         epoch = self.cluster.leases.epoch(shard_of(table_id))
         return UNFENCED if epoch is None else epoch
 
-    def created(self, new: NewTable, *, complete: bool) -> None:
+    def created(self, new: NewTable, row: TableRow, *, complete: bool) -> None:
         """A commit created `new`. Its actor here starts with the state in memory, unless its published files are
         not all written (its first load restores them) or another member owns it (told to forget instead)."""
         if self.cluster is not None and self.cluster.leases.epoch(shard_of(new.row.table_id)) is None:
             self.cluster.router.created(new.row.table_id)
             return
         if complete:
-            self.adopt(replace(new.row, row_version=1, state=new.row_state), new.state)
+            self.adopt(row, new.state)
         else:
             self.forget(new.row.table_id)
 

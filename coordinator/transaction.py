@@ -21,11 +21,11 @@ from typing import Any, Callable, Protocol
 from uuid import UUID
 
 from storage.interface import Files, Store
-from storage.records import IdempotencyRecord, TableWrite
+from storage.records import IdempotencyRecord, TableRow, TableWrite
 
 from . import commit
 from .actor import Participant
-from .commit import Commit, Part
+from .commit import Commit, Part, written_row
 from .decision import NewTable, Proposal
 from .errors import BadRequest, CoordinatorError, Unpublished
 
@@ -38,7 +38,7 @@ class Owners(Protocol):
 
     async def prepare(self, table_id: UUID, participant: Participant) -> tuple[Any, Part]: ...
     def insert_epoch(self, table_id: UUID) -> int: ...
-    def created(self, new: NewTable, *, complete: bool) -> None: ...
+    def created(self, new: NewTable, row: TableRow, *, complete: bool) -> None: ...
 
 
 Receipt = IdempotencyRecord | Callable[[list[Any]], IdempotencyRecord] | None
@@ -87,8 +87,8 @@ async def transact(owners: Owners, parts: list[tuple[UUID, Proposal]], *, create
         raise
     for participant in offered:
         participant.verdict.decide(True, error)
-    for c in creates:
-        owners.created(c, complete=error is None)
+    for c, p in zip(creates, new_parts):
+        owners.created(c, written_row(None, p.write), complete=error is None)
     if error is not None:
         raise error
     return [prepared[i][0] for i in range(len(parts))]
