@@ -21,7 +21,7 @@ from storage.errors import StorageError
 
 from . import commits, delta, iceberg, lance, oauth
 from .access import enforce, public
-from .common import json_response, protocol_of
+from .common import framework_error_message, json_response, protocol_of
 from .routing import CachingMap
 from .transport import HTTPConnection, Request
 
@@ -53,10 +53,7 @@ def _service_error(exc: BaseException) -> Response:
     """Errors on the service's own routes (health, metrics, OpenAPI documents)."""
     exc = from_storage(exc)
     if isinstance(exc, HTTPException):
-        message = f"{exc.name}: {request.method} {request.path}"
-        if isinstance(exc, (RequestEntityTooLarge, RequestTimeout)):
-            message = f"{message}: {exc.description}"
-        return json_response({"error": {"message": message, "code": exc.code}}, exc.code or 400)
+        return json_response({"error": {"message": framework_error_message(exc), "code": exc.code}}, exc.code or 400)
     return json_response({"error": {"message": exc.message, "code": exc.status}}, exc.status)
 
 

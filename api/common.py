@@ -9,6 +9,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 from quart import Response, g, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
 
 from coordinator.errors import BadRequest
 
@@ -51,6 +52,15 @@ def json_response(value: Any, status: int = 200, headers: dict[str, str] | None 
 async def _parts(parts: list[bytes]):
     for part in parts:
         yield part
+
+
+def framework_error_message(exc: HTTPException) -> str:
+    """A framework-raised error (no route, bad method, body too large or too slow) in words: what and where, and
+    for a body refused, why (the limit it broke)."""
+    message = f"{exc.name}: {request.method} {request.path}"
+    if isinstance(exc, (RequestEntityTooLarge, RequestTimeout)):
+        message = f"{message}: {exc.description}"
+    return message
 
 
 def empty_response(status: int = 204, headers: dict[str, str] | None = None) -> Response:

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import orjson
-from quart import Response, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
+from quart import Response
+from werkzeug.exceptions import HTTPException
 
 from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NoSuchNamespace,
                                 NoSuchRoute, NoSuchView, NotEmpty, NotFound, OutcomeUnknown, TooManyRequests,
                                 Unauthorized, Unavailable, Unprocessable, from_storage)
 
-from ..common import json_response
+from ..common import framework_error_message, json_response
 
 # The spec's error type for each class, the most specific first: the first class an error is an instance of wins.
 ERROR_TYPES: list[tuple[type[CoordinatorError], str]] = [
@@ -53,9 +53,7 @@ def error_response(exc: BaseException) -> Response:
 
 
 def _http_error_response(exc: HTTPException) -> Response:
-    message = f"{exc.name}: {request.method} {request.path}"
-    if isinstance(exc, (RequestEntityTooLarge, RequestTimeout)):
-        message = f"{message}: {exc.description}"
+    message = framework_error_message(exc)
     if (exc.code or 400) >= 500:  # a fault we did not foresee (quart's 500): not the client's bad request
         return json_response({"error": {"message": message, "type": "InternalServerError", "code": exc.code}},
                              exc.code)
