@@ -12,9 +12,14 @@ import orjson
 import trio
 
 from coordinator.iceberg import files as iceberg_files
-from coordinator.iceberg.files import delete_reachable_sync, reachable_files
+from coordinator.iceberg.files import reachable_files
 from storage.files import FileIO
 
+
+
+def delete_reachable(files, location: str, metadata_location: str) -> None:
+    """What a purge claim naming the metadata file deletes (coordinator/purges.py with Iceberg's listing)."""
+    files.delete_listed_sync(location, reachable_files(files, location, metadata_location) or [])
 
 def test_only_files_within_the_location_are_read_or_deleted_and_junk_names_nothing(tmp_path):
     table, elsewhere = tmp_path / "table", tmp_path / "elsewhere"
@@ -39,7 +44,7 @@ def test_only_files_within_the_location_are_read_or_deleted_and_junk_names_nothi
     keep = table / "data" / "not-named.parquet"
     keep.parent.mkdir()
     keep.write_bytes(b"x")
-    delete_reachable_sync(files, table.as_uri(), current.as_uri())
+    delete_reachable(files, table.as_uri(), current.as_uri())
     assert outside.exists() and keep.exists()
     assert not junk.exists() and not older.exists() and not current.exists()
     assert not (table / "metadata").exists()   # emptied: removed; `data` holds a file: stays
@@ -66,7 +71,7 @@ def test_paths_that_name_nothing_deletable_are_skipped_so_the_purge_ends(tmp_pat
         "statistics": [{"statistics-path": p} for p in (
             (table / "data").as_uri(), (table / "data" / "a.parquet" / "x").as_uri(), (table / ("n" * 300)).as_uri())]}))
     files = FileIO()
-    delete_reachable_sync(files, table.as_uri(), current.as_uri())
+    delete_reachable(files, table.as_uri(), current.as_uri())
     assert not current.exists() and not odd.exists() and (table / "data" / "a.parquet").exists()
     not_an_object = table / "00002-c.metadata.json"   # `metadata/` went with the last file in it
     not_an_object.write_bytes(b"[1, 2]")
@@ -98,7 +103,7 @@ def test_links_fifos_and_loops_neither_lead_out_of_the_location_nor_stall_the_pu
     done = threading.Event()
 
     def purge():
-        delete_reachable_sync(FileIO(), table.as_uri(), current.as_uri())
+        delete_reachable(FileIO(), table.as_uri(), current.as_uri())
         done.set()
     threading.Thread(target=purge, daemon=True).start()
     assert done.wait(10), "the purge blocked"

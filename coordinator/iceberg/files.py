@@ -14,7 +14,7 @@ import io
 import logging
 import os
 import uuid
-from typing import Any, Callable
+from typing import Any
 
 import fastavro
 import obstore
@@ -47,18 +47,13 @@ def metadata_version(location: str) -> int:
 # -- reading metadata files ----------------------------------------------------------------------------------
 
 
-async def read_metadata(files: FileIO, metadata_location: str) -> bytes:
-    """A metadata file's bytes (FileMissing or NotFound if it is gone)."""
-    return await files.read(metadata_location)
-
-
 async def read_table(files: FileIO, row: TableRow) -> IcebergTable | UnreadableTable:
     """A table's state from its row and its current metadata file; `UnreadableTable` if the file is gone or not
     JSON (other errors, e.g. storage unreachable, are raised)."""
     location = row.state["metadata-location"]
     try:
-        return expand(row, await read_metadata(files, location))
-    except (NotFound, FileMissing, orjson.JSONDecodeError) as exc:
+        return expand(row, await files.read(location))
+    except (FileMissing, orjson.JSONDecodeError) as exc:
         log.error("table %s.%s: metadata file %s cannot be read: %s", row.namespace, row.name, location, exc)
         return UnreadableTable(ident_of(row), location,
                                "missing" if isinstance(exc, (NotFound, FileMissing)) else "not valid JSON")
@@ -67,8 +62,8 @@ async def read_table(files: FileIO, row: TableRow) -> IcebergTable | UnreadableT
 async def read_registered(files: FileIO, metadata_location: str) -> dict[str, Any]:
     """The metadata a register names: an existing file holding Iceberg table metadata, with a UUID and location."""
     try:
-        metadata = orjson.loads(await read_metadata(files, metadata_location))
-    except (NotFound, FileMissing):
+        metadata = orjson.loads(await files.read(metadata_location))
+    except FileMissing:
         raise BadRequest(f"metadata-location does not exist: {metadata_location}") from None
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"metadata-location is not valid JSON: {exc}") from None
@@ -94,7 +89,7 @@ def reachable_files(files: FileIO, location: str, metadata_location: str) -> lis
     that cannot be read as what it should be names nothing (a purge that failed on it would be retried forever)."""
     try:
         meta = orjson.loads(_read(files, metadata_location))
-    except (NotFound, FileMissing):
+    except FileMissing:
         return None
     except (orjson.JSONDecodeError, _Unreadable) as exc:
         meta = exc
@@ -164,7 +159,7 @@ def _records(files: FileIO, location: str, uri: str) -> list[dict[str, Any]]:
         return []
     try:
         data = _read(files, uri, location)
-    except (NotFound, FileMissing):   # deleted by an earlier, interrupted run of the purge, after what it names
+    except FileMissing:   # deleted by an earlier, interrupted run of the purge, after what it names
         return []
     except _Unreadable as exc:
         log.warning("purge: cannot read %s (%s); it names nothing", uri, exc)
@@ -174,13 +169,6 @@ def _records(files: FileIO, location: str, uri: str) -> list[dict[str, Any]]:
     except Exception as exc:  # noqa: BLE001 - any fault of the bytes: a purge failing on them would never end
         log.warning("purge: %s is not an Avro manifest or manifest list (%s); the files it names stay", uri, exc)
         return []
-
-
-def delete_reachable_sync(files: FileIO, location: str, metadata_location: str,
-                          stop: Callable[[], bool] | None = None) -> None:
-    """Delete the files the metadata reaches that lie within `location`, then the directories that leaves
-    empty. Runs in a worker thread."""
-    files.delete_listed_sync(location, reachable_files(files, location, metadata_location) or [], stop)
 
 
 async def not_purged(ident: TableIdent, location: str | None) -> None:

@@ -21,7 +21,7 @@ from storage.records import NAMESPACE_SEP, TableRow, join_namespace
 
 from coordinator.credentials import vendable_s3_keys
 from coordinator.decision import PlannedPart
-from coordinator.errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NameMoved, NoSuchNamespace,
+from coordinator.errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NoSuchNamespace,
                                 NoSuchTable, NoSuchView, NotFound, Unprocessable, LocationTaken)
 from coordinator.idempotency import IdempotencyKey
 from coordinator.names import Names
@@ -29,7 +29,7 @@ from coordinator.paging import decode_page_token, one_more, page
 from coordinator.placement import check_namespace_directory_free, check_no_namespace_inside
 
 from .changes import SetLocationUpdate
-from .files import reachable_files, read_metadata, read_registered, read_table
+from .files import reachable_files, read_registered, read_table
 from .models import answer_json
 from .proposals import CommitTable, DropTable, LoadTable, RenameTable, ReplaceView, creation, idempotency_record, now_ms
 from .rules import apply_commit, check_requirements, check_view_requirements, new_table_metadata, new_view_metadata
@@ -89,7 +89,7 @@ class IcebergService:
         try:
             await self.store.create_namespace(REALM, catalog, join_namespace(namespace), properties, record,
                                               parent=parent)
-        except (NotFound, NamespaceMissing):
+        except NamespaceMissing:
             raise NoSuchNamespace(f"Parent namespace does not exist: {'.'.join(namespace[:-1])}; create it before "
                                   f"{'.'.join(namespace)}") from None
         return result
@@ -115,7 +115,7 @@ class IcebergService:
         record = idempotency_key.record(204) if idempotency_key else None
         try:
             await self.store.drop_namespace(REALM, catalog, join_namespace(namespace), idempotency=record)
-        except (NotFound, NamespaceMissing):   # (the store's own class, or ours while it still raises that)
+        except NamespaceMissing:
             raise _no_namespace(namespace) from None
 
     async def update_namespace_properties(self, catalog: str, namespace: tuple[str, ...], removals: list[str],
@@ -134,7 +134,7 @@ class IcebergService:
         try:
             await self.store.update_namespace_properties(REALM, catalog, join_namespace(namespace), removals,
                                                          updates, record)
-        except (NotFound, NamespaceMissing):   # dropped meanwhile
+        except NamespaceMissing:   # dropped meanwhile
             raise _no_namespace(namespace) from None
         return result
 
@@ -174,19 +174,12 @@ class IcebergService:
         `write.metadata.delete-after-commit.enabled`, or purged), from `current()`: the spec lets a replay
         "reflect a newer state of the catalog" (Idempotency-Key)."""
         try:
-            return answer_json(route, metadata_location, await read_metadata(self.files, metadata_location))
+            return answer_json(route, metadata_location, await self.files.read(metadata_location))
         except Exception as exc:  # noqa: BLE001 - missing, or unreadable in the object store: either way, rebuild
             log.info("replaying %s from the current state: its metadata file %s is unreadable (%s)",
                      route, metadata_location, exc)
         table = await current()
         return answer_json(route, table.metadata_location, table.metadata_json)
-
-    async def table_exists(self, ident: TableIdent) -> bool:
-        try:
-            await self.load_table(ident)
-            return True
-        except NoSuchTable:
-            return False
 
     def namespace_dir(self, ident: TableIdent) -> str:
         # Names become directory names only through path_segment: a namespace `..` or a prefix `%2e%2e` must not
@@ -352,10 +345,7 @@ class IcebergService:
                 planned = await self.plan_commit(ident, requirements, updates)
                 parts.append((planned.table_id, planned.proposal))
         record = idempotency_key.record(204) if idempotency_key else None
-        try:
-            await self.registry.transact(parts, creates=creates, idempotency=record)
-        except NameMoved as exc:
-            raise NoSuchTable(exc.message) from None
+        await self.registry.transact(parts, creates=creates, idempotency=record)
         for c in creates:
             self.names.remember((c.state.ident, "table"), c.row.table_id)
 
