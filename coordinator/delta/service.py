@@ -186,15 +186,21 @@ class DeltaService:
                                   f"them or pass force=true")
         for schema in schemas:
             await self.delete_schema(name, schema, force=True)
+        await self._drop_namespace(CATALOG_REALM, "", name, NoSuchCatalog(f"Catalog does not exist: {name}"),
+                                   CatalogNotEmpty(f"Catalog {name} is not empty: a schema was created while it was "
+                                                   f"being deleted"), children_realm=REALM)
+
+    async def _drop_namespace(self, realm: str, catalog: str, name: str, missing: NotFound, refilled: NotEmpty,
+                              **options) -> None:
+        """Drop a catalog's or schema's row; the store's refusals in UC's terms (`missing`, `refilled`)."""
         try:
-            await self.store.drop_namespace(CATALOG_REALM, "", name, children_realm=REALM)
+            await self.store.drop_namespace(realm, catalog, name, **options)
         except STORE_ERRORS as exc:
             err = from_storage(exc)
             if isinstance(err, NotFound):
-                raise NoSuchCatalog(f"Catalog does not exist: {name}") from None
+                raise missing from None
             if isinstance(err, NotEmpty):
-                raise CatalogNotEmpty(f"Catalog {name} is not empty: a schema was created while it was being "
-                                      f"deleted") from None
+                raise refilled from None
             raise
 
     # -- schemas -----------------------------------------------------------------------------------------------
@@ -247,16 +253,9 @@ class DeltaService:
                 await self.delete_table((catalog, name, row.name))
             except NotFound:
                 pass
-        try:
-            await self.store.drop_namespace(REALM, catalog, name)
-        except STORE_ERRORS as exc:
-            err = from_storage(exc)
-            if isinstance(err, NotFound):
-                raise NoSuchNamespace(f"Schema does not exist: {catalog}.{name}") from None
-            if isinstance(err, NotEmpty):
-                raise NamespaceNotEmpty(f"Schema {catalog}.{name} is not empty: a table was created while it was "
-                                        f"being deleted") from None
-            raise
+        await self._drop_namespace(REALM, catalog, name, NoSuchNamespace(f"Schema does not exist: {catalog}.{name}"),
+                                   NamespaceNotEmpty(f"Schema {catalog}.{name} is not empty: a table was created "
+                                                     f"while it was being deleted"))
 
     # -- tables ------------------------------------------------------------------------------------------------
 
