@@ -196,7 +196,7 @@ def _listing(key: str, items: list[dict], token: str | None) -> Response:
 
 @bp.post("/catalogs")
 @guard(lambda: _on(CREATE))
-async def create_service() -> Response:
+async def create_catalog() -> Response:
     return json_response(await _service().create_catalog(await read_model(CreateCatalog)))
 
 

@@ -316,7 +316,7 @@ class DeltaService:
             table = await self.registry.submit(table_id, CreateFromStaging(
                 full, body.storage_location, schema_id, first, columns, body.comment, dict(body.properties),
                 now_ms(), CALLER.get()))
-        except NotFound:
+        except NoSuchNamespace:
             await self.get_schema(body.catalog_name, body.schema_name)  # the schema may have gone since we looked
             raise
         return dict(table.info)

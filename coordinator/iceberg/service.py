@@ -356,6 +356,9 @@ class IcebergService:
             raise BadRequest(f"{ident}: a commit across formats changes existing tables; create the table first")
         await self._check_relocation(ident, requirements, updates)
         proposal = CommitTable(ident, requirements, updates, files=self.files, warehouse=self.warehouse)
+        # Resolved afresh, not from the cache: the caller does not retry when the table behind a cached name is gone
+        # (renamed, or dropped and created again elsewhere), so a stale entry would refuse every later commit.
+        self.names.forget((ident, "table"))
         return PlannedPart(await self._resolve(ident), proposal, _metadata_location)
 
     async def _check_requirements_first(self, changes: list[tuple[TableIdent, list, list]]) -> None:

@@ -140,11 +140,8 @@ class LanceService:
             ref = await self.resolve(ident)
             try:
                 return await self.registry.submit(ref.table_id, await make(ref))
-            except (NoSuchNamespace, NoSuchVersion):
-                raise
-            except NotFound:
-                # The actor's answer that its table is gone (NoSuchTable; a plain NotFound from the actor while
-                # it still raises those): the name may have been declared again.
+            except NoSuchTable:
+                # The actor's answer that its table is gone: the name may have been declared again.
                 self.forget(ident)
                 if attempt:
                     raise NoSuchTable(f"Table does not exist: {show(ident)}") from None
@@ -332,6 +329,9 @@ class LanceService:
         """A new version as a part of a commit that spans tables (a cross-format commit): it answers with the
         version it created."""
         check_table_ident(ident)
+        # Resolved afresh, not from the cache: a cross-format commit is not retried here when the table behind a
+        # cached name is gone (dropped and declared again elsewhere), so a stale entry would refuse it every time.
+        self.forget(ident)
         ref = await self.resolve(ident)
         return PlannedPart(ref.table_id, await self.prepare_version(ref.location, req), TableVersion.to_spec)
 
