@@ -68,7 +68,7 @@ class PostgresStore:
                                                       command_timeout=self.timeout_s,
                                                       server_settings={"application_name": APPLICATION_NAME})
                 break
-            except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+            except (*CONNECTION_ERRORS, asyncpg.PostgresError, asyncpg.exceptions.InternalClientError) as exc:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"cannot connect to PostgreSQL at {self.dsn}: {exc}") from exc
                 await asyncio.sleep(0.25)
@@ -97,7 +97,9 @@ class PostgresStore:
                 # are all busy and an unbounded wait would hold the request past any client's patience.
                 async with self.pool.acquire(timeout=self.timeout_s) as con:
                     return await fn(con)
-            except CONNECTION_ERRORS as exc:
+            except (*CONNECTION_ERRORS, asyncpg.exceptions.InternalClientError) as exc:
+                # InternalClientError: a connection the server had already ended (sent_nothing), or no host of a
+                # multi-host URL writable now (TargetServerAttributeNotMatched, while a standby is promoted).
                 raise StoreUnavailable(f"database unavailable: {why(exc)}") from exc
 
         return await self.thread.call(run)
