@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from typing import Any
 
 import asyncpg
@@ -11,7 +12,9 @@ import orjson
 
 # Each process's sessions say whose they are (pg_stat_activity): an embedded database is stopped on a graceful exit
 # only when no other process's sessions use it (storage/embedded.py).
-APPLICATION_NAME = f"coordinator-{os.getpid()}"
+# The host too, so that a process refused a database it does not own can name its owner (storage/owner.py); at most
+# 63 bytes, PostgreSQL's limit.
+APPLICATION_NAME = f"coordinator-{os.getpid()}@{socket.gethostname()}"[:63]
 # Errors that mean "the connection is gone": the statement may or may not have reached the server.
 CONNECTION_ERRORS = (OSError, ConnectionError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
                      asyncio.TimeoutError, asyncpg.exceptions.CannotConnectNowError,

@@ -17,6 +17,7 @@ from .bridge import AsyncioThread
 from .connections import APPLICATION_NAME, CONNECTION_ERRORS, connection_setup, keep_session, why
 from .errors import NamespaceExists, NamespaceMissing, NamespaceNotEmpty, NamespaceRefilled, StoreUnavailable
 from .leases import LeaseStore
+from .owner import OwnerLock
 from .paths import location_key
 from .queries import location_in_use, put_idempotency
 from .records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, WriteGroup, WriteResult
@@ -51,6 +52,8 @@ class PostgresStore:
         self.thread = AsyncioThread()
         self.pool: asyncpg.Pool | None = None
         self.writer: GroupCommitWriter | None = None
+        # Alone, this process owns the database; fenced, it shares it with cluster members only.
+        self.owner = OwnerLock(dsn, shared=fenced, timeout_s=timeout_s)
         self.leases = LeaseStore(self._call)   # the cluster's shard leases and member rows
 
     # -- lifecycle (blocking; called from the thread that owns the service) -------------------------------
@@ -72,6 +75,13 @@ class PostgresStore:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"cannot connect to PostgreSQL at {self.dsn}: {exc}") from exc
                 await asyncio.sleep(0.25)
+        try:
+            await self.owner.take()
+        except BaseException:
+            pool, self.pool = self.pool, None
+            await pool.close()
+            raise
+        self.owner.keep()
         async with self.pool.acquire() as con:
             await migrate(con)
             await key_locations(con)
@@ -87,6 +97,7 @@ class PostgresStore:
         if self.writer:
             await self.writer.stop()
         await self.pool.close()
+        await self.owner.release()
 
     # -- plumbing ------------------------------------------------------------------------------------------
 
