@@ -14,8 +14,9 @@ from uuid import UUID, uuid4
 import asyncpg
 
 from .bridge import AsyncioThread
-from .connections import APPLICATION_NAME, CONNECTION_ERRORS, connection_setup, keep_session, why
-from .errors import NamespaceExists, NamespaceMissing, NamespaceNotEmpty, NamespaceRefilled, StoreUnavailable
+from .connections import APPLICATION_NAME, CONNECTION_ERRORS, connection_setup, keep_session, sent_nothing, why
+from .errors import (NamespaceExists, NamespaceMissing, NamespaceNotEmpty, NamespaceRefilled, OutcomeLost,
+                     StoreUnavailable)
 from .leases import LeaseStore
 from .owner import OwnerLock
 from .paths import location_key
@@ -101,17 +102,27 @@ class PostgresStore:
 
     # -- plumbing ------------------------------------------------------------------------------------------
 
-    async def _call(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+    async def _call(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, changes: bool = False) -> T:
+        """Run `fn(connection)` on the storage thread. A lost connection is StoreUnavailable (nothing applied),
+        except where `fn` `changes` what a client is answered about and may have sent its COMMIT: OutcomeLost."""
         async def run() -> T:
             try:
                 # Bounded like every query (command_timeout): with the database stalled, the pool's connections
                 # are all busy and an unbounded wait would hold the request past any client's patience.
-                async with self.pool.acquire(timeout=self.timeout_s) as con:
-                    return await fn(con)
-            except (*CONNECTION_ERRORS, asyncpg.exceptions.InternalClientError) as exc:
-                # InternalClientError: a connection the server had already ended (sent_nothing), or no host of a
-                # multi-host URL writable now (TargetServerAttributeNotMatched, while a standby is promoted).
+                con = await self.pool.acquire(timeout=self.timeout_s)
+            except (*CONNECTION_ERRORS, asyncpg.PostgresError, asyncpg.exceptions.InternalClientError) as exc:
+                # InternalClientError here: no host of a multi-host URL is writable now (while a standby is
+                # promoted, TargetServerAttributeNotMatched).
                 raise StoreUnavailable(f"database unavailable: {why(exc)}") from exc
+            try:
+                return await fn(con)
+            except (*CONNECTION_ERRORS, asyncpg.exceptions.InternalClientError) as exc:
+                if changes and not sent_nothing(exc):
+                    raise OutcomeLost(f"the database connection was lost during the change ({why(exc)}); it may "
+                                      f"or may not have applied") from exc
+                raise StoreUnavailable(f"database unavailable: {why(exc)}") from exc
+            finally:
+                await self.pool.release(con)
 
         return await self.thread.call(run)
 
@@ -149,7 +160,7 @@ class PostgresStore:
                         raise NamespaceMissing(f"Namespace does not exist: {_show(p_path)}")
                     raise NamespaceExists(f"Namespace already exists: {_show(path)}")
                 await put_idempotency(con, idempotency)
-        await self._call(q)
+        await self._call(q, changes=True)
 
     async def get_namespace(self, realm: str, catalog: str, path: str) -> dict[str, str] | None:
         return await self._call(lambda con: con.fetchval(
@@ -186,7 +197,7 @@ class PostgresStore:
                                   realm, catalog, path, after)
                 await put_idempotency(con, idempotency)
                 return before
-        return await self._call(q)
+        return await self._call(q, changes=True)
 
     async def drop_namespace(self, realm: str, catalog: str, path: str, *, cascade: bool = False,
                              idempotency: IdempotencyRecord | None = None, children_realm: str = "") -> None:
@@ -221,7 +232,7 @@ class PostgresStore:
                 await con.execute("DELETE FROM namespaces WHERE realm=$1 AND catalog=$2 AND path=$3",
                                   realm, catalog, path)
                 await put_idempotency(con, idempotency)
-        await self._call(q)
+        await self._call(q, changes=True)
 
     # -- tables --------------------------------------------------------------------------------------------
 
@@ -343,7 +354,7 @@ class PostgresStore:
         return IdempotencyRecord(r["key"], r["route"], r["status"], r["body"], r["body_ref"]) if r else None
 
     async def put_idempotency(self, record: IdempotencyRecord) -> None:
-        await self._call(lambda con: put_idempotency(con, record))
+        await self._call(lambda con: put_idempotency(con, record), changes=True)
 
     async def purge_idempotency(self, older_than_s: float) -> int:
         status = await self._call(lambda con: con.execute(

@@ -9,8 +9,9 @@ from urllib.parse import urlparse, urlunparse
 from uuid import uuid4
 
 import pytest
+import trio
 
-from storage.errors import StoreUnavailable
+from storage.errors import OutcomeLost, StoreUnavailable
 from storage.postgres import APPLICATION_NAME, PostgresStore
 from storage.records import TableRow, TableWrite, WriteGroup
 from tests.support import sql
@@ -83,3 +84,13 @@ def test_a_write_whose_reply_was_lost_is_answered_from_its_row(proxied_store, da
     assert proxy.cuts == 1
     assert row_version(database_url, table_id) == 3
     assert result.applied, result   # not "nothing applied": it did apply
+
+
+def test_a_namespace_change_whose_connection_died_after_sending_is_not_told_nothing_applied(proxied_store):
+    store, proxy = proxied_store
+    trio.run(store.ping)
+    proxy.cut_next = True   # the change's first statement reaches the server, no reply comes back
+    with pytest.raises(OutcomeLost):
+        trio.run(lambda: store.create_namespace("iceberg", "", "db", {}))
+    assert proxy.cuts == 1
+    trio.run(lambda: store.create_namespace("iceberg", "", "db2", {}))   # a fresh connection serves again
