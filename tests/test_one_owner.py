@@ -1,17 +1,15 @@
 """One owner per database: a second `coordinator serve` on a database that another process serves is refused with a
 message naming that process and --cluster (exit code 2), and a process killed without cleaning up does not block
-its restart."""
+its restart. (The same data directory's embedded database: tests/test_embedded.py.)"""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from storage.embedded import free_port
 from tests.support import ServerProcess
@@ -46,38 +44,3 @@ def test_a_second_process_on_the_same_database_is_refused_and_a_killed_one_resta
             assert http.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
     finally:
         first.stop()
-
-
-def test_a_second_process_on_the_same_data_directory_is_refused(tmp_path):
-    data_dir = tmp_path / "data"
-    port = free_port()
-    log = open(tmp_path / "first.log", "wb")
-    first = subprocess.Popen([sys.executable, "-m", "api.cli", "serve", "--port", str(port), "--data-dir",
-                              str(data_dir), "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert first.poll() is None, (tmp_path / "first.log").read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the first process did not start"
-            time.sleep(0.2)
-        second = serve("--data-dir", str(data_dir))
-        assert second.returncode == 2, second.stderr
-        assert f"pid {first.pid} on host" in second.stderr and "--cluster" in second.stderr, second.stderr
-        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200   # still serving
-    finally:
-        first.send_signal(2)
-        try:
-            first.wait(30)
-        except subprocess.TimeoutExpired:
-            first.kill()
-        # the embedded database stops with its last process; if not, stop it here
-        pgdata = next(data_dir.rglob("pgdata"), None) if data_dir.exists() else None
-        if pgdata is not None and (pgdata / "postmaster.pid").exists():
-            subprocess.run(["runuser", "-u", "postgres", "--", "pg_ctl", "stop", "-m", "immediate", "-D", str(pgdata)]
-                           if os.geteuid() == 0 else ["pg_ctl", "stop", "-m", "immediate", "-D", str(pgdata)],
-                           capture_output=True)
