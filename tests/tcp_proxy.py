@@ -9,8 +9,9 @@ import time
 
 
 class TcpProxy:
-    """Forwards 127.0.0.1:`port` to `upstream_port`. Two faults, each armed by a flag:
+    """Forwards 127.0.0.1:`port` to `upstream_port`. Three faults, each armed by a flag:
 
+    - `refuse`: new connections are closed at once, as by a server that is down;
     - `hold_close`: when the server closes a connection, its last bytes (a FATAL) still reach the client, but the
       client's socket stays open, as when the close is not yet read;
     - `cut_next`: the client's next bytes reach the server, but no reply reaches the client, whose connection is
@@ -20,6 +21,7 @@ class TcpProxy:
     def __init__(self, upstream_port: int, *, cut_delay_s: float = 0.5):
         self.upstream_port = upstream_port
         self.cut_delay_s = cut_delay_s
+        self.refuse = False
         self.hold_close = False
         self.cut_next = False
         self.cuts = 0
@@ -41,6 +43,9 @@ class TcpProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self.refuse:
+                _shut(client)
+                continue
             server = socket.create_connection(("127.0.0.1", self.upstream_port))
             self._sockets += [client, server]
             muted = threading.Event()

@@ -19,11 +19,14 @@ from pathlib import Path
 import pytest
 
 from storage.embedded import SUPERUSER, EmbeddedPostgres, free_port
+from storage.owner import OWNER_LOCK
 from tests.db_outage import run_under_load
 from tests.support import ServerProcess, sql
 
 pytestmark = pytest.mark.crash
 
+OWNERS_SQL = ("SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+              " WHERE l.locktype = 'advisory' AND l.granted AND l.objid = $1")
 PROMOTE_AFTER_S = 2.0   # how long no server is writable: the primary is dead and the standby not yet promoted
 
 
@@ -113,7 +116,11 @@ def failover_run(workdir: Path):
         server = ServerProcess(pair.dsn, workdir / "srv")
         base = server.start()
         try:
-            return run_under_load(base, lambda: pair.dsn, lambda: fail_over(pair))
+            run = run_under_load(base, lambda: pair.dsn, lambda: fail_over(pair))
+            # The service claims the new primary as its own again (one owner per database, storage/owner.py).
+            run.owners = [r["application_name"] for r in sql(pair.dsn, OWNERS_SQL, OWNER_LOCK)]
+            run.owner_pid = server.proc.pid
+            return run
         finally:
             server.stop()
 
@@ -126,6 +133,7 @@ def test_failover_to_a_synchronous_standby_under_load(tmp_path):
     assert run.figures.clean, run.figures.problems()   # nothing acknowledged lost, nothing duplicated
     assert not run.problems(), run.problems()[:10]      # no 500; every 503'd commit absent
     assert all(s is not None for s in run.outage_s.values()), f"a format found no new primary: {run.outage_s}"
+    assert [o.split("@")[0] for o in run.owners] == [f"coordinator-{run.owner_pid}"], run.owners
 
 
 if __name__ == "__main__":

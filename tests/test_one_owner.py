@@ -4,15 +4,20 @@ its restart. (The same data directory's embedded database: tests/test_embedded.p
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlparse, urlunparse
 
+import asyncpg
 import httpx
 
 from storage.embedded import free_port
+from storage.owner import OWNER_LOCK
 from tests.support import ServerProcess
+from tests.tcp_proxy import TcpProxy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,3 +49,34 @@ def test_a_second_process_on_the_same_database_is_refused_and_a_killed_one_resta
             assert http.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
     finally:
         first.stop()
+
+
+def test_an_owner_whose_claim_another_process_took_stops(database_url, tmp_path):
+    """The owner's claim ends with its database session (a restart, a failover); if another process claims the
+    database before the owner can claim it again, the owner stops rather than serve beside it."""
+    p = urlparse(database_url)
+    proxy = TcpProxy(p.port)
+    server = ServerProcess(urlunparse(p._replace(netloc=f"{p.username}@127.0.0.1:{proxy.port}")), tmp_path / "srv")
+    server.start()
+
+    async def take_the_claim() -> None:
+        con = await asyncpg.connect(database_url)
+        try:
+            proxy.refuse = True   # the owner cannot reach the database for now
+            await con.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'"
+                              " AND objid = $1 AND granted", OWNER_LOCK)
+            while not await con.fetchval("SELECT pg_try_advisory_lock($1)", OWNER_LOCK):
+                await asyncio.sleep(0.05)
+            proxy.refuse = False
+            deadline = time.monotonic() + 30
+            while server.proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+        finally:
+            await con.close()
+    try:
+        asyncio.run(take_the_claim())
+        assert server.proc.poll() == 3, "the owner went on serving beside another claimant"
+        assert "another coordinator already serves this database" in server.log_path.read_text()
+    finally:
+        server.stop()
+        proxy.close()
