@@ -70,6 +70,10 @@ class PostgresStore:
                 self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
                                                       init=connection_setup(self.timeout_s), reset=keep_session,
                                                       command_timeout=self.timeout_s,
+                                                      # each new connection, over every host of a multi-host
+                                                      # URL: a host that drops packets must not hold a failover
+                                                      # for asyncpg's default minute
+                                                      timeout=self.timeout_s,
                                                       server_settings={"application_name": APPLICATION_NAME})
                 break
             except (*CONNECTION_ERRORS, asyncpg.PostgresError, asyncpg.exceptions.InternalClientError) as exc:
