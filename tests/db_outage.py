@@ -14,6 +14,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 
@@ -176,3 +177,11 @@ def run_under_load(base: str, database_url: Callable[[], str], fault: Callable[[
 
 def _ok(a: Answer) -> bool:
     return isinstance(a.code, int) and a.code < 300
+
+
+def writer_events(server_log: Path) -> str:
+    """How often the service's group-commit writer met each kind of failed write (its warnings in the log)."""
+    text = server_log.read_text(errors="replace") if server_log.exists() else ""
+    return (f"writes refused unsent: {text.count('before the group write was sent')}, "
+            f"outcomes read back after a lost connection: {text.count('resolving outcome')}, "
+            f"left unknown: {text.count('outcome of an interrupted write is unknown')}")

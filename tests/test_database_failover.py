@@ -20,7 +20,7 @@ import pytest
 
 from storage.embedded import SUPERUSER, EmbeddedPostgres, free_port
 from storage.owner import OWNER_LOCK
-from tests.db_outage import run_under_load
+from tests.db_outage import run_under_load, writer_events
 from tests.support import ServerProcess, sql
 
 pytestmark = pytest.mark.crash
@@ -115,6 +115,7 @@ def failover_run(workdir: Path):
     with replicated_postgres() as pair:
         server = ServerProcess(pair.dsn, workdir / "srv")
         base = server.start()
+        run = None
         try:
             run = run_under_load(base, lambda: pair.dsn, lambda: fail_over(pair))
             # The service claims the new primary as its own again (one owner per database, storage/owner.py).
@@ -123,13 +124,15 @@ def failover_run(workdir: Path):
             return run
         finally:
             server.stop()
+            if run is not None:
+                run.events = writer_events(server.log_path)
 
 
 def test_failover_to_a_synchronous_standby_under_load(tmp_path):
     started = time.monotonic()
     run = failover_run(tmp_path)
     print(f"primary SIGKILLed, standby promoted {PROMOTE_AFTER_S:.0f} s later, under 4 writers per format "
-          f"({time.monotonic() - started:.0f} s in all):\n{run.table()}")
+          f"({time.monotonic() - started:.0f} s in all):\n{run.table()}\n{run.events}")
     assert run.figures.clean, run.figures.problems()   # nothing acknowledged lost, nothing duplicated
     assert not run.problems(), run.problems()[:10]      # no 500; every 503'd commit absent
     assert all(s is not None for s in run.outage_s.values()), f"a format found no new primary: {run.outage_s}"
@@ -139,7 +142,7 @@ def test_failover_to_a_synchronous_standby_under_load(tmp_path):
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as d:
         result = failover_run(Path(d))
-    print(f"primary SIGKILLed, standby promoted {PROMOTE_AFTER_S:.0f} s later:\n{result.table()}")
+    print(f"primary SIGKILLed, standby promoted {PROMOTE_AFTER_S:.0f} s later:\n{result.table()}\n{result.events}")
     problems = result.problems() + ([result.figures.problems()] if not result.figures.clean else [])
     print("\n".join(problems[:10]) or "no 500, every 503'd commit absent, every 2xx present")
     sys.exit(1 if problems else 0)
