@@ -37,6 +37,7 @@ def test_a_second_process_on_the_same_database_is_refused_and_a_killed_one_resta
         message = second.stderr.strip().splitlines()[-1]
         assert f"pid {first.proc.pid} on host " in message and "--cluster" in message, message
         assert "since " in message, message
+        print(message)
         member = serve("--cluster", "--database-url", database_url, "--data-dir", str(tmp_path / "member"))
         assert member.returncode == 2, member.stderr
         assert "restart it with --cluster" in member.stderr, member.stderr
