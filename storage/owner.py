@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
 
 import asyncpg
 
@@ -43,12 +42,10 @@ class DatabaseInUse(StorageError):
 class OwnerLock:
     """The advisory lock, on the store's asyncio thread."""
 
-    def __init__(self, dsn: str, *, shared: bool, timeout_s: float, on_lost: Callable[[str], None] | None = None):
+    def __init__(self, dsn: str, *, shared: bool, timeout_s: float):
         self.dsn = dsn
         self.shared = shared
         self.timeout_s = timeout_s
-        # Called (on the asyncio thread) when the lock cannot be taken back: by default the process exits.
-        self.on_lost = on_lost or _exit
         self._con: asyncpg.Connection | None = None
         self._keeper: asyncio.Task | None = None
 
@@ -97,9 +94,10 @@ class OwnerLock:
                 await self.take()
                 log.warning("ownership of the database taken again")
             except DatabaseInUse as exc:
-                log.critical("%s", exc)
-                self.on_lost(str(exc))
-                return
+                # No graceful stop: that would go on writing while another process owns the database.
+                log.critical("stopping: %s", exc)
+                logging.shutdown()
+                os._exit(3)
             except (*CONNECTION_ERRORS, asyncpg.PostgresError, asyncpg.exceptions.InternalClientError) as exc:
                 log.debug("database not reachable yet to take ownership again: %s", why(exc))
 
@@ -122,7 +120,3 @@ def _describe(h: asyncpg.Record) -> str:
     since = h["backend_start"].strftime("%Y-%m-%d %H:%M:%S %Z") if h["backend_start"] else "?"
     return f"pid {pid or '?'} on host {host or h['client'] or 'local socket'}, since {since}"
 
-
-def _exit(reason: str) -> None:
-    # No graceful stop: it would go on writing while another process owns the database.
-    os._exit(3)
