@@ -11,10 +11,11 @@ import trio
 
 from storage.embedded import EmbeddedPostgres
 from storage.files import FileIO
+from storage.owner import DatabaseInUse
 from storage.postgres import APPLICATION_NAME, PostgresStore
 
 from .auth import AuthConfig, Authority, new_signing_key
-from .config import Config
+from .config import Config, ConfigError
 from .idempotency import Idempotency
 from .metrics import Metrics
 from .registry import Registry
@@ -48,7 +49,11 @@ class Coordinator:
             dsn = self.embedded.start()
         self.store = PostgresStore(dsn, pool_size=self.config.db_pool_size, timeout_s=self.config.db_timeout_s,
                                    fenced=self.config.cluster)
-        self.store.open()
+        try:
+            self.store.open()
+        except DatabaseInUse as exc:
+            self.store.close()
+            raise ConfigError(str(exc)) from None
         self.registry = Registry(self.config, self.store, self.files, self.metrics)
         self.idempotency = Idempotency(self.store)
         from .iceberg.service import IcebergService; self.iceberg = IcebergService(self)  # noqa: E702

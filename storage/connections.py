@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from typing import Any
 
 import asyncpg
@@ -11,11 +12,37 @@ import orjson
 
 # Each process's sessions say whose they are (pg_stat_activity): an embedded database is stopped on a graceful exit
 # only when no other process's sessions use it (storage/embedded.py).
-APPLICATION_NAME = f"coordinator-{os.getpid()}"
+# The host too, so that a process refused a database it does not own can name its owner (storage/owner.py); at most
+# 63 bytes, PostgreSQL's limit.
+APPLICATION_NAME = f"coordinator-{os.getpid()}@{socket.gethostname()}"[:63]
 # Errors that mean "the connection is gone": the statement may or may not have reached the server.
 CONNECTION_ERRORS = (OSError, ConnectionError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
                      asyncio.TimeoutError, asyncpg.exceptions.CannotConnectNowError,
                      asyncpg.exceptions.AdminShutdownError)
+
+
+# asyncpg raises these before it writes an operation's first message: the server never saw the operation.
+#  - InterfaceError: the connection was already closed, or busy (its checks before every operation);
+#  - InternalClientError from its protocol's state switch or connected check, worded as matched below. A server's
+#    FATAL (postmaster killed, backend terminated) that arrives while the connection is idle leaves the protocol
+#    in an error state until the socket's close is read; the next operation then fails this way, unsent.
+# Any other InternalClientError (say, a reply it could not parse) may come after the server ran the statement.
+_UNSENT_INTERNAL = ("cannot switch to ", "not connected")
+
+
+def sent_nothing(exc: BaseException) -> bool:
+    """Whether `exc` proves that the operation that raised it was never sent to the server."""
+    if isinstance(exc, asyncpg.InterfaceError):
+        return True
+    return isinstance(exc, asyncpg.exceptions.InternalClientError) and str(exc).startswith(_UNSENT_INTERNAL)
+
+
+def server_refused(exc: BaseException) -> bool:
+    """Whether `exc` is the server's error reply to the statement, with the session still alive: the statement (or
+    its transaction) failed and nothing of it applied. A FATAL that ends the session (an operator's or a crash's
+    shutdown, a lost connection) is not one: the server may have committed before it came."""
+    return (isinstance(exc, asyncpg.PostgresError)
+            and not isinstance(exc, (asyncpg.PostgresConnectionError, asyncpg.exceptions.OperatorInterventionError)))
 
 
 def why(exc: BaseException) -> str:

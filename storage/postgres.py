@@ -14,9 +14,11 @@ from uuid import UUID, uuid4
 import asyncpg
 
 from .bridge import AsyncioThread
-from .connections import APPLICATION_NAME, CONNECTION_ERRORS, connection_setup, keep_session, why
-from .errors import NamespaceExists, NamespaceMissing, NamespaceNotEmpty, NamespaceRefilled, StoreUnavailable
+from .connections import APPLICATION_NAME, CONNECTION_ERRORS, connection_setup, keep_session, sent_nothing, why
+from .errors import (NamespaceExists, NamespaceMissing, NamespaceNotEmpty, NamespaceRefilled, OutcomeLost,
+                     StoreUnavailable)
 from .leases import LeaseStore
+from .owner import OwnerLock
 from .paths import location_key
 from .queries import location_in_use, put_idempotency
 from .records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, WriteGroup, WriteResult
@@ -51,6 +53,8 @@ class PostgresStore:
         self.thread = AsyncioThread()
         self.pool: asyncpg.Pool | None = None
         self.writer: GroupCommitWriter | None = None
+        # Alone, this process owns the database; fenced, it shares it with cluster members only.
+        self.owner = OwnerLock(dsn, shared=fenced, timeout_s=timeout_s)
         self.leases = LeaseStore(self._call)   # the cluster's shard leases and member rows
 
     # -- lifecycle (blocking; called from the thread that owns the service) -------------------------------
@@ -66,12 +70,23 @@ class PostgresStore:
                 self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
                                                       init=connection_setup(self.timeout_s), reset=keep_session,
                                                       command_timeout=self.timeout_s,
+                                                      # each new connection, over every host of a multi-host
+                                                      # URL: a host that drops packets must not hold a failover
+                                                      # for asyncpg's default minute
+                                                      timeout=self.timeout_s,
                                                       server_settings={"application_name": APPLICATION_NAME})
                 break
-            except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+            except (*CONNECTION_ERRORS, asyncpg.PostgresError, asyncpg.exceptions.InternalClientError) as exc:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"cannot connect to PostgreSQL at {self.dsn}: {exc}") from exc
                 await asyncio.sleep(0.25)
+        try:
+            await self.owner.take()
+        except BaseException:
+            pool, self.pool = self.pool, None
+            await pool.close()
+            raise
+        self.owner.keep()
         async with self.pool.acquire() as con:
             await migrate(con)
             await key_locations(con)
@@ -87,18 +102,31 @@ class PostgresStore:
         if self.writer:
             await self.writer.stop()
         await self.pool.close()
+        await self.owner.release()
 
     # -- plumbing ------------------------------------------------------------------------------------------
 
-    async def _call(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+    async def _call(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, changes: bool = False) -> T:
+        """Run `fn(connection)` on the storage thread. A lost connection is StoreUnavailable (nothing applied),
+        except where `fn` `changes` what a client is answered about and may have sent its COMMIT: OutcomeLost."""
         async def run() -> T:
             try:
                 # Bounded like every query (command_timeout): with the database stalled, the pool's connections
                 # are all busy and an unbounded wait would hold the request past any client's patience.
-                async with self.pool.acquire(timeout=self.timeout_s) as con:
-                    return await fn(con)
-            except CONNECTION_ERRORS as exc:
+                con = await self.pool.acquire(timeout=self.timeout_s)
+            except (*CONNECTION_ERRORS, asyncpg.PostgresError, asyncpg.exceptions.InternalClientError) as exc:
+                # InternalClientError here: no host of a multi-host URL is writable now (while a standby is
+                # promoted, TargetServerAttributeNotMatched).
                 raise StoreUnavailable(f"database unavailable: {why(exc)}") from exc
+            try:
+                return await fn(con)
+            except (*CONNECTION_ERRORS, asyncpg.exceptions.InternalClientError) as exc:
+                if changes and not sent_nothing(exc):
+                    raise OutcomeLost(f"the database connection was lost during the change ({why(exc)}); it may "
+                                      f"or may not have applied") from exc
+                raise StoreUnavailable(f"database unavailable: {why(exc)}") from exc
+            finally:
+                await self.pool.release(con)
 
         return await self.thread.call(run)
 
@@ -136,7 +164,7 @@ class PostgresStore:
                         raise NamespaceMissing(f"Namespace does not exist: {_show(p_path)}")
                     raise NamespaceExists(f"Namespace already exists: {_show(path)}")
                 await put_idempotency(con, idempotency)
-        await self._call(q)
+        await self._call(q, changes=True)
 
     async def get_namespace(self, realm: str, catalog: str, path: str) -> dict[str, str] | None:
         return await self._call(lambda con: con.fetchval(
@@ -173,7 +201,7 @@ class PostgresStore:
                                   realm, catalog, path, after)
                 await put_idempotency(con, idempotency)
                 return before
-        return await self._call(q)
+        return await self._call(q, changes=True)
 
     async def drop_namespace(self, realm: str, catalog: str, path: str, *, cascade: bool = False,
                              idempotency: IdempotencyRecord | None = None, children_realm: str = "") -> None:
@@ -208,7 +236,7 @@ class PostgresStore:
                 await con.execute("DELETE FROM namespaces WHERE realm=$1 AND catalog=$2 AND path=$3",
                                   realm, catalog, path)
                 await put_idempotency(con, idempotency)
-        await self._call(q)
+        await self._call(q, changes=True)
 
     # -- tables --------------------------------------------------------------------------------------------
 
@@ -330,7 +358,7 @@ class PostgresStore:
         return IdempotencyRecord(r["key"], r["route"], r["status"], r["body"], r["body_ref"]) if r else None
 
     async def put_idempotency(self, record: IdempotencyRecord) -> None:
-        await self._call(lambda con: put_idempotency(con, record))
+        await self._call(lambda con: put_idempotency(con, record), changes=True)
 
     async def purge_idempotency(self, older_than_s: float) -> int:
         status = await self._call(lambda con: con.execute(

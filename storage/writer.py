@@ -15,7 +15,7 @@ from uuid import UUID
 
 import asyncpg
 
-from .connections import CONNECTION_ERRORS, why
+from .connections import APPLICATION_NAME, CONNECTION_ERRORS, sent_nothing, server_refused, why
 from .errors import OutcomeLost, StoreUnavailable
 from .paths import location_key
 from .queries import LOCATIONS_LOCK, location_in_use, put_idempotency
@@ -88,7 +88,10 @@ FROM u LEFT JOIN upd ON upd.table_id = u.table_id
 """
 
 
-_BACKEND_ALIVE_SQL = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)"
+# The server process that ran an interrupted write, if it still runs on the server we reach now. After a failover
+# (or a restart) that is another server, where the process cannot be; its pid could only match one of our own
+# sessions there by chance, never another program's.
+_BACKEND_ALIVE_SQL = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND application_name = $2)"
 
 
 class GroupCommitWriter:
@@ -148,36 +151,19 @@ class GroupCommitWriter:
     async def _flush(self, items: list[tuple[WriteGroup, asyncio.Future]]) -> None:
         try:
             con = await asyncio.wait_for(self.pool.acquire(), self.resolve_timeout_s)
-        except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+        except (*CONNECTION_ERRORS, asyncpg.PostgresError, asyncpg.exceptions.InternalClientError) as exc:
             # Nothing was sent: every group is known NOT applied.
             err = StoreUnavailable(f"database unavailable: {why(exc)}")
             for _, fut in items:
                 fut.set_exception(err)
             return
+        backend = con.get_server_pid()   # asyncpg detaches a connection that dies: ask now
         try:
             results = await self._write(con, [g for g, _ in items])
-        except asyncpg.PostgresError as exc:
-            # The server refused the statement as a whole (e.g. a duplicate commit-log version): nothing applied.
-            # Write the groups one by one so one bad group cannot fail the others.
-            await self.pool.release(con)
-            con = None
-            if len(items) == 1:
-                items[0][1].set_exception(StoreUnavailable(f"write refused by the database: {exc}"))
-                return
-            log.warning("group write refused (%s); retrying %d groups one by one", exc, len(items))
-            for item in items:
-                await self._flush([item])
-            return
-        except CONNECTION_ERRORS as exc:
-            log.warning("connection lost during group write (%s); resolving outcome", why(exc))
-            backend = con.get_server_pid()
-            await self._discard(con)
-            con = None
-            try:
-                results = await self._resolve([g for g, _ in items], backend)
-            except OutcomeLost as unknown:
-                for _, fut in items:
-                    fut.set_exception(unknown)
+        except Exception as exc:
+            failed, con = con, None   # released or discarded by _after_failed_write
+            results = await self._after_failed_write(failed, backend, items, exc)
+            if results is None:
                 return
         finally:
             if con is not None:
@@ -185,9 +171,46 @@ class GroupCommitWriter:
         for (_, fut), result in zip(items, results):
             fut.set_result(result)
 
+    async def _after_failed_write(self, con: asyncpg.Connection, backend: int,
+                                  items: list[tuple[WriteGroup, asyncio.Future]],
+                                  exc: Exception) -> list[WriteResult] | None:
+        """What a failed flush means for each group: its results, or None once every future has its error. A 503
+        ("nothing applied") only where that is proven; where the transaction's COMMIT may have reached the server,
+        the outcome is read back from the rows (`_resolve`), and only if that fails is it unknown."""
+        if sent_nothing(exc):
+            # The failing statement never left, so neither did the COMMIT after it: nothing applied.
+            log.warning("database connection lost before the group write was sent (%s)", why(exc))
+            await self._discard(con)
+            err = StoreUnavailable(f"database connection lost: {why(exc)}; nothing applied")
+            for _, fut in items:
+                fut.set_exception(err)
+            return None
+        if server_refused(exc):
+            # The server refused the statement as a whole (e.g. a duplicate commit-log version): nothing applied.
+            # Write the groups one by one so one bad group cannot fail the others.
+            await self.pool.release(con)
+            if len(items) == 1:
+                items[0][1].set_exception(StoreUnavailable(f"write refused by the database: {exc}"))
+                return None
+            log.warning("group write refused (%s); retrying %d groups one by one", exc, len(items))
+            for item in items:
+                await self._flush([item])
+            return None
+        # The connection died (or asyncpg failed) after the statement was sent: it may have committed.
+        log.warning("connection lost during group write (%s); resolving outcome", why(exc))
+        await self._discard(con)
+        try:
+            return await self._resolve([g for g, _ in items], backend)
+        except OutcomeLost as unknown:
+            for _, fut in items:
+                fut.set_exception(unknown)
+            return None
+
     async def _discard(self, con: asyncpg.Connection) -> None:
         try:
             con.terminate()
+        except asyncpg.InterfaceError:
+            pass   # asyncpg already took back a connection it saw close
         finally:
             await self.pool.release(con)
 
@@ -359,7 +382,7 @@ class GroupCommitWriter:
         while True:
             try:
                 async with self.pool.acquire(timeout=max(deadline - time.monotonic(), 0.1)) as con:
-                    if await con.fetchval(_BACKEND_ALIVE_SQL, backend):
+                    if await con.fetchval(_BACKEND_ALIVE_SQL, backend, APPLICATION_NAME):
                         await con.fetchval("SELECT pg_terminate_backend($1)", backend)
                     else:
                         rows = await con.fetch("SELECT table_id, row_version FROM tables WHERE table_id = ANY($1)",
@@ -367,7 +390,7 @@ class GroupCommitWriter:
                         versions = {r["table_id"]: r["row_version"] for r in rows}
                         applied = [g.writes[0].applied_at(versions.get(g.writes[0].table_id)) for g in groups]
                         return [WriteResult(a, None if a else Refusal.STALE) for a in applied]
-            except (*CONNECTION_ERRORS, asyncpg.PostgresError) as exc:
+            except (*CONNECTION_ERRORS, asyncpg.PostgresError, asyncpg.exceptions.InternalClientError) as exc:
                 problem = why(exc)
             if time.monotonic() > deadline:
                 raise OutcomeLost(f"the outcome of an interrupted write is unknown: {problem}")
