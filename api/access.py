@@ -6,7 +6,7 @@ every request: it authenticates the caller and checks the policy. A routed view 
 refused (fail closed), and tests/test_auth.py walks the route table to prove every route declares a policy.
 
 401 (no or bad credential) and 403 (authenticated, lacks a privilege) are raised as Unauthorized/Forbidden, and
-each protocol writes them in its own error format.
+each protocol writes them in its own error format; every 401 also carries the RFC 6750 challenge (`challenge`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Union
 from quart import current_app, request
 
 from coordinator.auth import CALLER, Privilege, Resource
-from coordinator.errors import Forbidden, Unauthorized
+from coordinator.errors import Forbidden, InvalidClient, Unauthorized
 
 from .common import protocol_of
 
@@ -71,10 +71,10 @@ async def enforce() -> None:
         raise Forbidden(f"route {endpoint} declares no access policy, so it is refused")
     if policy is PUBLIC:
         return
-    credential = _credential(req)
     authority = app.config["COORDINATOR"].authority
-    if authority is None:  # no auth configured (loopback only): everyone is anonymous and allowed
-        return
+    if authority is None:  # no auth configured (loopback only): everyone is anonymous and allowed, whatever
+        return             # credential a client sends along
+    credential = _credential(req)
     if credential is None:
         raise Unauthorized("authentication required: send 'Authorization: Bearer <token>' (tokens come from "
                            "POST /v1/oauth/tokens with grant_type=client_credentials)")
@@ -86,3 +86,12 @@ async def enforce() -> None:
     if inspect.isawaitable(needs):
         needs = await needs
     authority.check(principal, needs)
+
+
+def challenge(exc: Exception, req) -> str | None:
+    """RFC 6750's WWW-Authenticate for a 401: `Bearer`, and `error="invalid_token"` when a credential was sent
+    and refused. None for errors that are not a bearer token's (a wrong client secret at the token endpoint)."""
+    if not isinstance(exc, Unauthorized) or isinstance(exc, InvalidClient):
+        return None
+    sent = "Authorization" in req.headers or (protocol_of(req.path) == "lance" and "x-api-key" in req.headers)
+    return 'Bearer realm="coordinator", error="invalid_token"' if sent else 'Bearer realm="coordinator"'

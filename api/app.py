@@ -20,7 +20,7 @@ from coordinator.service import Coordinator
 from storage.errors import StorageError
 
 from . import commits, delta, iceberg, lance, oauth
-from .access import enforce, public
+from .access import challenge, enforce, public
 from .common import framework_error_message, json_response, protocol_of
 from .routing import CachingMap
 from .transport import HTTPConnection, Request
@@ -136,7 +136,12 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     @app.errorhandler(CoordinatorError)
     @app.errorhandler(StorageError)
     async def _error(exc: Exception) -> Response:
-        return ERROR_RESPONSES[protocol_of(request.path)](exc)
+        req = request._get_current_object()
+        response = ERROR_RESPONSES[protocol_of(req.path)](exc)
+        bearer = challenge(exc, req)
+        if bearer is not None:
+            response.headers["WWW-Authenticate"] = bearer
+        return response
 
     @app.get("/healthz")
     @public

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
@@ -93,7 +94,8 @@ def parse_json(data: bytes) -> Any:
     """A request body's JSON. orjson refuses numbers beyond a double and nesting deeper than 1024 levels (so a
     hostile body cannot exhaust the stack); nesting deeper than MAX_JSON_DEPTH is refused here. So is a NUL in
     a string: no name, property or path can hold one, PostgreSQL's text and jsonb cannot store one and the OS
-    cannot open a path with one, so it would otherwise fail deep inside a commit."""
+    cannot open a path with one, so it would otherwise fail deep inside a commit. So is an object with a key
+    twice (see _refuse_repeated_keys)."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -102,7 +104,36 @@ def parse_json(data: bytes) -> Any:
     may_nest = data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH
     if may_nest or b"\\u0000" in data or _beyond_int64(data):
         _check_value(value)
+    _refuse_repeated_keys(data)  # after the depth check: the stdlib scanner recurses
     return value
+
+
+class _RepeatedKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> None:
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise _RepeatedKey(next(key for i, (key, _) in enumerate(pairs) if any(key == k for k, _ in pairs[:i])))
+
+
+# The stdlib scanner hands each object's pairs over before they become a dict; orjson (like every dict-building
+# parser) keeps the last of a repeated key silently. Values are built by orjson, so this pass builds nothing.
+_KEY_CHECKER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
+def _refuse_repeated_keys(data: bytes) -> None:
+    """A JSON object with a key twice is refused: parsers disagree on which one counts (orjson, Python and Java
+    take the last, others the first), so a proxy, an audit log or a second reader could see another request
+    than the one applied, e.g. a commit's failing `requirements` placed first and an empty list last. This
+    second pass costs ~10 us for a 1 KB commit body (2% of a commit's CPU)."""
+    try:
+        _KEY_CHECKER.decode(data.decode())
+    except (ValueError, RecursionError) as exc:  # what orjson read, but not the stdlib: say it like orjson
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    except _RepeatedKey as exc:
+        raise BadRequest(f"request body has the key {exc.args[0]!r} twice in one object; send each key once") \
+            from None
 
 
 def _beyond_int64(data: bytes) -> bool:

@@ -224,8 +224,9 @@ class Authority:
                                 options={"require": ["exp", "sub", "iss"]})
         except jwt.ExpiredSignatureError:
             raise Unauthorized("the token has expired: get a new one from /v1/oauth/tokens") from None
-        except jwt.InvalidTokenError as exc:
-            raise Unauthorized(f"the token is not valid: {exc}") from None
+        except jwt.InvalidTokenError:
+            raise Unauthorized("the bearer token is not one this service issued (or it was altered): get a token "
+                               "from POST /v1/oauth/tokens with grant_type=client_credentials") from None
         client = self.config.clients.get(claims["sub"])
         if client is None:
             raise Unauthorized(f"client {claims['sub']!r} is no longer configured")

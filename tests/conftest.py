@@ -16,7 +16,9 @@ import pytest
 from coordinator.config import Config
 from tests.support import throwaway_postgres
 
-TEMPLATE = "coordinator_template"
+# Each session migrates its own template, so that sessions sharing one existing server (and a template left by
+# a session that was killed) never meet.
+TEMPLATE = "coordinator_template_" + uuid.uuid4().hex[:8]
 
 
 def _psql(admin_dsn: str, sql: str) -> None:
@@ -32,7 +34,11 @@ def _with_db(dsn: str, db: str) -> str:
 def pg_admin_dsn():
     external = os.environ.get("COORDINATOR_TEST_DATABASE_URL")
     if external:
-        yield _with_db(external, "postgres")
+        admin = _template(external)
+        try:
+            yield admin
+        finally:
+            _psql(admin, f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
         return
     with throwaway_postgres() as dsn:
         yield _template(dsn)

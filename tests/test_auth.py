@@ -164,7 +164,12 @@ def test_every_route_refuses_requests_without_a_valid_token(secured):
                 assert r.status_code != 401, (method, path)
                 continue
             _assert_protocol_error(path, r, 401)
-            _assert_protocol_error(path, http.request(method, path, headers=bearer(expired)), 401)
+            assert r.headers["WWW-Authenticate"] == 'Bearer realm="coordinator"', (method, path)
+            for refused in (expired, "garbage"):
+                r = http.request(method, path, headers=bearer(refused))
+                _assert_protocol_error(path, r, 401)
+                # RFC 6750: a token was sent and refused
+                assert r.headers["WWW-Authenticate"] == 'Bearer realm="coordinator", error="invalid_token"'
             checked += 1
     assert checked > 60
 
@@ -237,8 +242,18 @@ def test_token_signed_by_the_database_key_works_across_restarts(auth_config):
         assert httpx.get(f"{base_url}/v1/namespaces", headers=bearer(token)).status_code == 200
 
 
+def test_a_garbage_token_is_told_what_to_do_in_our_words(secured):
+    r = httpx.get(f"{secured}/v1/namespaces", headers=bearer("not.a-token"))
+    message = r.json()["error"]["message"]
+    assert r.status_code == 401 and "POST /v1/oauth/tokens" in message, message
+    assert "segments" not in message.lower() and "decode" not in message.lower()  # never the JWT library's words
+
+
 def test_auth_off_on_loopback_accepts_anonymous_requests(service):
     assert httpx.get(f"{service}/v1/namespaces").status_code == 200
+    # With authentication off, whatever credential a client sends along is not looked at.
+    for header in ({"Authorization": "Basic dXNlcjpwYXNz"}, {"Authorization": "Bearer garbage"}):
+        assert httpx.get(f"{service}/v1/namespaces", headers=header).status_code == 200
     r = httpx.post(f"{service}/v1/oauth/tokens", data={"grant_type": "client_credentials", "client_id": "a",
                                                        "client_secret": "b"})
     assert r.status_code == 400 and "no authentication" in r.json()["error_description"]

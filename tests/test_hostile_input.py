@@ -543,3 +543,24 @@ def test_slow_bodies_time_out(impatient, method, path, fmt):
     else:
         assert status_line.startswith(b"HTTP/1.1 400"), answer
         assert body["code"] == 13 and body["error"], body
+
+
+def test_a_json_object_with_a_key_twice_is_refused_in_every_protocol(http):
+    """Parsers disagree on which of a repeated key counts: a failing assertion placed first and an empty list last
+    must not apply on one reading and be refused on another. 400 in each protocol, nothing applied."""
+    assert http.post("/v1/namespaces", json={"namespace": ["dup"]}).status_code == 200
+    created = http.post("/v1/namespaces/dup/tables", json={"name": "t", "schema": {
+        "type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}})
+    before = created.json()["metadata-location"]
+    commit = ('{"requirements": [{"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}],'
+              ' "updates": [{"action": "set-properties", "updates": {"k": "v"}}], "requirements": []}')
+    err = iceberg_error(http.post("/v1/namespaces/dup/tables/t", content=commit))
+    assert "'requirements' twice" in err["message"]
+    assert http.get("/v1/namespaces/dup/tables/t").json()["metadata-location"] == before
+    # nested objects too, and the other protocols
+    iceberg_error(http.post("/v1/namespaces", content='{"namespace": ["dup2"], "properties": {"a": "1", "a": "2"}}'))
+    assert http.get("/v1/namespaces/dup2").status_code == 404
+    lance_error(http.post("/v1/namespace/dup3/create", content='{"properties": {}, "properties": {"a": "b"}}'))
+    assert http.post("/v1/namespace/dup3/exists", json={}).status_code == 404
+    uc_error(http.post(f"{UC}/catalogs", content='{"name": "c1", "name": "c2"}'))
+    assert http.get(f"{UC}/catalogs/c1").status_code == 404 and http.get(f"{UC}/catalogs/c2").status_code == 404

@@ -292,3 +292,19 @@ def test_pages_end_with_an_explicit_null_token(http, listed):
                 token, pages = body["next-page-token"], pages + 1
             assert len(seen) == count and len({str(x) for x in seen}) == count
             assert pages == -(-count // size)  # no empty last page, even when `size` divides `count`
+
+
+# -- snapshot ids ------------------------------------------------------------------------------------------------
+
+def test_a_snapshot_with_the_reserved_id_minus_one_is_refused(http):
+    """-1 is the spec's "no current snapshot": a ref set to it would show every reader an empty table."""
+    before = table_location(http)
+    r = commit(http,
+               {"action": "add-snapshot", "snapshot": {
+                   "snapshot-id": -1, "sequence-number": 1, "timestamp-ms": int(time.time() * 1000),
+                   "manifest-list": before.rsplit("/", 1)[0] + "/snap--1.avro", "summary": {"operation": "append"},
+                   "schema-id": 0}},
+               {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": -1})
+    assert_bad_request(r)
+    assert "-1" in r.json()["error"]["message"]
+    assert table_location(http) == before

@@ -26,6 +26,7 @@ from .builder import (MAIN_BRANCH, ROW_LINEAGE_FORMAT_VERSION, Invalid, Metadata
                       strip_trailing_slash)
 
 _UPDATES = TypeAdapter(m.Update)
+NO_SNAPSHOT = -1  # the spec's `current-snapshot-id` of a table without one
 
 
 def parse_updates(raw: list) -> list[m.Update]:
@@ -37,7 +38,8 @@ def parse_updates(raw: list) -> list[m.Update]:
 def _add_snapshot(u: m.AddSnapshotUpdate, b: MetadataBuilder) -> None:
     """Java `addSnapshot`.
 
-    * The snapshot id must be new.
+    * The snapshot id must be new, and never -1: the spec's "no current snapshot", which a ref set to it would
+      turn into an empty table for every reader.
     * v2+: sequence-number must be greater than last-sequence-number unless the snapshot has no parent;
       a stale one is retryable (409), not malformed. last-sequence-number becomes the snapshot's number,
       and (Java's constructor) no snapshot may have a larger one.
@@ -52,6 +54,8 @@ def _add_snapshot(u: m.AddSnapshotUpdate, b: MetadataBuilder) -> None:
         raise Invalid("snapshot", "attempting to add a snapshot before a partition spec is added")
     if not md["sort-orders"]:
         raise Invalid("snapshot", "attempting to add a snapshot before a sort order is added")
+    if snap.snapshot_id == NO_SNAPSHOT:
+        raise Invalid("snapshot.snapshot-id", "snapshot id -1 is reserved: it means the table has no current snapshot")
     if b.snapshot(snap.snapshot_id) is not None:
         raise Invalid("snapshot.snapshot-id", f"snapshot already exists for id: {snap.snapshot_id}")
 
