@@ -39,6 +39,7 @@ from storage.records import IdempotencyRecord, Refusal, TableRow, TableWrite, Wr
 
 from .errors import (CoordinatorError, LocationTaken, NoSuchNamespace, NotOwner, TableExists, Unavailable, Unpublished,
                      ViewExists, from_storage)
+from .name_limits import check_table_key
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ class Commit:
 async def write(commit: Commit, store: TableRows, files: Files) -> None:
     """Make `commit` durable (steps 1-3 above) or raise the one error that says whether it applied."""
     for part in commit.parts:
+        _check_names(part.write)
+    for part in commit.parts:
         if part.new is not None and part.new.location and part.files:
             await _check_place_free(store, part.new)
     fresh = [f for p in commit.parts for f in p.files]
@@ -95,6 +98,13 @@ async def write(commit: Commit, store: TableRows, files: Files) -> None:
                 log.error("commit recorded but its files could not be written: %s", exc)
                 raise Unpublished(f"the commit was recorded but its files could not be written yet ({exc}); "
                                   f"retry") from exc
+
+
+def _check_names(w: TableWrite) -> None:
+    """A new table's name within the limits every protocol shares: over them the store could not index it, and
+    nothing is applied. (A rename is one proposal among its table's batch: its own `decide` checks the name.)"""
+    if w.insert is not None:
+        check_table_key(w.insert.catalog, w.insert.namespace, w.insert.name)
 
 
 def refusal_error(commit: Commit, refusal: Refusal | None) -> CoordinatorError:

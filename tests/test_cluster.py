@@ -286,7 +286,7 @@ def _one_key_through_two_members(http: httpx.Client, b: str, c: str, table: str)
 
 
 def _delta_tables_through_every_member(bases: list[str]) -> None:
-    """A managed Delta table created and read through members that do not own it (its state crosses pickled)."""
+    """A managed Delta table created and read through members that do not own it (its state crosses the channel)."""
     for i, base in enumerate(bases):
         uc = UC(base)
         table = uc.create_managed(f"d{i}", catalog="dc")

@@ -3,10 +3,19 @@ lost answer, over real loopback TCP between two channel endpoints in one trio ru
 
 from __future__ import annotations
 
+import datetime
+import uuid
+from decimal import Decimal
+
+import msgpack
+import pytest
 import trio
 import trio.testing
 
-from coordinator.cluster.channel import AnswerLost, ChannelServer, Codec, Peer, PeerUnreachable, read_frames
+from coordinator.cluster.channel import (GREETING, MAGIC, VERSION, AnswerLost, ChannelServer, Codec, Peer, PeerUnreachable,
+                                         read_frames)
+from coordinator.cluster import wire
+from coordinator.cluster.wire import WireError
 from coordinator.errors import CoordinatorError, Unavailable, VersionExists
 
 
@@ -97,15 +106,9 @@ async def test_unreachable_peer_is_known_not_sent():
             raise AssertionError("no error")
 
 
-async def test_nothing_is_unpickled_from_a_connection_without_the_cluster_key():
-    """The channel carries pickles, so a dialer must prove it holds the cluster key before any frame is read,
-    and a listener must prove it too before the dialer reads answers."""
-    ran = []
-
-    class Exploit:
-        def __reduce__(self):
-            return (ran.append, ("unpickled",))
-
+async def test_nothing_is_read_from_a_connection_without_the_cluster_key():
+    """A dialer must prove it holds the cluster key before any frame is read, and a listener must prove it too
+    before the dialer reads answers."""
     async def echo(value):
         return value
 
@@ -120,19 +123,64 @@ async def test_nothing_is_unpickled_from_a_connection_without_the_cluster_key():
             assert "handshake" in exc.message
         else:
             raise AssertionError("a peer without the key was served")
-        # a raw connection that skips the handshake and sends a pickle straight away is closed unread
+        # a raw connection that skips the handshake and sends a frame straight away is closed unanswered
         stream = await trio.open_tcp_stream("127.0.0.1", port)
-        await stream.send_all(Codec({}).frame((0, "echo", (Exploit(),))) + b"\0" * 48)
+        await stream.send_all(GREETING + Codec({}).frame((0, "echo", (1,))) + b"\0" * 48)
+        received = b""
         with trio.fail_after(10):
             try:
-                while await stream.receive_some(1024):  # the challenge, then the server hangs up
-                    pass
+                while data := await stream.receive_some(1024):  # the greeting, then the server hangs up
+                    received += data
             except trio.BrokenResourceError:
                 pass  # reset: it closed with our unread bytes in its buffer
         await stream.aclose()
-        assert ran == []
+        assert len(received) == len(GREETING) + 16
         # and the right key still works
         assert await Peer(f"127.0.0.1:{port}", Codec({}), nursery, KEY).call("echo", 7) == 7
+        nursery.cancel_scope.cancel()
+
+
+def test_a_frame_can_only_build_values_never_run_code():
+    """Pickle would call whatever a frame names; the channel's encoding builds only plain data and the project's
+    own classes, so a frame naming anything else is refused before any of it is used."""
+    codec = Codec({})
+    for name in ("os:system", "builtins:eval", "subprocess:Popen", "coordinator.cluster.wire:_own_class",
+                 "coordinator.errors:from_storage"):
+        for frame in (msgpack.packb(msgpack.ExtType(wire._OBJECT, msgpack.packb([name, {}]))),
+                      msgpack.packb(msgpack.ExtType(wire._ERROR, msgpack.packb([name, [], {}]))),
+                      msgpack.packb(msgpack.ExtType(wire._ENUM, msgpack.packb([name, 1]))),
+                      msgpack.packb(msgpack.ExtType(wire._ERROR, msgpack.packb([name])))):
+            with pytest.raises(WireError):
+                codec.loads(frame)
+    with pytest.raises(TypeError, match="cannot cross"):
+        codec.dumps(Local())  # a type outside the project is never sent either
+
+
+def test_the_projects_own_values_cross_intact():
+    from storage.records import Refusal
+    values = [(1, "a", None), {1: b"x", "k": {uuid.uuid4()}}, frozenset({2}), 2**70, -2**70, Decimal("1.5"),
+              datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc), Refusal.STALE,
+              VersionExists("expected 1, found 2")]
+    back = Codec({}).loads(Codec({}).dumps(values))
+    assert back[:8] == values[:8] and type(back[0]) is tuple
+    assert type(back[8]) is VersionExists and back[8].message == "expected 1, found 2" and back[8].status == 409
+
+
+@pytest.mark.parametrize("greeting", [MAGIC + bytes([VERSION + 1]), b""], ids=["newer", "before-versions"])
+async def test_members_of_different_versions_refuse_each_other_clearly(greeting):
+    """A listener of another channel version (or one from before versions existed, which sends only its 16-byte
+    challenge) is refused by the dialer with a message that says so, before anything else is sent."""
+    async def other_member(stream):
+        await stream.send_all(greeting + b"n" * 16)
+        await trio.sleep(5)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(trio.serve_tcp, other_member, 0)
+        port = listeners[0].socket.getsockname()[1]
+        expected = (f"speaks cluster channel version {VERSION + 1}, this member version {VERSION}" if greeting
+                    else "speaks an older cluster channel")
+        with pytest.raises(PeerUnreachable, match=expected):
+            await Peer(f"127.0.0.1:{port}", Codec({}), nursery, KEY).call("echo", 1)
         nursery.cancel_scope.cancel()
 
 

@@ -564,3 +564,46 @@ def test_a_json_object_with_a_key_twice_is_refused_in_every_protocol(http):
     assert http.post("/v1/namespace/dup3/exists", json={}).status_code == 404
     uc_error(http.post(f"{UC}/catalogs", content='{"name": "c1", "name": "c2"}'))
     assert http.get(f"{UC}/catalogs/c1").status_code == 404 and http.get(f"{UC}/catalogs/c2").status_code == 404
+
+
+# -- name limits -----------------------------------------------------------------------------------------------
+
+LONG = "x" * 2700            # beyond PostgreSQL's index row limit, where a name used to be a 500 or a 503
+WIDE = "€" * 100             # 100 characters, 300 bytes of UTF-8: over the byte limit, under a character one
+FITS = "€" * 85              # 255 bytes: the longest name there is
+
+
+def test_names_over_the_limit_are_a_bad_request_in_every_protocol(http, warehouse):
+    from coordinator.name_limits import NAME_MAX_BYTES
+    # Iceberg: namespaces, tables, views, renames
+    for level in (LONG, WIDE):
+        err = iceberg_error(http.post("/v1/namespaces", json={"namespace": [level]}))
+        assert f"at most {NAME_MAX_BYTES} bytes" in err["message"]
+    iceberg_error(http.post("/v1/namespaces", json={"namespace": ["a"] * 17}))
+    assert http.get("/v1/namespaces").json()["namespaces"] == []
+    assert http.post("/v1/namespaces", json={"namespace": [FITS]}).status_code == 200
+    schema = {"type": "struct", "schema-id": 0, "fields": []}
+    for name in (LONG, WIDE):
+        iceberg_error(http.post(f"/v1/namespaces/{FITS}/tables", json={"name": name, "schema": schema}))
+        iceberg_error(http.post(f"/v1/namespaces/{FITS}/views", json={
+            "name": name, "schema": schema, "view-version": _view_version(), "properties": {}}))
+    assert http.get(f"/v1/namespaces/{FITS}/tables").json()["identifiers"] == []
+    assert http.post(f"/v1/namespaces/{FITS}/tables", json={"name": FITS, "schema": schema}).status_code == 200
+    iceberg_error(http.post("/v1/tables/rename", json={"source": {"namespace": [FITS], "name": FITS},
+                                                       "destination": {"namespace": [FITS], "name": WIDE}}))
+    assert http.get(f"/v1/namespaces/{FITS}/tables/{FITS}").status_code == 200
+    # Lance: namespaces and tables
+    lance_error(http.post(f"/v1/namespace/{LONG}/create", json={}))
+    lance_error(http.post(f"/v1/namespace/{WIDE}/create", json={}))
+    assert http.post("/v1/namespace/ln/create", json={}).status_code == 200
+    lance_error(http.post(f"/v1/table/ln${WIDE}/declare", json={}))
+    assert http.post(f"/v1/namespace/ln/table/list", json={}).json()["tables"] == []
+    # Unity Catalog: catalogs, schemas, tables
+    uc_error(http.post(f"{UC}/catalogs", json={"name": WIDE}))
+    assert http.post(f"{UC}/catalogs", json={"name": "main"}).status_code == 200
+    uc_error(http.post(f"{UC}/schemas", json={"name": WIDE, "catalog_name": "main"}))
+    assert http.post(f"{UC}/schemas", json={"name": "default", "catalog_name": "main"}).status_code == 200
+    uc_error(http.post(f"{UC}/tables", json={
+        "name": WIDE, "catalog_name": "main", "schema_name": "default", "table_type": "EXTERNAL",
+        "data_source_format": "DELTA", "storage_location": f"{warehouse}/ext", "columns": []}))
+    assert http.get(f"{UC}/tables", params={"catalog_name": "main", "schema_name": "default"}).json()["tables"] == []

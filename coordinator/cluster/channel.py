@@ -1,40 +1,41 @@
 """The internal channel between cluster members: persistent trio TCP connections carrying length-prefixed frames.
 
-A frame is a 4-byte big-endian length and a pickle. A request is `(call_id, method, args)`; its answer is
+A frame is a 4-byte big-endian length and a msgpack message (`wire.py`: plain data, and the project's own types
+named explicitly, so that no received byte can run code). A request is `(call_id, method, args)`; its answer is
 `(call_id, ok, value)` where `value` is the result or the CoordinatorError to raise. One connection per peer
 carries any number of concurrent calls (answers come back out of order), so a forwarded request costs one
-pickle, one send and one receive on each side: no second HTTP hop, no connection set-up per request.
+encoding, one send and one receive on each side: no second HTTP hop, no connection set-up per request.
 
-Pickle is safe here only between members of one deployment, so nothing is unpickled before both ends of a
-connection prove they hold the cluster key (`handshake`: an HMAC challenge-response each way, keyed by a secret
-every member reads from the shared database); still bind the channel to a private interface. It is used because the payloads are the catalogs' own objects (pydantic
-requests, proposals, table states) and the owner must run exactly the code the receiving member would have run.
-Process-local objects a proposal refers to (the file IO, the store) travel by name and are replaced by the
-receiver's own (`Codec`).
+Nothing is decoded before both ends of a connection prove they hold the cluster key and speak the same channel
+version (`handshake`: a versioned greeting, then an HMAC challenge-response each way, keyed by a secret every
+member reads from the shared database); still bind the channel to a private interface. Members of different
+versions refuse each other with a message that says so.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import io
 import itertools
 import logging
-import pickle
 import secrets
 import socket
-import struct
 from typing import Any, Awaitable, Callable
 
 import trio
 
 from ..errors import CoordinatorError, Unavailable, from_storage
+from .wire import FRAME_HEADER as HEADER, Codec
 
 log = logging.getLogger(__name__)
 
-HEADER = struct.Struct(">I")
 MAX_FRAME = 512 * 1024 * 1024
 NONCE = 16
+# The greeting each end sends first: a magic and the channel's version. Raise VERSION whenever what crosses the
+# channel changes incompatibly (the message shapes, wire.py's encoding, the handlers' arguments).
+MAGIC = b"CCH"
+VERSION = 2
+GREETING = MAGIC + bytes([VERSION])
 HANDSHAKE_TIMEOUT_S = 5.0
 
 
@@ -43,7 +44,7 @@ class HandshakeFailed(Exception):
 
 
 def _proof(key: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
-    return hmac.new(key, role + first + second, hashlib.sha256).digest()
+    return hmac.new(key, GREETING + role + first + second, hashlib.sha256).digest()
 
 
 async def _receive_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:
@@ -56,11 +57,21 @@ async def _receive_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:
     return buf
 
 
+def _check_greeting(greeting: bytes, who: str) -> None:
+    if greeting[:len(MAGIC)] != MAGIC:
+        raise HandshakeFailed(f"the {who} speaks an older cluster channel (before version 2, with pickle): run "
+                              f"the same coordinator version on every member")
+    if greeting[len(MAGIC)] != VERSION:
+        raise HandshakeFailed(f"the {who} speaks cluster channel version {greeting[len(MAGIC)]}, this member "
+                              f"version {VERSION}: run the same coordinator version on every member")
+
+
 async def accept_handshake(stream: trio.abc.Stream, key: bytes) -> None:
-    """Server side: challenge the dialer, check its proof, prove ourselves in turn."""
+    """Server side: greet and challenge the dialer, check its version and proof, prove ourselves in turn."""
     with trio.fail_after(HANDSHAKE_TIMEOUT_S):
         ours = secrets.token_bytes(NONCE)
-        await stream.send_all(ours)
+        await stream.send_all(GREETING + ours)
+        _check_greeting(await _receive_exactly(stream, len(GREETING)), "dialing member")
         reply = await _receive_exactly(stream, NONCE + 32)
         theirs, proof = reply[:NONCE], reply[NONCE:]
         if not hmac.compare_digest(proof, _proof(key, b"dialer", ours, theirs)):
@@ -69,11 +80,14 @@ async def accept_handshake(stream: trio.abc.Stream, key: bytes) -> None:
 
 
 async def dial_handshake(stream: trio.abc.Stream, key: bytes) -> None:
-    """Client side: answer the listener's challenge and check that it holds the key too."""
+    """Client side: check the listener's version, answer its challenge and check that it holds the key too."""
     with trio.fail_after(HANDSHAKE_TIMEOUT_S):
-        challenge = await _receive_exactly(stream, NONCE)
+        # An older listener sends only its 16-byte challenge: read that much before judging the greeting.
+        first = await _receive_exactly(stream, NONCE)
+        _check_greeting(first, "listening member")
+        challenge = first[len(GREETING):] + await _receive_exactly(stream, len(GREETING))
         ours = secrets.token_bytes(NONCE)
-        await stream.send_all(ours + _proof(key, b"dialer", challenge, ours))
+        await stream.send_all(GREETING + ours + _proof(key, b"dialer", challenge, ours))
         proof = await _receive_exactly(stream, 32)
         if not hmac.compare_digest(proof, _proof(key, b"listener", ours, challenge)):
             raise HandshakeFailed("the listener does not hold the cluster key")
@@ -85,38 +99,6 @@ class PeerUnreachable(Unavailable):
 
 class AnswerLost(Exception):
     """The request was sent but the connection closed before its answer: the caller must find out the outcome."""
-
-
-class Codec:
-    """pickle with the process-local objects named in `local` replaced by their names on the wire."""
-
-    def __init__(self, local: dict[str, Any]):
-        self._by_name = dict(local)
-        self._by_id = {id(obj): name for name, obj in local.items()}
-        by_id = self._by_id
-
-        class _Pickler(pickle.Pickler):
-            def persistent_id(self, obj: Any) -> str | None:
-                return by_id.get(id(obj))
-
-        by_name = self._by_name
-
-        class _Unpickler(pickle.Unpickler):
-            def persistent_load(self, pid: str) -> Any:
-                return by_name[pid]
-
-        self._pickler, self._unpickler = _Pickler, _Unpickler
-
-    def frame(self, message: Any) -> bytes:
-        buf = io.BytesIO()
-        buf.write(b"\0\0\0\0")
-        self._pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(message)
-        data = buf.getbuffer()
-        HEADER.pack_into(data, 0, len(data) - 4)
-        return bytes(data)
-
-    def loads(self, payload: bytes) -> Any:
-        return self._unpickler(io.BytesIO(payload)).load()
 
 
 async def read_frames(stream: trio.abc.ReceiveStream):

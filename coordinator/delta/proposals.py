@@ -11,6 +11,7 @@ from typing import Any
 from storage.records import LogEntry, PurgeClaim
 
 from ..decision import Decision
+from ..name_limits import check_table_key
 from ..purges import delete_own_location
 from . import rules
 from .models import CommitRequest, GetCommitsRequest, MetricsRequest
@@ -77,6 +78,7 @@ class CreateFromStaging:
     owner: str   # the caller (read in the request: the actor runs outside it)
 
     def decide(self, state: Any) -> Decision:
+        check_table_key(*self.full)
         staging = rules.unused_staging(state, self.full, self.location, self.schema_id)
         info = table_info(staging.table_id, self.full, "MANAGED", "DELTA", self.columns, staging.location,
                           self.comment, self.properties, self.now_ms, self.owner)

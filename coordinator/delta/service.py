@@ -29,6 +29,7 @@ from storage.records import TableRow
 from ..auth import CALLER
 from ..credentials import vendable_s3_keys
 from ..decision import PlannedPart
+from .. import name_limits
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CatalogExists, CatalogNotEmpty, CommitConflict,
                       CoordinatorError, NamespaceExists, NamespaceNotEmpty, NoSuchCatalog, NoSuchNamespace, NoSuchTable,
                       NotEmpty, NotFound, TableExists, VersionPublished, from_storage)
@@ -124,6 +125,7 @@ class DeltaService:
 
     async def create_catalog(self, body: CreateCatalog) -> dict[str, Any]:
         name = rules.check_name("catalog", body.name)
+        name_limits.check_name("catalog", name)
         entry = _entry(body, "id")
         try:
             await self.store.create_namespace(CATALOG_REALM, "", name, entry)
@@ -207,6 +209,7 @@ class DeltaService:
 
     async def create_schema(self, body: CreateSchema) -> dict[str, Any]:
         name = rules.check_name("schema", body.name)
+        name_limits.check_name("schema", name)
         entry = _entry(body, "schema_id")
         await self.get_catalog(body.catalog_name)
         try:

@@ -7,7 +7,6 @@ ratified commits not yet published live in the commit log, keyed by version; `lo
 
 from __future__ import annotations
 
-import copyreg
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -67,10 +66,6 @@ class DeltaTable:
 def freeze(info: dict[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(info)
 
-
-# A table's state crosses between cluster members pickled (coordinator/cluster/channel.py), and pickle knows no
-# mappingproxy: a create or load through a member that does not own the table failed to encode its answer.
-copyreg.pickle(MappingProxyType, lambda proxy: (freeze, (dict(proxy),)))
 
 
 def owned(comment: str | None, properties: dict[str, str], now: int, owner: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from storage.records import IdempotencyRecord, LogEntry, TableRow
 from coordinator.decision import Decision, NewTable
 from coordinator.errors import NameMoved
 from coordinator.idempotency import IdempotencyKey
+from coordinator.name_limits import check_table_key
 from coordinator.purges import purge_after_drop
 
 from .files import delete_after_commit, gc_enabled, reachable_files, metadata_file_name, metadata_version, not_purged, \
@@ -111,6 +112,7 @@ class RenameTable:
 
     def decide(self, state: IcebergTable) -> Decision:
         check_ident(state, self.ident)
+        check_table_key(self.to.catalog, self.to.ns_path, self.to.name)
         return Decision(replace(state, ident=self.to), reply=None,
                         rename=(self.to.catalog, self.to.ns_path, self.to.name),
                         idempotency=idempotency_record(self.idempotency_key, 204, None))

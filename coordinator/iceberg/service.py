@@ -21,6 +21,7 @@ from storage.records import NAMESPACE_SEP, TableRow, join_namespace
 
 from coordinator.credentials import vendable_s3_keys
 from coordinator.decision import PlannedPart
+from coordinator import name_limits
 from coordinator.errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NoSuchNamespace,
                                 NoSuchTable, NoSuchView, NotFound, Unprocessable, LocationTaken)
 from coordinator.idempotency import IdempotencyKey
@@ -78,6 +79,9 @@ class IcebergService:
     async def create_namespace(self, catalog: str, namespace: tuple[str, ...], properties: dict[str, str],
                                idempotency_key: IdempotencyKey | None = None) -> dict[str, Any]:
         check_namespace(namespace)
+        name_limits.check_namespace(namespace)
+        if catalog:
+            name_limits.check_name("catalog", catalog)
         result = {"namespace": list(namespace), "properties": properties}
         record = idempotency_key.record(200, orjson.dumps(result)) if idempotency_key else None
         # The parent is checked and share-locked in the insert itself (not looked up before): a concurrent drop of

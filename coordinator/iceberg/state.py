@@ -102,10 +102,15 @@ class IcebergTable:
     list_json: dict[str, tuple[list, memoryview]] = field(default_factory=dict, compare=False, repr=False)
     owns_location: bool = field(default=False, compare=False)
 
-    def __reduce__(self):
-        # Between cluster members (coordinator/cluster/channel.py) the JSON bytes are the compact form, and
-        # `list_json` (a cache for the owner's next commit) stays behind.
-        return _received_table, (self.ident, self.metadata_location, self.metadata_json, self.owns_location)
+    # Between cluster members (coordinator/cluster/wire.py) the JSON bytes are the compact form, and `list_json`
+    # (a cache for the owner's next commit) stays behind.
+    def _to_wire(self) -> list:
+        return [self.ident, self.metadata_location, self.metadata_json, self.owns_location]
+
+    @classmethod
+    def _from_wire(cls, state: list) -> "IcebergTable":
+        ident, metadata_location, metadata_json, owns_location = state
+        return _received_table(ident, metadata_location, metadata_json, bool(owns_location))
 
     @property
     def etag(self) -> str:

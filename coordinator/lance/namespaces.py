@@ -11,6 +11,7 @@ from storage import errors as storage_errors
 from storage.files import join, path_segment
 from storage.records import join_namespace, split_namespace
 
+from .. import name_limits
 from ..errors import (AlreadyExists, BadRequest, CommitConflict, NamespaceExists, NamespaceNotEmpty,
                       NamespaceRefilled, NoSuchNamespace, NotEmpty, NotFound, from_storage)
 from ..paging import decode_page_token, one_more, page
@@ -52,6 +53,7 @@ class LanceNamespaces:
                 raise NamespaceExists("the root namespace always exists")
             return {}
         props = dict(properties or {})
+        name_limits.check_namespace(ns)
         self.not_being_dropped(ns[:-1])
         await check_namespace_directory_free(self.store, self.directory(ns), show(ns))
         try:

@@ -105,8 +105,13 @@ class VersionLog(Sequence):
     def __eq__(self, other) -> bool:
         return isinstance(other, VersionLog) and list(self) == list(other)
 
-    def __reduce__(self):
-        return VersionLog, (list(self),)   # its own prefix only (between cluster members)
+    # Between cluster members (coordinator/cluster/wire.py): its own prefix only.
+    def _to_wire(self) -> list:
+        return list(self)
+
+    @classmethod
+    def _from_wire(cls, items: list) -> "VersionLog":
+        return cls(items)
 
     def __repr__(self) -> str:
         return f"VersionLog({self._n} versions)"

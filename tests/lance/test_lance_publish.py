@@ -18,6 +18,7 @@ import trio
 from coordinator.errors import NotOwner, Unavailable, Unpublished
 from coordinator.lance.files import manifest_uri, object_path, version_of_manifest_name
 from storage.files import to_local_path
+from storage.owner import OwnerLock
 from storage.records import Refusal, WriteResult
 
 from .conftest import coordinator_in_process, fake_manifest, local, stage
@@ -25,10 +26,19 @@ from .test_lance_transactions import create
 
 
 @pytest.fixture
-async def other(config, nursery):
-    """A second process on the same database: the table's next owner while `coord` still holds its old state."""
-    async with coordinator_in_process(config, nursery) as c:
-        yield c
+async def other(config, nursery, monkeypatch):
+    """A second process on the same database: the table's next owner while `coord` still holds its old state.
+    One owner per database (storage/owner.py) refuses this at start-up; it can still happen for a moment when
+    the owner's database session ends (a restart, a failover) and another process claims the database before the
+    owner notices, so the rows' compare-and-set must hold on its own: this one skips the claim."""
+    async def no_claim(self) -> None:
+        return None
+    with monkeypatch.context() as m:
+        m.setattr(OwnerLock, "take", no_claim)
+        m.setattr(OwnerLock, "keep", lambda self: None)
+        m.setattr(OwnerLock, "release", no_claim)
+        async with coordinator_in_process(config, nursery) as c:
+            yield c
 
 
 def final(location: str, version: int) -> Path:

@@ -127,7 +127,8 @@ def test_body_identity_and_context(http):
     err(http.post(f"{NS}/x/create", json={"id": ["y"]}), 400, 13)
     ok(http.post(f"{NS}/db/describe", json={}, headers={"x-api-key": "k"}))
     ok(http.post(f"{NS}/db/describe", json={}, headers={"Authorization": "Bearer t0k3n"}))
-    err(http.post(f"{NS}/db/describe", json={}, headers={"Authorization": "Basic dTpw"}), 401, 16)
+    # Authentication is off here: whatever credential a client sends along is not looked at.
+    ok(http.post(f"{NS}/db/describe", json={}, headers={"Authorization": "Basic dTpw"}))
 
 
 # -- tables ------------------------------------------------------------------------------------------------------
