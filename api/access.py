@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Awaitable, Callable, Union
 
-from quart import current_app, request
+from quart import current_app, g, request
 
 from coordinator.auth import CALLER, Privilege, Resource
 from coordinator.errors import Forbidden, InvalidClient, Unauthorized
@@ -49,6 +49,23 @@ def authenticated(**_: Any) -> Needs:
     return []
 
 
+def listing(policy: Policy) -> Policy:
+    """A listing's policy, from the policy that names its container: the caller may list a container it may read,
+    or one it holds any grant within; it then sees only the entries `visible` lets through, as Polaris and Unity
+    Catalog list (a client granted namespaces `a` and `b` lists the root and sees those two)."""
+    def needs(**args: Any) -> Needs:
+        principal = getattr(g, "principal", None)
+        wanted = policy(**args)
+        return wanted if principal is None else [(p, r) for p, r in wanted if not principal.may_see(r)]
+    return needs
+
+
+def visible(resource: Resource) -> bool:
+    """Whether the caller's listings show `resource` (everything, with authentication off)."""
+    principal = getattr(g, "principal", None)
+    return principal is None or principal.may_see(resource)
+
+
 def _credential(req) -> str | None:
     auth = req.headers.get("Authorization")
     if auth is not None:
@@ -80,6 +97,7 @@ async def enforce() -> None:
                            "POST /v1/oauth/tokens with grant_type=client_credentials)")
     principal = authority.principal(credential)
     CALLER.set(principal.name)
+    g.principal = principal
     if policy is None:  # no route matched: the caller is known, and will get the protocol's 404
         return
     needs = policy(**(req.view_args or {}))

@@ -24,7 +24,7 @@ from coordinator.errors import (AlreadyExists, BadRequest, CatalogExists, Commit
                                 NoSuchNamespace, NotEmpty, NotFound, OutcomeUnknown, TooManyRequests, Unauthorized,
                                 Unavailable, from_storage)
 
-from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
+from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from .common import CommitPart, INT64_MAX, json_response, parse_model, parsed_once, query_flag, read_json, read_model
 
 log = logging.getLogger(__name__)
@@ -201,11 +201,11 @@ async def create_catalog() -> Response:
 
 
 @bp.get("/catalogs")
-@guard(lambda: _on(READ))
+@guard(listing(lambda: _on(READ)))
 async def list_catalogs() -> Response:
     token, size = _page(MAX_PAGE)
     items, nxt = await _service().list_catalogs(token, size)
-    return _listing("catalogs", items, nxt)
+    return _listing("catalogs", [c for c in items if visible(("delta", c["name"]))], nxt)
 
 
 @bp.get("/catalogs/<name>")
@@ -234,12 +234,12 @@ async def create_schema() -> Response:
 
 
 @bp.get("/schemas")
-@guard(_on_listed(READ, "catalog_name"))
+@guard(listing(_on_listed(READ, "catalog_name")))
 async def list_schemas() -> Response:
     catalog = _required_arg("catalog_name")
     token, size = _page(MAX_PAGE)
     items, nxt = await _service().list_schemas(catalog, token, size)
-    return _listing("schemas", items, nxt)
+    return _listing("schemas", [s for s in items if visible(("delta", catalog, s["name"]))], nxt)
 
 
 @bp.get("/schemas/<full_name>")
@@ -279,11 +279,12 @@ async def create_table() -> Response:
 
 
 @bp.get("/tables")
-@guard(_on_listed(READ, "catalog_name", "schema_name"))
+@guard(listing(_on_listed(READ, "catalog_name", "schema_name")))
 async def list_tables() -> Response:
     catalog, schema = _required_arg("catalog_name"), _required_arg("schema_name")
     token, size = _page(MAX_TABLES_PAGE)
     items, nxt = await _service().list_tables(catalog, schema, token, size)
+    items = [t for t in items if visible(("delta", catalog, schema, t["name"]))]
     return _listing("tables", items, nxt)
 
 

@@ -79,6 +79,11 @@ class Principal:
     def may(self, privilege: Privilege, resource: Resource) -> bool:
         return any(g.allows(privilege, resource) for g in self.grants)
 
+    def may_see(self, resource: Resource) -> bool:
+        """Whether a listing shows `resource`: the caller may read it, or holds a grant on something within it
+        (so that it can find its way down to what it was granted)."""
+        return self.may(Privilege.READ, resource) or any(g.path[:len(resource)] == resource for g in self.grants)
+
 
 @dataclass(frozen=True)
 class Client:

@@ -35,6 +35,9 @@ CLIENTS = {
     # may change Iceberg's db tables but not make new ones; may make Lance namespaces and tables but drop none
     "updater": ("updater-secret", [("iceberg//db", ["read", "write"]), ("lance/db", ["read", "create"])]),
     "nobody": ("nobody-secret", []),
+    # may read a few things here and there, and nothing at the top of any protocol
+    "partial": ("partial-secret", [("iceberg//a", ["read"]), ("iceberg//b/t", ["read"]), ("delta/c1", ["read"]),
+                                   ("delta/c2/s1", ["read"]), ("lance/a", ["read"]), ("lance/b/t", ["read"])]),
 }
 
 
@@ -482,3 +485,37 @@ def test_with_grants_a_tables_location_stays_in_its_namespaces_directory(secured
     assert r.status_code == 400 and r.json()["error_code"] == "INVALID_PARAMETER_VALUE", r.text
     r = uc.post("/tables", json={**body, "name": "outside", "storage_location": (tmp_path / "ext").as_uri()})
     assert r.status_code == 200, r.text
+
+
+def test_listings_show_a_partly_granted_client_what_it_may_see(secured, tokens):
+    """As Polaris and Unity Catalog list: a client granted `a` and a table in `b` lists the root and sees `a` and
+    `b` (the way down to its table), and in `b` only that table; a container it holds nothing within stays 403."""
+    admin = httpx.Client(base_url=secured, timeout=30, headers=bearer(tokens["admin"]))
+    partial = httpx.Client(base_url=secured, timeout=30, headers=bearer(tokens["partial"]))
+    schema = {"type": "struct", "schema-id": 0, "fields": []}
+    for ns in ("a", "b", "c"):
+        assert admin.post("/v1/namespaces", json={"namespace": [ns]}).status_code == 200
+        for t in ("t", "u"):
+            assert admin.post(f"/v1/namespaces/{ns}/tables", json={"name": t, "schema": schema}).status_code == 200
+        assert admin.post(f"/v1/namespace/{ns}/create", json={}).status_code == 200
+        for t in ("t", "u"):
+            assert admin.post(f"/v1/table/{ns}${t}/declare", json={}).status_code == 200
+    for c in ("c1", "c2", "c3"):
+        assert admin.post(f"{PREFIX}/catalogs", json={"name": c}).status_code == 200
+        for s in ("s1", "s2"):
+            assert admin.post(f"{PREFIX}/schemas", json={"name": s, "catalog_name": c}).status_code == 200
+
+    assert partial.get("/v1/namespaces").json()["namespaces"] == [["a"], ["b"]]
+    assert [i["name"] for i in partial.get("/v1/namespaces/a/tables").json()["identifiers"]] == ["t", "u"]
+    assert [i["name"] for i in partial.get("/v1/namespaces/b/tables").json()["identifiers"]] == ["t"]
+    assert partial.get("/v1/namespaces/c/tables").status_code == 403
+    assert [c["name"] for c in partial.get(f"{PREFIX}/catalogs").json()["catalogs"]] == ["c1", "c2"]
+    assert [s["name"] for s in partial.get(f"{PREFIX}/schemas", params={"catalog_name": "c2"}).json()["schemas"]] == \
+        ["s1"]
+    assert partial.get(f"{PREFIX}/schemas", params={"catalog_name": "c3"}).status_code == 403
+    assert partial.get("/v1/namespace/$/list").json()["namespaces"] == ["a", "b"]
+    assert partial.get("/v1/namespace/b/table/list").json()["tables"] == ["t"]
+    assert partial.get("/v1/table/list").json()["tables"] == ["a$t", "a$u", "b$t"]
+    assert partial.get("/v1/namespace/c/table/list").status_code == 403
+    # a client granted everything still sees everything
+    assert len(admin.get("/v1/namespaces").json()["namespaces"]) == 3

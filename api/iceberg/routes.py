@@ -22,7 +22,7 @@ from coordinator.iceberg.rules import parse_view_requirements, parse_view_update
 from coordinator.iceberg.state import IcebergTable, TableIdent
 from coordinator.idempotency import LIFETIME_S
 
-from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
+from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import CommitPart, empty_response, json_response, parse_model, query_flag, read_json, read_model
 from .errors import error_type
 from .idempotency import idempotent, request_key as _key
@@ -243,12 +243,13 @@ async def get_config() -> Response:
 
 
 @routes("/namespaces", ["GET"])
-@guard(_list_namespaces_needs)
+@guard(listing(_list_namespaces_needs))
 async def list_namespaces(prefix: str) -> Response:
     parent = request.args.get("parent")
     names, nxt = await _catalog().list_namespaces(_prefix(prefix), _namespace(parent) if parent else (), *_page())
+    shown = [list(n) for n in names if visible(("iceberg", _prefix(prefix), *n))]
     # null, not omitted, on the last page: the spec's answer for a server that pages
-    return json_response({"namespaces": [list(n) for n in names], "next-page-token": nxt})
+    return json_response({"namespaces": shown, "next-page-token": nxt})
 
 
 @routes("/namespaces", ["POST"])
@@ -291,7 +292,7 @@ async def update_namespace_properties(prefix: str, namespace: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/tables", ["GET"])
-@guard(_on_namespace(READ))
+@guard(listing(_on_namespace(READ)))
 async def list_tables(prefix: str, namespace: str) -> Response:
     return await _list_identifiers(prefix, namespace, "table")
 
@@ -299,7 +300,8 @@ async def list_tables(prefix: str, namespace: str) -> Response:
 async def _list_identifiers(prefix: str, namespace: str, kind: str) -> Response:
     """ListTablesResponse for tables or views: one page of identifiers and the next page's token."""
     idents, nxt = await _catalog().list_tables(_prefix(prefix), _namespace(namespace), *_page(), kind=kind)
-    return json_response({"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in idents],
+    shown = [i for i in idents if visible(_securable(prefix, namespace, i.name))]
+    return json_response({"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in shown],
                           "next-page-token": nxt})
 
 
@@ -407,7 +409,7 @@ async def load_credentials(prefix: str, namespace: str, table: str) -> Response:
 
 
 @routes("/namespaces/<namespace>/views", ["GET"])
-@guard(_on_namespace(READ))
+@guard(listing(_on_namespace(READ)))
 async def list_views(prefix: str, namespace: str) -> Response:
     return await _list_identifiers(prefix, namespace, "view")
 

@@ -24,7 +24,7 @@ from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersion
                                DropTableRequest, LanceTable, Page, RegisterTableRequest, TableExistsRequest,
                                TableVersion)
 
-from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard
+from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import CommitPart, empty_response, json_response, parse_json, parse_model, parsed_once
 from .errors import STATUS_OF_CODE, error_code
 
@@ -206,10 +206,11 @@ async def create_namespace(id: str) -> Response:
 
 
 @bp.route("/v1/namespace/<id>/list", methods=["GET", "POST"])
-@guard(_on_id(READ))
+@guard(listing(_on_id(READ)))
 async def list_namespaces(id: str) -> Response:
-    page = await _catalog().list_namespaces(_levels(id), request.args.get("page_token"), _limit())
-    return _page("namespaces", page, page.items)
+    ns = _levels(id)
+    page = await _catalog().list_namespaces(ns, request.args.get("page_token"), _limit())
+    return _page("namespaces", page, [name for name in page.items if visible(("lance", *ns, name))])
 
 
 @bp.post("/v1/namespace/<id>/describe")
@@ -239,11 +240,12 @@ async def drop_namespace(id: str) -> Response:
 
 
 @bp.route("/v1/namespace/<id>/table/list", methods=["GET", "POST"])
-@guard(_on_id(READ))
+@guard(listing(_on_id(READ)))
 async def list_tables(id: str) -> Response:
-    page = await _catalog().list_tables(_levels(id), request.args.get("page_token"), _limit(),
+    ns = _levels(id)
+    page = await _catalog().list_tables(ns, request.args.get("page_token"), _limit(),
                                         _arg_bool("include_declared", True))
-    return _page("tables", page, page.items)
+    return _page("tables", page, [name for name in page.items if visible(("lance", *ns, name))])
 
 
 # -- tables ------------------------------------------------------------------------------------------------------
@@ -252,12 +254,12 @@ async def list_tables(id: str) -> Response:
 @bp.route("/v1/table", methods=["GET"])
 @bp.route("/v1/table/", methods=["GET"])
 @bp.route("/v1/table/list", methods=["GET"])
-@guard(lambda: [(READ, ("lance",))])
+@guard(listing(lambda: [(READ, ("lance",))]))
 async def list_all_tables() -> Response:
     delimiter = _delimiter()
     page = await _catalog().list_tables(None, request.args.get("page_token"), _limit(),
                                         _arg_bool("include_declared", True))
-    return _page("tables", page, [delimiter.join(ident) for ident in page.items])
+    return _page("tables", page, [delimiter.join(ident) for ident in page.items if visible(("lance", *ident))])
 
 
 @bp.post("/v1/table/<id>/declare")

@@ -85,7 +85,9 @@ def test_a_cascade_drop_racing_declares_leaves_no_table_behind(http):
     threads = [threading.Thread(target=declarer, args=(where,)) for where in ("r", "r$sub")]
     for t in threads:
         t.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 30   # the declarers are under way (a busy machine may take a while to start them)
+    while not declared and time.monotonic() < deadline:
+        time.sleep(0.05)
     r = http.post(f"{NS}/r/drop", json={"behavior": "Cascade"})
     stop.set()
     for t in threads:
