@@ -53,6 +53,7 @@ class PostgresStore:
         self.thread = AsyncioThread()
         self.pool: asyncpg.Pool | None = None
         self.writer: GroupCommitWriter | None = None
+        self.on_flush: Callable[[float], None] | None = None  # each group-commit flush's seconds, for /metrics
         # Alone, this process owns the database; fenced, it shares it with cluster members only.
         self.owner = OwnerLock(dsn, shared=fenced, timeout_s=timeout_s)
         self.leases = LeaseStore(self._call)   # the cluster's shard leases and member rows
@@ -91,6 +92,7 @@ class PostgresStore:
             await migrate(con)
             await key_locations(con)
         self.writer = GroupCommitWriter(self.pool, self.timeout_s, fenced=self.fenced)
+        self.writer.on_flush = self.on_flush
         self.writer.start()
 
     def close(self) -> None:

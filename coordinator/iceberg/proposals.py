@@ -44,6 +44,7 @@ class LoadTable:
 
 @dataclass
 class CommitTable:
+    counts_as_commit = True  # a change to the table's contents: counted and timed per outcome (/metrics)
     ident: TableIdent
     requirements: list
     updates: list
