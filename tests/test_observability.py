@@ -101,3 +101,81 @@ def test_log_lines_say_what_was_committed_refused_and_by_whom(served):
     # a probe is logged at debug: not at all at level info
     time.sleep(0.5)
     assert not [r for r in request_lines(server.log_path) if r.get("request_id") == "probe-1"]
+
+
+def exported(base_url: str) -> dict[str, object]:
+    """The service's /metrics, parsed by prometheus_client's own parser: {family name: family}."""
+    text = httpx.get(f"{base_url}/metrics", timeout=30).text
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def sample(families: dict, name: str, **labels) -> float:
+    for s in (s for f in families.values() for s in f.samples):
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    raise AssertionError(f"no sample {name}{labels}")
+
+
+def test_metrics_follow_prometheus_conventions_and_count_commits_by_outcome(service):
+    with httpx.Client(base_url=service, timeout=30) as http:
+        assert http.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
+        uuid = http.post("/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).json()["metadata"][
+            "table-uuid"]
+        for i in range(3):
+            assert http.post("/v1/namespaces/db/tables/t", json={
+                "requirements": [{"type": "assert-table-uuid", "uuid": uuid}],
+                "updates": [{"action": "set-properties", "updates": {"k": str(i)}}]}).status_code == 200
+        assert http.post("/v1/namespaces/db/tables/t", json={
+            "requirements": [{"type": "assert-current-schema-id", "current-schema-id": 7}],
+            "updates": []}).status_code == 409
+        assert http.post("/v1/namespaces/db/tables/t", json={
+            "requirements": [], "updates": [{"action": "upgrade-format-version", "format-version": 1}]}
+        ).status_code == 400
+    families = exported(service)
+
+    assert sample(families, "coordinator_commits_total", format="iceberg", outcome="applied") == 3
+    assert sample(families, "coordinator_commits_total", format="iceberg", outcome="conflict") == 1
+    assert sample(families, "coordinator_commits_total", format="iceberg", outcome="rejected") == 1
+    for fmt in ("delta", "lance"):  # every series exists before its first commit
+        for outcome in ("applied", "conflict", "rejected", "unknown"):
+            assert sample(families, "coordinator_commits_total", format=fmt, outcome=outcome) == 0
+    assert families["coordinator_commits"].type == "counter"
+    assert sample(families, "coordinator_commit_seconds_count", format="iceberg") == 5
+    assert sample(families, "coordinator_db_write_seconds_count") >= 4   # the create and three commits
+    assert sample(families, "coordinator_file_write_seconds_count") >= 4
+    assert families["coordinator_mailbox_depth"].type == "gauge"
+
+    for name, family in families.items():
+        assert name.startswith("coordinator_"), name
+        # `_total` only on counters (the parser drops it from a counter's family name)
+        names = {s.name for s in family.samples}
+        if family.type == "counter":
+            assert all(n.endswith(("_total", "_created")) for n in names), (name, names)
+        else:
+            assert not name.endswith("_total"), f"{name} is a {family.type} named like a counter"
+        if family.type == "histogram":
+            assert name.endswith(("_seconds", "_commits")), f"histogram {name} names no unit"
+        # HELP explains: not the name again in words
+        assert family.documentation and family.documentation.lower() != name.replace("_", " "), name
+        assert len(family.documentation.split()) >= 5, (name, family.documentation)
+
+
+DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana-dashboard.json"
+
+
+def test_grafana_dashboard_queries_only_exported_metrics(service):
+    """Each panel's PromQL names metrics this service exports (a renamed metric would leave a panel empty)."""
+    families = exported(service)
+    series = {s.name for f in families.values() for s in f.samples}
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 6
+    named = set()
+    for expr in exprs:
+        for word in re.findall(r"\b(coordinator_[a-z_]+)\b", expr):
+            named.add(word)
+            assert word in series, f"dashboard query {expr!r} names {word}, which /metrics does not export"
+    for wanted in ("coordinator_commits_total", "coordinator_commit_seconds_bucket",
+                   "coordinator_db_write_seconds_bucket", "coordinator_file_write_seconds_bucket",
+                   "coordinator_mailbox_depth"):
+        assert wanted in named, f"the dashboard has no panel on {wanted}"
