@@ -315,6 +315,13 @@ class PostgresStore:
             " ORDER BY namespace, name LIMIT $7", realm, catalog, namespace, kind, after_ns, after_name, limit))
         return [_row(r) for r in rows]
 
+    async def list_catalogs(self, realm: str) -> list[str]:
+        """The catalogs of `realm` that hold a namespace or a table, in order."""
+        rows = await self._call(lambda con: con.fetch(
+            "SELECT catalog FROM namespaces WHERE realm=$1 UNION SELECT catalog FROM tables WHERE realm=$1"
+            " ORDER BY catalog", realm))
+        return [r["catalog"] for r in rows]
+
     async def read_log(self, table_id: UUID, *, start: int = 0, end: int | None = None, limit: int | None = None,
                        descending: bool = False) -> list[LogEntry]:
         """Commit-log entries with start <= version <= end."""
