@@ -22,8 +22,9 @@ from .config import Config
 # (realm in the store, format shown, securable's first level): where each protocol keeps its tables' names.
 REALMS = (("iceberg", "iceberg", "iceberg"), ("uc", "delta", "delta"), ("lance", "lance", "lance"))
 TABLES_MAX = 2000  # per catalog: the tree is an overview, not an export
-TIME_KEYS = ("timestamp", "timestamp_ms", "commit_timestamp", "created_at", "last-updated-ms")
-HIDDEN_KEYS = {"previous"}  # Iceberg's previous metadata file: the entry below says it
+TIME_KEYS = ("timestamp", "timestamp_ms", "commit_timestamp", "created_at", "last-updated-ms", "ts")
+# Iceberg's previous metadata file (the entry below names it), Lance's staged manifest (gone once committed)
+HIDDEN_KEYS = {"previous", "staging"}
 
 
 @dataclass

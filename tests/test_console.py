@@ -74,6 +74,9 @@ def test_console_shows_every_format_and_a_tables_history(service, browser, tmp_p
     iceberg_table(service, "db", "events", commits=25)
     uc = UC(service)
     delta = uc.create_managed("orders")
+    assert uc.commit(delta, 1).status_code == 200
+    refused = uc.commit(delta, 1)   # version 1 again, another commit file: a conflict
+    assert refused.status_code == 409, refused.text
     ns = lance_namespace.connect("rest", {"uri": service})
     ns.create_namespace(CreateNamespaceRequest(id=["vec"]))
     lance.write_dataset(pa.table({"a": [1, 2]}), namespace_client=ns, table_id=["vec", "embeddings"], mode="create")
@@ -91,6 +94,8 @@ def test_console_shows_every_format_and_a_tables_history(service, browser, tmp_p
         time.sleep(0.2)
     live = browser.find_element(By.ID, "live-iceberg").text.split()
     assert live[0] == "iceberg" and live[4:6] == ["25", "1"], live   # applied, conflicts
+    assert browser.find_element(By.ID, "live-delta").text.split()[4:6] == ["1", "1"]
+    assert browser.find_element(By.ID, "live-lance").text.split()[4:6] == ["2", "0"]
     screenshot(browser, tmp_path, "console-home")
 
     browser.find_element(By.CSS_SELECTOR, 'a.table-link[data-name="db.events"]').click()
@@ -111,12 +116,14 @@ def test_console_shows_every_format_and_a_tables_history(service, browser, tmp_p
     browser.find_element(By.CSS_SELECTOR, 'a.table-link[data-name="vec.embeddings"]').click()
     assert browser.find_element(By.ID, "table-format").text == "lance"
     assert browser.find_element(By.ID, "current-version").text == "2"
+    assert time.strftime("%Y-%m-%dT", time.gmtime()) in browser.find_element(By.ID, "commits").text
     screenshot(browser, tmp_path, "console-lance-table")
     browser.get(f"{service}/ui/")
     browser.find_element(By.CSS_SELECTOR, 'a.table-link[data-name="main.default.orders"]').click()
     assert browser.find_element(By.ID, "table-format").text == "delta"
     assert delta["storage_location"].rstrip("/").rsplit("/", 1)[-1] in browser.find_element(By.ID, "table-location").text
-    assert browser.find_element(By.ID, "current-version").text == "0"
+    assert browser.find_element(By.ID, "current-version").text == "1"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#commits tr.commit")) == 2
     screenshot(browser, tmp_path, "console-delta-table")
 
 
