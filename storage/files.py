@@ -73,6 +73,8 @@ class FileIO:
         # CPU seconds spent making files durable (the kernel's copy into the page cache and fsync, mostly):
         # /metrics shows it, so a commit's cost can be told apart from the cost of the file it must write.
         self.write_cpu_s = 0.0
+        # Told each batch's wall time in seconds (the service's latency histogram); called on a worker thread.
+        self.on_write: Callable[[float], None] | None = None
         self._reads = _in_worker_thread(_each(lambda item: self.read_within_sync(*item)))
         self._deletes = _in_worker_thread(_each(lambda item: self.delete_within_sync(*item)))
 
@@ -88,11 +90,13 @@ class FileIO:
 
     def _write_batches_sync(self, batches: list[list[FileWrite]]) -> list[Exception | None]:
         """Each caller's files made durable (None), or the exception that stopped them (the others go on)."""
-        started = time.thread_time()
+        started, wall = time.thread_time(), time.perf_counter()
         try:
             return self._write_durably(batches)
         finally:
             self.write_cpu_s += time.thread_time() - started  # batches run one at a time (storage/grouped.py)
+            if self.on_write is not None:
+                self.on_write(time.perf_counter() - wall)
 
     def _write_durably(self, batches: list[list[FileWrite]]) -> list[Exception | None]:
         return write_durably(batches, self._put_object)

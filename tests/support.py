@@ -38,7 +38,8 @@ class ServerProcess:
     """`coordinator serve` in a subprocess on a fixed port, so a restart keeps the clients' URL."""
 
     def __init__(self, database_url: str, data_dir: Path, *, warehouse: str | None = None,
-                 extra_env: dict[str, str] | None = None):
+                 extra_env: dict[str, str] | None = None, log_level: str = "warning"):
+        self.log_level = log_level
         self.database_url = database_url
         self.data_dir = Path(data_dir)
         self.warehouse = warehouse or str(self.data_dir / "warehouse")
@@ -55,7 +56,7 @@ class ServerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "api.cli", "serve", "--port", str(self.port), "--database-url",
              self.database_url, "--data-dir", str(self.data_dir), "--warehouse", self.warehouse,
-             "--log-level", "warning"],
+             "--log-level", self.log_level],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=Path(__file__).resolve().parents[1])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
