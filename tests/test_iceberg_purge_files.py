@@ -11,7 +11,6 @@ from types import SimpleNamespace
 import orjson
 import trio
 
-from coordinator.iceberg import files as iceberg_files
 from coordinator.iceberg.files import reachable_files
 from storage.files import FileIO
 
