@@ -154,9 +154,15 @@ def test_delta_rs_reads_an_external_table_on_s3_through_uc_with_vended_credentia
     # (In a thread of its own: delta-rs retries a failing store for minutes, and a failure should say so, not
     # hang the suite.)
     read: list = []
-    reader = threading.Thread(target=lambda: read.append(
-        DeltaTable("uc://main.default.events", storage_options=uc_options).to_pyarrow_table()), daemon=True)
+
+    def read_through_uc() -> None:
+        try:
+            read.append(DeltaTable("uc://main.default.events", storage_options=uc_options).to_pyarrow_table())
+        except Exception as exc:
+            read.append(exc)
+    reader = threading.Thread(target=read_through_uc, daemon=True)
     reader.start()
     reader.join(120)
     assert read, "delta-rs did not read the table through UC within 120 s"
+    assert not isinstance(read[0], Exception), read[0]
     assert sorted(read[0]["id"].to_pylist()) == [1, 2, 3]
