@@ -160,3 +160,21 @@ def test_console_with_authentication_asks_for_a_token_and_shows_only_granted_tab
         browser.get(base_url + link.group(1))
         assert "No such table" in browser.page_source
         assert httpx.get(base_url + link.group(1), timeout=30, follow_redirects=False).status_code == 302
+
+
+def test_an_iceberg_commits_history_names_its_snapshots_operation(service):
+    """What a commit did, in the history: the operation of the snapshot it made current (append, overwrite...)."""
+    iceberg_table(service, "ops", "t", commits=0)
+    with httpx.Client(base_url=service, timeout=30) as http:
+        location = http.get("/v1/namespaces/ops/tables/t").json()["metadata-location"]
+        r = http.post("/v1/namespaces/ops/tables/t", json={"requirements": [], "updates": [
+            {"action": "add-snapshot", "snapshot": {
+                "snapshot-id": 7, "sequence-number": 1, "timestamp-ms": int(time.time() * 1000),
+                "manifest-list": location.rsplit("/", 1)[0] + "/snap-7.avro", "summary": {"operation": "append"},
+                "schema-id": 0}},
+            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": 7}]})
+        assert r.status_code == 200, r.text
+        home = http.get("/ui/").text
+        table_id = re.search(r'href="/ui/tables/([0-9a-f-]+)" data-name="ops.t"', home).group(1)
+        page = http.get(f"/ui/tables/{table_id}").text
+    assert "operation=append" in page
