@@ -44,3 +44,7 @@ class FileMissing(StorageError):
 class FileRefused(StorageError):
     """A path or file the file IO will not read or write: not a file, too large, reached through a link, or a
     storage scheme it does not serve."""
+
+
+class DatabaseUnreachable(StorageError):
+    """No connection to PostgreSQL could be made at start-up within the database timeout."""
