@@ -4,41 +4,70 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib import metadata
 
 from coordinator.config import Config, ConfigError
 
 
+DESCRIPTION = """\
+The commit authority for lakehouse tables: one service answering the Iceberg REST Catalog protocol, Unity Catalog's
+API for Delta tables (under /api/2.1/unity-catalog) and the Lance Namespace REST protocol, with table state kept in
+PostgreSQL. Every option can also be given as an environment variable COORDINATOR_<OPTION> (e.g. COORDINATOR_PORT);
+the command line wins."""
+
+
+def default(field: str, text: str | None = None) -> str:
+    """`(env COORDINATOR_X, default: ...)` for a Config field: defaults come from Config, never repeated by hand."""
+    value = text if text is not None else Config.__dataclass_fields__[field].default
+    return f"(env COORDINATOR_{field.upper()}, default: {value})"
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("table-commit-coordinator")
+    except metadata.PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown (not installed: pip install -e .)"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="coordinator", description="Commit coordinator for Iceberg, Delta and Lance")
+    parser = argparse.ArgumentParser(prog="coordinator", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="run the service (embedded PostgreSQL unless --database-url is given)")
-    s.add_argument("--host", help="bind address (env COORDINATOR_HOST, default 127.0.0.1)")
-    s.add_argument("--port", type=int, help="port (env COORDINATOR_PORT, default 8181)")
-    s.add_argument("--database-url", help="PostgreSQL DSN (env COORDINATOR_DATABASE_URL); default: embedded")
+    s = sub.add_parser("serve", help="run the service (embedded PostgreSQL unless --database-url is given)",
+                       description="Run the service until SIGINT or SIGTERM. With no --database-url it initialises "
+                                   "and runs its own PostgreSQL under --data-dir.")
+    s.add_argument("--host", help=f"bind address {default('host')}")
+    s.add_argument("--port", type=int, help=f"HTTP port {default('port')}")
+    s.add_argument("--database-url", help="PostgreSQL URL, e.g. postgresql://user:pass@host:5432/db "
+                                          f"{default('database_url', 'an embedded PostgreSQL under --data-dir')}")
     s.add_argument("--data-dir", help="where the embedded database and default warehouse live "
-                                      "(env COORDINATOR_DATA_DIR, default ./.coordinator)")
-    s.add_argument("--warehouse", help="root for table locations: a path or s3:// URI (env COORDINATOR_WAREHOUSE)")
-    s.add_argument("--s3-endpoint", help="S3-compatible server for s3:// warehouses, e.g. http://127.0.0.1:9000 "
-                                         "(env COORDINATOR_S3_ENDPOINT; default: AWS). Credentials: AWS_* env")
-    s.add_argument("--s3-region", help="the S3 bucket's region (env COORDINATOR_S3_REGION)")
+                                      f"{default('data_dir')}")
+    s.add_argument("--warehouse", help="root for table locations: a path or s3:// URI "
+                                       f"{default('warehouse', '<data-dir>/warehouse')}")
+    s.add_argument("--s3-endpoint", help="S3-compatible server for s3:// warehouses, e.g. http://127.0.0.1:9000; "
+                                         "credentials come from the AWS_* environment "
+                                         "(env COORDINATOR_S3_ENDPOINT, default: AWS)")
+    s.add_argument("--s3-region", help="the S3 bucket's region (env COORDINATOR_S3_REGION, default: none)")
     s.add_argument("--s3-path-style", action="store_true", default=None,
                    help="address buckets as http://host/bucket, as most S3-compatible servers need "
-                        "(env COORDINATOR_S3_PATH_STYLE)")
-    s.add_argument("--log-level", help="debug, info, warning (env COORDINATOR_LOG_LEVEL)")
+                        "(env COORDINATOR_S3_PATH_STYLE, default: off)")
+    s.add_argument("--log-level", help=f"debug, info or warning {default('log_level')}")
     s.add_argument("--auth-file", help="TOML file of clients, roles and grants: turns on authentication "
-                                       "(env COORDINATOR_AUTH_FILE; see README, Authentication)")
+                                       f"(see docs/authentication.md) {default('auth_file', 'none: authentication off')}")
     s.add_argument("--insecure", action="store_true", default=None,
-                   help="allow listening on a non-loopback address without --auth-file (env COORDINATOR_INSECURE)")
+                   help="allow listening on a non-loopback address without --auth-file "
+                        f"{default('insecure')}")
     h = sub.add_parser("hash-secret", help="hash a client secret for the auth file (reads it from stdin)")
     h.add_argument("--secret", help="the secret (default: read one line from stdin)")
-    # Scale-out (README "Running several instances").
-    s.add_argument("--workers", type=int, help="run N member processes on this one port (env COORDINATOR_WORKERS)")
+    # Scale-out (docs/cluster.md).
+    s.add_argument("--workers", type=int, help=f"run N member processes on this one port {default('workers')}")
     s.add_argument("--cluster", action="store_true", default=None,
-                   help="join a cluster of members sharing the database (env COORDINATOR_CLUSTER)")
-    s.add_argument("--cluster-host", help="internal channel bind address (env COORDINATOR_CLUSTER_HOST)")
-    s.add_argument("--cluster-port", type=int, help="internal channel port, 0 = any (env COORDINATOR_CLUSTER_PORT)")
+                   help=f"join a cluster of members sharing the database {default('cluster')}")
+    s.add_argument("--cluster-host", help=f"internal channel bind address {default('cluster_host')}")
+    s.add_argument("--cluster-port", type=int, help=f"internal channel port, 0 = any {default('cluster_port')}")
     s.add_argument("--cluster-advertise", help="host:port other members dial to reach this one; implies "
-                                               "--cluster (env COORDINATOR_CLUSTER_ADVERTISE)")
+                                               f"--cluster {default('cluster_advertise', 'none')}")
     s.add_argument("--http-fd", type=int, help=argparse.SUPPRESS)  # set by --workers for its processes
     args = parser.parse_args(argv)
 

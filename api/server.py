@@ -9,6 +9,7 @@ Embedded use (pipeline orchestrators, tests)::
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import logging
@@ -24,7 +25,7 @@ import trio
 from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve as hypercorn_serve
 
-from coordinator.config import Config
+from coordinator.config import Config, ConfigError
 from coordinator.service import Coordinator
 
 from .app import create_app
@@ -130,6 +131,12 @@ def serve(config: Config) -> None:
                     break
     try:
         trio.run(main)
+    except BaseExceptionGroup as group:  # hypercorn's bind runs in a nursery: its OSError arrives grouped
+        in_use, _ = group.split(lambda exc: isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE)
+        if in_use is None:
+            raise
+        raise ConfigError(f"{config.host}:{config.port} is already in use: stop the process holding it "
+                          "or choose another with --port") from None
     finally:
         # A graceful stop also stops the embedded database; after a crash it keeps running and the restarted
         # service reuses it.

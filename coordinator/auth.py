@@ -143,6 +143,9 @@ class AuthConfig:
             raise ConfigError(f"auth file {path} does not exist") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"auth file {path} is not valid TOML: {exc}") from None
+        except (OSError, UnicodeDecodeError) as exc:  # a directory, no permission, not text
+            raise ConfigError(f"cannot read auth file {path} ({exc.__class__.__name__}: "
+                              f"{getattr(exc, 'strerror', None) or exc}); check the path and its permissions") from None
         return cls.from_mapping(raw, source=str(path))
 
     @classmethod

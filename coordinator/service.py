@@ -11,6 +11,7 @@ import trio
 
 from storage.embedded import EmbeddedPostgres
 from storage.files import FileIO
+from storage.errors import DatabaseUnreachable
 from storage.owner import DatabaseInUse
 from storage.postgres import APPLICATION_NAME, PostgresStore
 
@@ -56,6 +57,10 @@ class Coordinator:
         except DatabaseInUse as exc:
             self.store.close()
             raise ConfigError(str(exc)) from None
+        except DatabaseUnreachable as exc:
+            self.store.close()
+            raise ConfigError(f"{exc}; check --database-url and that the server is running and accepts "
+                              "this user") from None
         self.registry = Registry(self.config, self.store, self.files, self.metrics)
         self.idempotency = Idempotency(self.store)
         from .iceberg.service import IcebergService; self.iceberg = IcebergService(self)  # noqa: E702

@@ -48,3 +48,7 @@ class FileRefused(StorageError):
 
 class FileTaken(FileRefused):
     """An object store already holds other bytes under a name the file IO was to create: left as it is."""
+
+
+class DatabaseUnreachable(StorageError):
+    """No connection to PostgreSQL could be made at start-up within the database timeout."""

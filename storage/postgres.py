@@ -9,13 +9,14 @@ import asyncio
 import logging
 import time
 from typing import Awaitable, Callable, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID, uuid4
 
 import asyncpg
 
 from .bridge import AsyncioThread
 from .connections import APPLICATION_NAME, CONNECTION_ERRORS, connection_setup, keep_session, sent_nothing, why
-from .errors import (NamespaceExists, NamespaceMissing, NamespaceNotEmpty, NamespaceRefilled, OutcomeLost,
+from .errors import (DatabaseUnreachable, NamespaceExists, NamespaceMissing, NamespaceNotEmpty, NamespaceRefilled, OutcomeLost,
                      StoreUnavailable)
 from .leases import LeaseStore
 from .owner import OwnerLock
@@ -40,6 +41,15 @@ def _row(r: asyncpg.Record) -> TableRow:
 
 
 _TABLE_COLS = "table_id, realm, catalog, namespace, name, kind, format, location, row_version, epoch, state"
+
+
+def without_password(dsn: str) -> str:
+    """The DSN as it may be printed: a password in it is replaced by `***`."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class PostgresStore:
@@ -79,7 +89,8 @@ class PostgresStore:
                 break
             except (*CONNECTION_ERRORS, asyncpg.PostgresError, asyncpg.exceptions.InternalClientError) as exc:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"cannot connect to PostgreSQL at {self.dsn}: {exc}") from exc
+                    raise DatabaseUnreachable(f"cannot connect to PostgreSQL at {without_password(self.dsn)}: "
+                                              f"{exc}") from exc
                 await asyncio.sleep(0.25)
         try:
             await self.owner.take()
