@@ -22,6 +22,8 @@ from storage.files import DeletionStopped
 from storage.interface import Files, PurgeClaims, Store
 from storage.records import PurgeClaim
 
+from .crossable import crossable
+
 log = logging.getLogger(__name__)
 
 # What a claim that names a file (`PurgeClaim.metadata_location`) deletes: the files within the location that the
@@ -45,6 +47,7 @@ def purge_after_drop(store: PurgeClaims, files: Files, location: str, metadata_l
     return claim, functools.partial(delete_own_location, store, files, location, claim.owner, listing)
 
 
+@crossable
 async def delete_own_location(store: Store, files: Files, location: str, owner: UUID | None = None,
                               listing: Listing | None = None) -> bool:
     """Delete a dropped table's location, unless another table lives at, above or below it (rows from before

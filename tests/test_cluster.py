@@ -217,6 +217,20 @@ def test_any_member_answers_any_request(database_url, tmp_path):
             assert r.status_code == 200, r.text
             r = http.post(f"{c}/v1/table/lns%24lt/describe", json={})
             assert r.status_code == 200, r.text
+            # Versions from staged manifests, and drops, through every member: what a forwarded proposal carries
+            # to do once durable (remove the staged manifest, delete the dropped table's files) crosses too.
+            from tests.lance.conftest import stage
+            location = r.json()["location"]
+            for version, member in enumerate((a, b, c), start=1):
+                staged = stage(location, version)
+                r = http.post(f"{member}/v1/table/lns%24lt/version/create",
+                              json={"version": version, "manifest_path": staged})
+                assert r.status_code == 200, r.text
+            for i, member in enumerate((a, b, c)):
+                r = http.post(f"{a}/v1/table/lns%24gone{i}/declare", json={})
+                assert r.status_code == 200, r.text
+                r = http.post(f"{member}/v1/table/lns%24gone{i}/drop", json={})
+                assert r.status_code == 200, r.text
             # Lance batch-commit across owners: deregister tables declared via different members, atomically.
             lance = [f"l{i}" for i in range(8)]
             for i, name in enumerate(lance):

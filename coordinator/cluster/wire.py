@@ -5,7 +5,9 @@ Unlike pickle, decoding a frame can only build values: plain msgpack data, a few
 UUID, datetime, Decimal, big integers), and instances of the project's own classes, restored from their state
 the way pickle would restore them but without calling anything a frame names. A type is accepted only if it is
 a class defined in one of the project's packages (`OWN_PACKAGES`); a frame naming anything else (`os:system`,
-a builtin, a function) is refused before any of it is used.
+a builtin, a function) is refused before any of it is used. The one exception is a proposal's clean-up, a
+`functools.partial` of a function registered with `crossable` (or of a process-local object's method named in
+CROSSABLE_METHODS): it is rebuilt only from that short list.
 
 Process-local objects a proposal refers to (the file IO, the store) travel by name and are replaced by the
 receiver's own.
@@ -25,13 +27,17 @@ from typing import Any
 
 import msgpack
 
+from ..crossable import CROSSABLE, CROSSABLE_METHODS
+
 FRAME_HEADER = struct.Struct(">I")  # a frame is its payload's length, then the payload
 
 OWN_PACKAGES = ("coordinator.", "storage.")
 
 # msgpack extension type codes
 (_TUPLE, _SET, _FROZENSET, _UUID, _DATETIME, _DATE, _DECIMAL, _BIGINT, _ENUM, _OBJECT, _ERROR, _LOCAL, _NAMEDTUPLE,
- _MAPPINGPROXY) = range(1, 15)
+ _MAPPINGPROXY, _PARTIAL) = range(1, 16)
+
+# The only code a frame may name: a clean-up a proposal carries to the table's owner (see ..crossable).
 
 
 class WireError(ValueError):
@@ -97,6 +103,8 @@ class Codec:
         if local is not None:
             return msgpack.ExtType(_LOCAL, local.encode())
         cls = type(obj)
+        if cls is functools.partial:
+            return msgpack.ExtType(_PARTIAL, self._pack([self._function(obj.func), list(obj.args), obj.keywords]))
         if cls is tuple:
             return msgpack.ExtType(_TUPLE, self._pack(list(obj)))
         if cls is set or cls is frozenset:
@@ -124,6 +132,22 @@ class Codec:
             return msgpack.ExtType(_NAMEDTUPLE, self._pack([_name(cls), list(obj)]))
         to_wire = getattr(obj, "_to_wire", None)  # a class that chooses its own form (and rebuilds from it)
         return msgpack.ExtType(_OBJECT, self._pack([_name(cls), obj.__getstate__() if to_wire is None else to_wire()]))
+
+    def _function(self, fn: Any) -> list:
+        owner = getattr(fn, "__self__", None)
+        if owner is not None and id(owner) in self._by_id and fn.__name__ in CROSSABLE_METHODS:
+            return ["method", self._by_id[id(owner)], fn.__name__]
+        name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', '?')}"
+        if CROSSABLE.get(name) is fn:
+            return ["function", name]
+        raise TypeError(f"{name} cannot cross the cluster channel: register it with coordinator.crossable")
+
+    def _callable(self, ref: list) -> Any:
+        if ref[0] == "method" and ref[2] in CROSSABLE_METHODS and ref[1] in self._by_name:
+            return getattr(self._by_name[ref[1]], ref[2])
+        if ref[0] == "function" and ref[1] in CROSSABLE:
+            return CROSSABLE[ref[1]]
+        raise WireError(f"refusing to call {ref!r}: not one of the clean-ups that may cross the channel")
 
     # -- decoding ------------------------------------------------------------------------------------------------
 
@@ -156,6 +180,9 @@ class Codec:
             return datetime.datetime.fromisoformat(data.decode())
         if code == _DATE:
             return datetime.date.fromisoformat(data.decode())
+        if code == _PARTIAL:
+            ref, args, keywords = self._unpack(data)
+            return functools.partial(self._callable(ref), *args, **keywords)
         if code == _MAPPINGPROXY:
             return types.MappingProxyType(self._unpack(data))
         if code == _DECIMAL:
