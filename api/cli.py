@@ -7,6 +7,8 @@ import sys
 
 from coordinator.config import Config, ConfigError
 
+from .warehouse_cli import add_warehouse_commands, run_warehouse_command
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="coordinator", description="Commit coordinator for Iceberg, Delta and Lance")
@@ -34,7 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--cluster-advertise", help="host:port other members dial to reach this one; implies "
                                                "--cluster (env COORDINATOR_CLUSTER_ADVERTISE)")
     s.add_argument("--http-fd", type=int, help=argparse.SUPPRESS)  # set by --workers for its processes
+    add_warehouse_commands(sub)
     args = parser.parse_args(argv)
+
+    if args.command == "warehouse":
+        return run_warehouse_command(args)
 
     if args.command == "hash-secret":
         from coordinator.auth import hash_secret

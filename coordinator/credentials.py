@@ -1,6 +1,7 @@
 """Storage credentials the service may hand to an engine (Iceberg's `/credentials`, UC's temporary credentials).
 
-It holds one kind: the static S3 keys configured for its own warehouse. They reach the whole warehouse, so they
+It holds one kind: the static S3 keys configured for a warehouse (the service's own, or one created with keys).
+They reach the whole warehouse, so they
 are vended only while authentication is off: with grants in force, a reader of one table could otherwise write or
 delete every other, and clients bring their own credentials. Each protocol words the answer its own way.
 """
@@ -9,16 +10,17 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from storage.files import is_within
+from .warehouses import Warehouses
 
-from .config import Config
+VENDED = ("access_key_id", "secret_access_key", "session_token", "endpoint", "region")
 
 
-def vendable_s3_keys(config: Config, authenticating: bool, location: str) -> Mapping[str, str] | None:
+def vendable_s3_keys(warehouses: Warehouses, authenticating: bool, location: str) -> Mapping[str, str] | None:
     """The static S3 settings (`access_key_id`, `secret_access_key`, and `session_token`, `endpoint`, `region`
-    where configured) for an s3:// `location` within the warehouse, or None when none may be vended."""
+    where configured) of the warehouse an s3:// `location` lies in, or None when none may be vended."""
     if authenticating or not location.startswith(("s3://", "s3a://")):
         return None
-    if "access_key_id" not in config.s3_options or not is_within(config.warehouse_uri, location):
+    warehouse = warehouses.containing(location)
+    if warehouse is None or "access_key_id" not in warehouse.storage:
         return None
-    return config.s3_options
+    return {k: warehouse.storage[k] for k in VENDED if warehouse.storage.get(k)}

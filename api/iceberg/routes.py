@@ -21,6 +21,7 @@ from coordinator.iceberg.models import (COMMIT_TABLE_ROUTE, CommitTableRequest, 
 from coordinator.iceberg.rules import parse_view_requirements, parse_view_updates
 from coordinator.iceberg.state import IcebergTable, TableIdent
 from coordinator.idempotency import LIFETIME_S
+from coordinator.warehouses import DEFAULT as DEFAULT_WAREHOUSE
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import CommitPart, empty_response, json_response, parse_model, query_flag, read_json, read_model
@@ -228,14 +229,29 @@ ENDPOINTS = [
 ]
 
 
+@bp.before_request
+async def _know_warehouse() -> None:
+    """A prefix may name a warehouse another cluster member created: look it up before placing anything."""
+    prefix = (request.view_args or {}).get("prefix")
+    if prefix:
+        await current_app.config["COORDINATOR"].warehouses.resolve(prefix)
+
+
 @bp.get("/v1/config")
 @guard(authenticated)
 async def get_config() -> Response:
+    coordinator = current_app.config["COORDINATOR"]
     defaults = {}
-    if current_app.config["COORDINATOR"].authority is not None:
+    if coordinator.authority is not None:
         defaults["oauth2-server-uri"] = request.host_url + "v1/oauth/tokens"
     # The separator is a /config override (spec, `parent`), where Java and pyiceberg read it: not a top-level key.
-    return json_response({"defaults": defaults, "overrides": {"namespace-separator": "%1F"}, "endpoints": ENDPOINTS,
+    overrides = {"namespace-separator": "%1F"}
+    named = request.args.get("warehouse")
+    if named:   # a name or a location; never the default in place of one that does not exist
+        warehouse = await coordinator.warehouses.find(named)
+        if warehouse.name != DEFAULT_WAREHOUSE:
+            overrides["prefix"] = warehouse.name
+    return json_response({"defaults": defaults, "overrides": overrides, "endpoints": ENDPOINTS,
                           "idempotency-key-lifetime": f"PT{LIFETIME_S // 60}M"})
 
 

@@ -437,7 +437,7 @@ class DeltaService:
 
     def _s3_keys(self, location: str):
         # Normalized first: Delta's Hadoop client spells the warehouse's s3:// as s3a://.
-        return vendable_s3_keys(self.config, self.c.auth is not None, rules.normalize_uri(location))
+        return vendable_s3_keys(self.c.warehouses, self.c.auth is not None, rules.normalize_uri(location))
 
     async def write_metrics(self, req: MetricsRequest) -> None:
         table_id = parse_table_id(req.table_id)
