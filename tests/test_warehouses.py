@@ -162,3 +162,32 @@ def test_only_an_admin_manages_warehouses(config, tmp_path):
         assert httpx.delete(f"{base}{API}/default", headers=writer).status_code == 403
         assert create(base, "lake", (tmp_path / "lake").as_uri(), headers=admin).status_code == 201
         assert [w["name"] for w in httpx.get(base + API, headers=admin).json()["warehouses"]] == ["default", "lake"]
+
+
+def test_lance_namespaces_place_tables_in_the_warehouse_they_name(service, config, tmp_path):
+    import lance
+    import lance_namespace
+    from lance_namespace import CreateNamespaceRequest, DescribeTableRequest
+    lake_dir = tmp_path / "lake"
+    assert create(service, "lake", lake_dir.as_uri()).status_code == 201
+    ns = lance_namespace.connect("rest", {"uri": service})
+    ns.create_namespace(CreateNamespaceRequest(id=["sales"], properties={"warehouse": "lake"}))
+    ns.create_namespace(CreateNamespaceRequest(id=["sales", "eu"]))
+    ns.create_namespace(CreateNamespaceRequest(id=["plain"]))
+    for t in (["sales", "orders"], ["sales", "eu", "orders"]):
+        lance.write_dataset(pa.table({"a": [1, 2]}), namespace_client=ns, table_id=t, mode="create")
+        ds = lance.write_dataset(pa.table({"a": [3]}), namespace_client=ns, table_id=t, mode="append")
+        assert ds.count_rows() == 3
+        location = ns.describe_table(DescribeTableRequest(id=t)).location
+        assert location.startswith(lake_dir.as_uri() + "/" + "/".join(t[:-1]) + "/orders-"), location
+        assert Path(to_local_path(location)).is_dir()
+    lance.write_dataset(pa.table({"a": [1]}), namespace_client=ns, table_id=["plain", "t"], mode="create")
+    assert ns.describe_table(DescribeTableRequest(id=["plain", "t"])).location.startswith(
+        config.warehouse_uri + "/plain/t-")
+    # An unknown warehouse, or one named below the top level, is refused in Lance's format; nothing is created.
+    for ident, named in ((["x"], "nowhere"), (["sales", "x"], "lake")):
+        r = httpx.post(f"{service}/v1/namespace/{'$'.join(ident)}/create", json={"properties": {"warehouse": named}})
+        assert r.status_code == 400 and r.json()["code"] == 13, r.text
+        assert httpx.post(f"{service}/v1/namespace/{'$'.join(ident)}/exists", json={}).status_code == 404
+    refused = httpx.delete(f"{service}{API}/lake")
+    assert refused.status_code == 409, refused.text
