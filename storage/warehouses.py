@@ -41,10 +41,13 @@ async def delete_warehouse(store, name: str) -> bool:
 
 
 async def holds_anything(store, name: str, location: str) -> bool:
-    """Whether any table lives within `location`, or any namespace belongs to the warehouse (an Iceberg
-    catalog named after it, or a namespace whose `warehouse` property names it)."""
+    """Whether any table lives within `location`, or anything is placed in the warehouse: an Iceberg catalog
+    prefix named after it, a Lance namespace whose `warehouse` property names it, a Unity Catalog catalog whose
+    storage_root lies in it."""
     if await store.location_taken(location, below=True):
         return True
     return bool(await store.with_connection(lambda con: con.fetchval(
         "SELECT EXISTS (SELECT 1 FROM namespaces WHERE (realm = 'iceberg' AND catalog = $1)"
-        " OR properties->>'warehouse' = $1)", name)))
+        " OR (realm = 'lance' AND properties->>'warehouse' = $1)"
+        " OR (realm = 'uc-catalog' AND (properties->>'storage_root' = $2"
+        "     OR starts_with(properties->>'storage_root', $2 || '/'))))", name, location.rstrip("/"))))

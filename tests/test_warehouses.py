@@ -191,3 +191,29 @@ def test_lance_namespaces_place_tables_in_the_warehouse_they_name(service, confi
         assert httpx.post(f"{service}/v1/namespace/{'$'.join(ident)}/exists", json={}).status_code == 404
     refused = httpx.delete(f"{service}{API}/lake")
     assert refused.status_code == 409, refused.text
+
+
+def test_unity_catalog_catalogs_with_a_storage_root_place_managed_tables_there(service, config, tmp_path):
+    from tests.delta.conftest import UC
+    lake_dir = tmp_path / "lake"
+    assert create(service, "lake", lake_dir.as_uri()).status_code == 201
+    uc = UC(service)
+    made = uc.post("/catalogs", json={"name": "sales", "storage_root": lake_dir.as_uri() + "/uc"})
+    assert made.status_code == 200 and made.json()["storage_root"] == lake_dir.as_uri() + "/uc", made.text
+    table = uc.create_managed("orders", catalog="sales")
+    assert table["storage_location"].startswith(lake_dir.as_uri() + "/uc/__unitystorage/tables/")
+    assert uc.commit(table, 1).status_code == 200
+    plain = uc.create_managed("orders")   # a catalog with no storage_root: the default warehouse, as before
+    assert plain["storage_location"].startswith(config.warehouse_uri + "/__unitystorage/tables/")
+    # A staging location of one catalog is not a managed location of another.
+    st = uc.staging("other", catalog="sales")
+    wrong = uc.post("/tables", json={"name": "other", "catalog_name": "main", "schema_name": "default",
+                                     "table_type": "MANAGED", "data_source_format": "DELTA", "columns": [],
+                                     "storage_location": st["staging_location"]})
+    assert wrong.status_code == 400, wrong.text
+    for outside in ((tmp_path / "nowhere").as_uri(), "s3://bucket/x", "relative"):
+        r = uc.post("/catalogs", json={"name": "bad", "storage_root": outside})
+        assert r.status_code == 400 and r.json()["error_code"] == "INVALID_PARAMETER_VALUE", r.text
+        assert "must lie within a warehouse" in r.json()["message"]
+    assert uc.get("/catalogs/bad").status_code == 404
+    assert httpx.delete(f"{service}{API}/lake").status_code == 409
