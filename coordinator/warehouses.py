@@ -28,6 +28,8 @@ from .errors import AlreadyExists, BadRequest, NotEmpty, NotFound
 DEFAULT = "default"
 SECRETS = ("secret_access_key", "session_token")
 NAME_MAX = 64
+# A warehouse's name is its Iceberg catalog prefix: these would make `/v1/{prefix}/...` another protocol's route.
+RESERVED_NAMES = {"namespace", "table", "transaction", "config", "oauth"}
 
 
 class NoSuchWarehouse(NotFound):
@@ -212,6 +214,11 @@ class Warehouses:
             raise BadRequest("storage settings apply to s3:// locations only")
         if name == DEFAULT:
             raise WarehouseExists(f"warehouse {DEFAULT!r} is the service's own root ({self.default.location})")
+        if name in RESERVED_NAMES:
+            raise BadRequest(f"name {name!r} is reserved: /v1/{name}/... is another route; choose another name")
+        if await self.c.store.list_namespaces("iceberg", name, None, limit=1):
+            raise WarehouseExists(f"{name!r} is already an Iceberg catalog prefix with namespaces in the default "
+                                  f"warehouse; choose another name")
         await self.load()
         for other in (self.default, *self._named.values()):
             if is_within(other.location, location) or is_within(location, other.location):

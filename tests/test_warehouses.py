@@ -53,6 +53,7 @@ def test_warehouses_are_created_listed_shown_and_dropped(service, config, tmp_pa
     ("x", "s3://b/p", {"acces_key": "k"}, 400, "acces_key"),
     ("x", "s3://b/p", {"access_key_id": "k", "secret_access_key": "s"}, 400, 'only with storage.credentials "keys"'),
     ("default", "s3://b/p", None, 409, "service's own root"),
+    ("namespace", "s3://b/p", None, 400, "reserved"),
 ])
 def test_bad_warehouses_are_refused_in_the_services_format(service, name, location, storage, status, says):
     r = create(service, name, location, storage)
@@ -68,6 +69,12 @@ def test_a_name_or_a_root_is_taken_once_and_roots_do_not_overlap(service, config
     for overlapping in [(tmp_path / "a" / "below").as_uri(), tmp_path.as_uri(), config.warehouse_uri + "/x"]:
         r = create(service, "b", overlapping)
         assert r.status_code == 400 and "overlaps warehouse" in r.json()["error"]["message"], overlapping
+
+
+def test_an_iceberg_prefix_in_use_is_not_taken_over(service, tmp_path):
+    assert httpx.post(f"{service}/v1/sales/namespaces", json={"namespace": ["db"]}).status_code == 200
+    r = create(service, "sales", (tmp_path / "sales").as_uri())
+    assert r.status_code == 409 and "catalog prefix" in r.json()["error"]["message"], r.text
 
 
 def test_secret_keys_are_never_shown(service):
