@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import logging
 import os
 import time
 from importlib import resources
@@ -15,17 +14,17 @@ from quart_trio import QuartTrio
 
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
 
+from coordinator.actor import COMMITTED
 from coordinator.errors import BadRequest, CoordinatorError, NotFound, from_storage
 from coordinator.service import Coordinator
 from storage.errors import StorageError
 
-from . import commits, delta, iceberg, lance, oauth, warehouses
+from . import commits, console, delta, iceberg, lance, oauth, warehouses
 from .access import challenge, enforce, public
 from .common import framework_error_message, json_response, protocol_of
+from .request_log import log_request
 from .routing import CachingMap
 from .transport import HTTPConnection, Request
-
-log = logging.getLogger("coordinator.http")
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -89,6 +88,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     app.register_blueprint(lance.bp)
     app.register_blueprint(commits.bp)
     app.register_blueprint(warehouses.bp)
+    app.register_blueprint(console.bp)
     metrics = coordinator.metrics
 
     # The two hooks run for every request, so each resolves quart's context proxies (`request`, `g`) once: a
@@ -99,6 +99,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         headers = req.headers
         ctx.started = time.perf_counter()
         ctx.request_id = headers.get("X-Request-Id") or next_request_id()
+        COMMITTED.set(None)  # set by the commit this request applies, if any (logged by _finish)
         # Always consume the body, whatever the method and even when a handler rejects the request early: an
         # unread body left on a keep-alive connection stalls the client's next request, and reading it here puts
         # every body under BODY_TIMEOUT (a GET whose body trickles in would otherwise hold its connection). A
@@ -126,9 +127,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         metrics.observe_request(protocol_of(req.path), f"{req.method} {rule}", response.status_code, elapsed)
         request_id = getattr(ctx, "request_id", "")
         response.headers["X-Request-Id"] = request_id
-        if log.isEnabledFor(logging.INFO):
-            log.info("request", extra={"request_id": request_id, "method": req.method, "path": req.path,
-                                       "status": response.status_code, "ms": round(elapsed * 1000, 2)})
+        await log_request(req, response, request_id, elapsed, coordinator.authority is not None)
         return response
 
     # Every error, whoever raised it (a handler, the access check, the framework when no route matched), is

@@ -20,6 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--data-dir", help="where the embedded database and default warehouse live "
                                       "(env COORDINATOR_DATA_DIR, default ./.coordinator)")
     s.add_argument("--warehouse", help="root for table locations: a path or s3:// URI (env COORDINATOR_WAREHOUSE)")
+    s.add_argument("--s3-endpoint", help="S3-compatible server for s3:// warehouses, e.g. http://127.0.0.1:9000 "
+                                         "(env COORDINATOR_S3_ENDPOINT; default: AWS). Credentials: AWS_* env")
+    s.add_argument("--s3-region", help="the S3 bucket's region (env COORDINATOR_S3_REGION)")
+    s.add_argument("--s3-path-style", action="store_true", default=None,
+                   help="address buckets as http://host/bucket, as most S3-compatible servers need "
+                        "(env COORDINATOR_S3_PATH_STYLE)")
     s.add_argument("--log-level", help="debug, info, warning (env COORDINATOR_LOG_LEVEL)")
     s.add_argument("--auth-file", help="TOML file of clients, roles and grants: turns on authentication "
                                        "(env COORDINATOR_AUTH_FILE; see README, Authentication)")
@@ -54,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         from .server import configure_logging, serve
         config = Config.from_env(host=args.host, port=args.port, database_url=args.database_url,
                                  data_dir=args.data_dir, warehouse=args.warehouse, log_level=args.log_level,
+                                 s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
+                                 s3_path_style=args.s3_path_style,
                                  auth_file=args.auth_file, insecure=args.insecure,
                                  workers=args.workers, cluster=args.cluster, cluster_host=args.cluster_host,
                                  cluster_port=args.cluster_port, cluster_advertise=args.cluster_advertise,

@@ -17,6 +17,7 @@ import signal
 import sys
 import tempfile
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 
 import trio
@@ -33,10 +34,14 @@ log = logging.getLogger(__name__)
 
 
 class JsonFormatter(logging.Formatter):
-    FIELDS = ("request_id", "method", "path", "status", "ms")
+    """One JSON object per line; fields in docs/observability.md."""
+
+    FIELDS = ("request_id", "method", "path", "status", "ms", "error_type", "error", "client_id", "format", "table",
+              "version")
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name,
+        ts = datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")
+        out = {"ts": ts.replace("+00:00", "Z"), "level": record.levelname.lower(), "logger": record.name,
                "msg": record.getMessage()}
         for key in self.FIELDS:
             if hasattr(record, key):

@@ -17,6 +17,7 @@ written. The actor knows its registry only as a `Host`: it does not import it.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import time
@@ -46,6 +47,10 @@ RECENT_KEYS = 64  # Idempotency-Keys remembered per table actor (see TableActor.
 # A commit refused for what it asked (not for the store's state): the table's memory is still right, no reload.
 REFUSALS = (CommitConflict, BadRequest, NotFound, AlreadyExists)
 
+# The commit the current request's task was last told applied: (format, table name, version). Set by `Reply.wait`
+# in the requester's task, so the HTTP layer can log what a request committed.
+COMMITTED: contextvars.ContextVar[tuple[str, str, int] | None] = contextvars.ContextVar("committed", default=None)
+
 
 class Host(Protocol):
     """What an actor needs of the registry that runs it."""
@@ -60,17 +65,19 @@ class Host(Protocol):
     def lease_lost(self, actor: "TableActor") -> None: ...
     def spawn_background(self, fn: Callable[[], Awaitable[None]]) -> None: ...
     def observe_batch(self, size: int) -> None: ...
+    def observe_commit(self, fmt: str, outcome: str, seconds: float | None) -> None: ...
 
 
 class Reply:
     """A one-shot answer slot the requester awaits."""
 
-    __slots__ = ("_event", "value", "error")
+    __slots__ = ("_event", "value", "error", "committed")
 
     def __init__(self) -> None:
         self._event = trio.Event()
         self.value: Any = None
         self.error: BaseException | None = None
+        self.committed: tuple[str, str, int] | None = None  # set with the value of an applied commit
 
     def set(self, value: Any) -> None:
         if not self._event.is_set():
@@ -87,6 +94,8 @@ class Reply:
         await self._event.wait()
         error = self.error
         if error is None:
+            if self.committed is not None:
+                COMMITTED.set(self.committed)
             return self.value
         # Raised once, then let go: an error kept here (or in this frame) would tie a reference cycle through
         # its traceback, and every rejected commit (409s come by the thousand) would wait for the cyclic GC.
@@ -101,6 +110,7 @@ class Reply:
 class Request:
     proposal: Proposal
     reply: Reply = field(default_factory=Reply)
+    arrived: float = field(default_factory=time.perf_counter)  # for the commit-latency histogram
 
 
 class Verdict:
@@ -260,6 +270,7 @@ class TableActor:
                 continue
             decision = self._decide(req.proposal, req.reply, seg.state)
             if decision is None:
+                self._count_refusal(req)
                 continue
             if decision.idempotency is not None:
                 key = decision.idempotency.key
@@ -283,6 +294,7 @@ class TableActor:
                     continue
                 decision = self._decide(req.proposal, req.reply, seg.state)
                 if decision is None:
+                    self._count_refusal(req)
                     continue
             seg.add(req, decision)
             if not decision.is_simple:
@@ -302,13 +314,16 @@ class TableActor:
             return
         decision = self._decide(participant.proposal, req.reply, self.state)
         if decision is None:
+            self._count_refusal(req, participant.proposal)
             return
         part = self._part([decision])
         req.reply.set((decision.reply, part))
         # Hold the table: nothing else is decided until the commit's single write has an outcome.
         with trio.CancelScope(shield=True):
             await participant.verdict.event.wait()
-        await self._conclude(part, [decision], participant.verdict.error, applied=participant.verdict.applied)
+        error = await self._conclude(part, [decision], participant.verdict.error, applied=participant.verdict.applied)
+        if decision.writes:
+            self._count_written([req], error, participant.proposal)
 
     def _decide(self, proposal: Proposal, reply: Reply, state: Any) -> Decision | None:
         """The proposal's decision, or None once `reply` has been failed with its rejection."""
@@ -325,6 +340,30 @@ class TableActor:
             log.exception("commit rule failed on table %s", self.table_id)
             reply.fail(BadRequest(f"cannot apply request: {type(exc).__name__}: {exc}"))
         return None
+
+    # -- commit metrics ------------------------------------------------------------------------------------------
+
+    def _count_refusal(self, req: Request, proposal: Proposal | None = None) -> None:
+        """A commit refused by its table's rules: a conflict (409) or rejected; nothing applied either way."""
+        if getattr(proposal or req.proposal, "counts_as_commit", False) and self.row is not None:
+            outcome = "conflict" if req.reply.error is not None and req.reply.error.status == 409 else "rejected"
+            self.registry.observe_commit(self.row.format, outcome, time.perf_counter() - req.arrived)
+
+    def _count_written(self, requests: list[Request], error: CoordinatorError | None,
+                       proposal: Proposal | None = None) -> None:
+        """The outcome of written commits; an applied one also tells its requester what it committed (logs)."""
+        if self.row is None:
+            return
+        fmt = self.row.format
+        # Unpublished: applied, its files are being restored (the requester is asked to retry and hears success).
+        outcome = ("applied" if error is None or isinstance(error, Unpublished) else
+                   "unknown" if isinstance(error, OutcomeUnknown) else "rejected")
+        now = time.perf_counter()
+        committed = (fmt, display_name(self.row), self.row.row_version) if error is None else None
+        for req in requests:
+            if getattr(proposal or req.proposal, "counts_as_commit", False):
+                self.registry.observe_commit(fmt, outcome, now - req.arrived)
+                req.reply.committed = committed
 
     def _remember_keys(self, decisions: list[Decision]) -> None:
         for d in decisions:
@@ -375,6 +414,7 @@ class TableActor:
         if isinstance(error, OutcomeUnknown):
             log.error("outcome unknown for %d requests on table %s: %s", len(seg.requests), self.table_id, error)
         error = await self._conclude(part, decisions, error, applied=applied)
+        self._count_written([r for r, _ in seg.decisions], error)
         if error is not None:
             for req in seg.requests:
                 req.reply.fail(error)
@@ -450,3 +490,8 @@ def _key_of(proposal: Any) -> Any:
     """The Idempotency-Key a proposal carries (Iceberg's: an IdempotencyKey; its `key` is what is recorded)."""
     key = getattr(proposal, "idempotency_key", None)
     return getattr(key, "key", key)
+
+
+def display_name(row: TableRow) -> str:
+    """A table's name as logs and the console show it: catalog (if any), namespace levels and name, dotted."""
+    return ".".join(p for p in (row.catalog, *row.namespace.split("\x1f"), row.name) if p)

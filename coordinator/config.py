@@ -66,6 +66,11 @@ class Config:
     db_pool_size: int = 4
     db_timeout_s: float = 10.0
     s3_options: dict[str, str] = field(default_factory=dict)  # passed to obstore's S3Store (region, endpoint, ...)
+    # The usual S3 settings by name (env COORDINATOR_S3_ENDPOINT, ...), folded into `s3_options`. Credentials
+    # are not among them: obstore reads the environment's AWS_* variables, as every AWS client does.
+    s3_endpoint: str | None = None            # an S3-compatible server, e.g. http://127.0.0.1:9000
+    s3_region: str | None = None
+    s3_path_style: bool = False               # http://host/bucket/key instead of http://bucket.host/key
 
     # Scale-out (coordinator/cluster): several members on one database. Off by default: one process owns every
     # table with no leases. On with `cluster`, a `cluster_advertise` address, or `workers` > 1.
@@ -88,6 +93,20 @@ class Config:
             self.auth_file = Path(self.auth_file)
         if self.cluster_advertise or int(self.workers) > 1:
             self.cluster = True
+        self.s3_options = {**self.s3_options, **self._named_s3_options()}
+
+    def _named_s3_options(self) -> dict[str, str]:
+        """obstore's names for `s3_endpoint`, `s3_region` and `s3_path_style`."""
+        options = {}
+        if self.s3_endpoint:
+            options["endpoint"] = self.s3_endpoint
+            if self.s3_endpoint.startswith("http://"):
+                options["allow_http"] = "true"   # (obstore refuses plain HTTP unless told)
+        if self.s3_region:
+            options["region"] = self.s3_region
+        if self.s3_path_style:
+            options["virtual_hosted_style_request"] = "false"
+        return options
 
     def check_exposure(self) -> None:
         """Refuse to serve without authentication on an address other machines can reach."""

@@ -58,6 +58,7 @@ class Registry:
         self._nursery: trio.Nursery | None = None
         self.cluster = None  # coordinator.cluster.Cluster when several members share the database
         metrics.add_gauges(self.gauges)
+        metrics.add_counters(self.counters)
 
     def register_format(self, fmt: str, loader: StateLoader, compaction: Compaction | None = None) -> None:
         """Each format says how to build its in-memory state from a table row, and may say how to keep it
@@ -188,6 +189,9 @@ class Registry:
     def observe_batch(self, size: int) -> None:
         self.metrics.observe_batch(size)
 
+    def observe_commit(self, fmt: str, outcome: str, seconds: float | None) -> None:
+        self.metrics.observe_commit(fmt, outcome, seconds)
+
     # -- creation: a table that does not exist yet has no actor; its row is inserted by the writer ------------
 
     async def create(self, row: TableRow, *, state: Any, row_state: dict[str, Any], log_entries: list[LogEntry] = (),
@@ -225,11 +229,12 @@ class Registry:
 
     def gauges(self) -> dict[str, float]:
         depth = sum(a.send.statistics().current_buffer_used for a in self.actors.values())
-        out = {"coordinator_active_actors": len(self.actors), "coordinator_mailbox_depth_total": depth,
-               "coordinator_dormant_tables": len(self.dormant)}
+        return {"coordinator_active_actors": len(self.actors), "coordinator_mailbox_depth": depth,
+                "coordinator_dormant_tables": len(self.dormant)}
+
+    def counters(self) -> dict[str, float]:
         stats = self.store.writer_stats() if hasattr(self.store, "writer_stats") else {}
-        if stats:
-            out["coordinator_db_flushes_total"] = stats["flushes"]
-            out["coordinator_db_groups_total"] = stats["groups"]
-            out["coordinator_db_fenced_writes_total"] = stats.get("fenced", 0)
-        return out
+        if not stats:
+            return {}
+        return {"coordinator_db_flushes_total": stats["flushes"], "coordinator_db_groups_total": stats["groups"],
+                "coordinator_db_fenced_writes_total": stats.get("fenced", 0)}

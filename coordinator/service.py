@@ -30,7 +30,8 @@ class Coordinator:
         self.embedded: EmbeddedPostgres | None = None
         self.store: PostgresStore | None = None
         self.files = FileIO(config.s3_options, config.warehouse_uri)
-        self.metrics.add_gauges(lambda: {"coordinator_file_write_cpu_seconds_total": self.files.write_cpu_s})
+        self.metrics.add_counters(lambda: {"coordinator_file_write_cpu_seconds_total": self.files.write_cpu_s})
+        self.files.on_write = self.metrics.file_write.observe
         self.registry: Registry | None = None
         self.iceberg = None
         self.lance = None
@@ -49,6 +50,7 @@ class Coordinator:
             dsn = self.embedded.start()
         self.store = PostgresStore(dsn, pool_size=self.config.db_pool_size, timeout_s=self.config.db_timeout_s,
                                    fenced=self.config.cluster)
+        self.store.on_flush = self.metrics.db_write.observe
         try:
             self.store.open()
         except DatabaseInUse as exc:

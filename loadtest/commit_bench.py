@@ -15,6 +15,12 @@ Flows (loadtest/flows.py): `iceberg` (add-snapshot + set-snapshot-ref guarded by
 and retry on 409), `delta` (staged commit at last+1, backfill every few versions), `lance` (version/list limit 1,
 version/create at latest+1), and `iceberg-props` (set-properties with no requirement: never conflicts, the
 coordinator's raw commit rate). For the fixed matrix with baselines and targets, use `python -m loadtest.bench`.
+
+`--warehouses local,s3` measures, in one run, the service with a local warehouse and with one on S3: it starts
+moto's S3 server on loopback (`pip install 'moto[server]'`), a bucket in it, and the service with
+`--warehouse s3://<bucket>/wh` and its S3 flags; the load generator writes what a client writes (Delta's first
+commit, Lance's staged manifests) to the same bucket. moto is not AWS: no network between the machines, but a
+Python server on the same 2 cores, so its figures tell what S3 requests cost the service, not AWS's latency.
 """
 
 from __future__ import annotations
@@ -30,12 +36,12 @@ import trio
 
 from storage.embedded import EmbeddedPostgres, free_port
 
-from . import procs
+from . import flows, procs
 from .flows import FLOWS
 from .retry import MODES
 from .runner import hammer, run
 
-COLUMNS = ("processes", "protocol", "scenario", "commits_per_s", "p50_ms", "p99_ms", "commit_request_p99_ms",
+COLUMNS = ("warehouse", "processes", "protocol", "scenario", "commits_per_s", "p50_ms", "p99_ms", "commit_request_p99_ms",
            "conflicts", "gave_up", "errors", "server_cpu_ms_per_request", "writes_per_db_txn", "server_cpu_pct",
            "pg_cpu_pct", "loadgen_cpu_pct")
 
@@ -54,7 +60,14 @@ def main() -> None:
                                                "latency from the scheduled time) instead of a closed loop")
     ap.add_argument("--retry", choices=MODES, default="client",
                     help="how writers wait after a 409: as the real clients do, or at once (loadtest/retry.py)")
+    ap.add_argument("--warehouses", default="local", help="comma-separated: local, s3 (moto's S3 server, started "
+                                                          "here); each is measured in turn")
     args = ap.parse_args()
+    warehouses = args.warehouses.split(",")
+    if set(warehouses) - {"local", "s3"}:
+        ap.error(f"unknown warehouses {warehouses}; choose from local,s3")
+    if args.url and warehouses != ["local"]:
+        ap.error("--warehouses starts its own services; it cannot be combined with --url")
     unknown = [f for f in args.flows.split(",") if f not in FLOWS]
     if unknown:
         ap.error(f"unknown flows {unknown}; choose from {','.join(FLOWS)}")
@@ -62,7 +75,7 @@ def main() -> None:
     counts = [int(p) for p in args.processes.split(",")]
     if args.url and counts != [1]:
         ap.error("--processes starts its own services; it cannot be combined with --url")
-    tmp = pg = None
+    tmp = pg = s3 = None
     children: list = []
     rows = []
     ceiling: list[dict] = []
@@ -78,26 +91,34 @@ def main() -> None:
             pg_pid = procs.postmaster_pid(pg.pgdata)
             if len(counts) > 1:
                 ceiling = [bare_ceiling(n, args.duration, tmp) for n in counts]
-            for n in counts:
-                print(f"starting the service as {n} process(es) ...", flush=True)
+            if "s3" in warehouses:
+                s3 = start_s3(tmp)
+            for warehouse, n in [(w, n) for w in warehouses for n in counts]:
+                print(f"starting the service as {n} process(es), {warehouse} warehouse ...", flush=True)
                 children = []
+                where = dict(warehouse=tmp / f"warehouse-{n}")
+                if warehouse == "s3":
+                    where = dict(warehouse=f"s3://{s3.bucket()}/wh", env=s3.env, extra_args=s3.serve_args)
                 for i in range(n):
                     port = free_port()
-                    child = procs.service(port, dsn, tmp / f"p{n}-{i}", tmp / f"p{n}-{i}.log", cluster=n > 1,
-                                          warehouse=tmp / "warehouse")
+                    child = procs.service(port, dsn, tmp / f"p{n}-{i}-{warehouse}", tmp / f"p{n}-{i}-{warehouse}.log",
+                                          cluster=n > 1, **where)
                     children.append((child.launch(), f"http://127.0.0.1:{port}"))
                 for child, base in children:
                     child.start(base + "/readyz")
                 bases = [base for _, base in children]
                 if n > 1:
                     wait_balanced(bases)
-                measure(args, bases, [c.pid for c, _ in children], rows, processes=n, pg_pid=pg_pid)
+                measure(args, bases, [c.pid for c, _ in children], rows, processes=n, pg_pid=pg_pid,
+                        warehouse=warehouse)
                 for child, _ in children:
                     child.stop()
                 children = []
     finally:
         for child, _ in children:
             child.stop()
+        if s3 is not None:
+            s3.stop()
         if pg is not None:
             pg.destroy()
         if tmp is not None:
@@ -137,14 +158,27 @@ def bare_ceiling(n: int, duration_s: float, tmp: Path) -> dict:
             child.stop()
 
 
-def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid: int | None = None) -> None:
+def start_s3(tmp: Path):
+    """moto's S3 server on loopback, for an s3:// warehouse; the load generator's client files go there too."""
+    try:
+        from tests.support import MotoS3
+        s3 = MotoS3(tmp / "moto.log")
+    except ImportError as exc:
+        raise SystemExit(f"--warehouses s3 needs the test extras ({exc}): pip install -e '.[test]'")
+    print(f"starting moto's S3 server on {s3.endpoint} ...", flush=True)
+    flows.S3_OPTIONS = s3.options
+    return s3.start()
+
+
+def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid: int | None = None,
+            warehouse: str = "local") -> None:
     for name in args.flows.split(","):
         flow = FLOWS[name]
         for cfg in args.matrix.split(","):
             tables, writers = (int(x) for x in cfg.split("x"))
             offered = f" at {args.rate:g} commits/s offered" if args.rate else ""
-            print(f"running {name}: {tables} tables x {writers} writers on {processes} process(es){offered} for "
-                  f"{args.duration:g} s ...", flush=True)
+            print(f"running {name}: {tables} tables x {writers} writers on {processes} process(es){offered}, "
+                  f"{warehouse} warehouse, for {args.duration:g} s ...", flush=True)
             tag = f"cb_{name.replace('-', '_')}_{cfg}_{free_port()}"
 
             async def go(flow=flow, tables=tables, writers=writers, cfg=cfg, tag=tag):
@@ -154,7 +188,7 @@ def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid:
             r = trio.run(go)
             # What the machine's cores went to: the service processes, PostgreSQL and this load generator.
             pg_pct = None if r.pg_cpu_ms_per_commit is None else round(r.pg_cpu_ms_per_commit * r.commits_per_s / 10, 1)
-            rows.append({"processes": processes, **r.as_dict(), "pg_cpu_pct": pg_pct})
+            rows.append({"warehouse": warehouse, "processes": processes, **r.as_dict(), "pg_cpu_pct": pg_pct})
     if processes > 1:
         for base in bases:
             _, body = procs.http_get(base + "/metrics")

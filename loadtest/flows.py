@@ -364,13 +364,48 @@ def delta_properties(table_id: str) -> dict[str, str]:
             "io.unitycatalog.tableId": table_id, "delta.lastUpdateVersion": "0"}
 
 
-def local_path(uri: str) -> str:
-    path = files.local_path(uri)
-    if path is None:
+# obstore S3Store settings for the files a client writes (Delta's first commit, Lance's staged manifests) when
+# the service's warehouse is on S3 (`commit_bench --warehouses s3`); None: local files only.
+S3_OPTIONS: dict[str, str] | None = None
+
+
+def _object(uri: str):
+    """(store, key) for an s3:// URI, with the client's S3 settings."""
+    if S3_OPTIONS is None:
         raise SetupError(f"table location {uri} is not on the local filesystem: the load generator writes the "
                          f"files a client writes (Delta's first commit, Lance's staged manifests), so run the "
-                         f"service with a local warehouse")
-    return path
+                         f"service with a local warehouse, or let commit_bench start its S3 server "
+                         f"(--warehouses s3)")
+    from obstore.store import S3Store
+    bucket, _, key = uri.split("://", 1)[1].partition("/")
+    return S3Store(bucket, **S3_OPTIONS), key
+
+
+async def put_client_file(uri: str, data: bytes) -> None:
+    """Write a file as a client would: locally (blocking on purpose: a small file, its CPU in loadgen CPU), or a
+    PUT to S3 in a worker thread (a round trip the other writers need not wait for)."""
+    path = files.local_path(uri)
+    if path is None:
+        import obstore
+        store, key = _object(uri)
+        await trio.to_thread.run_sync(lambda: obstore.put(store, key, data))
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:  # noqa: ASYNC230
+        f.write(data)
+
+
+async def remove_client_file(uri: str) -> None:
+    path = files.local_path(uri)
+    if path is None:
+        import obstore
+        store, key = _object(uri)
+        await trio.to_thread.run_sync(lambda: obstore.delete(store, key))
+        return
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 @dataclass(frozen=True)
@@ -454,11 +489,8 @@ class DeltaFlow(Flow):
                                    {"name": name, "catalog_name": self.catalog, "schema_name": tag})
             staging = orjson.loads(_check(s, b, f"creating staging table {name}"))
             location = staging["staging_location"]
-            path = os.path.join(local_path(location), "_delta_log")
-            os.makedirs(path, exist_ok=True)
-            # Blocking I/O in the load generator on purpose: a small local file, and its CPU is in loadgen CPU.
-            with open(os.path.join(path, "00000000000000000000.json"), "wb") as f:  # noqa: ASYNC230
-                f.write(delta_first_commit(staging["id"]))
+            await put_client_file(files.join(location, "_delta_log", "00000000000000000000.json"),
+                                  delta_first_commit(staging["id"]))
             s, b = await c.request("POST", f"{UC}/tables", {
                 "name": name, "catalog_name": self.catalog, "schema_name": tag, "table_type": "MANAGED",
                 "data_source_format": "DELTA", "columns": DELTA_COLUMNS, "storage_location": location,
@@ -482,7 +514,7 @@ class DeltaFlow(Flow):
 class LanceTable:
     ident: str          # levels joined by "$", as in the route
     levels: tuple[str, ...]
-    location: str       # local directory
+    location: str       # its URI, file:// or s3:// (the locustfiles: its local directory)
 
     @property
     def route(self) -> str:
@@ -494,13 +526,31 @@ def lance_manifest_name(version: int) -> str:
     return f"{U64_MAX - version:020d}.manifest"
 
 
+def local_path(uri: str) -> str:
+    """A location's local path, for the locustfiles (which run against a local warehouse only)."""
+    path = files.local_path(uri)
+    if path is None:
+        raise SetupError(f"table location {uri} is not on the local filesystem: run the service with a local "
+                         f"warehouse")
+    return path
+
+
 def stage_manifest(location: str, version: int) -> str:
-    """Write a staged manifest the way Lance does (`_versions/<final name>-<uuid>`); returns its object path."""
+    """Write a staged manifest into a local table directory (the locustfiles); returns its object path."""
     path = os.path.join(location, "_versions", f"{lance_manifest_name(version)}-{uuid.uuid4()}")
     with open(path, "wb") as f:
-        # Unique content ending in Lance's magic: the server checks the footer and keeps the bytes.
         f.write(b"loadtest manifest " + uuid.uuid4().bytes + os.urandom(64) + b"LANC")
     return path.lstrip("/")
+
+
+async def stage_manifest_at(location: str, version: int) -> tuple[str, str]:
+    """Write a staged manifest the way Lance does (`_versions/<final name>-<uuid>`); returns its URI and its
+    object path (what Lance sends: no scheme, no bucket)."""
+    uri = files.join(location, "_versions", f"{lance_manifest_name(version)}-{uuid.uuid4()}")
+    # Unique content ending in Lance's magic: the server checks the footer and keeps the bytes.
+    await put_client_file(uri, b"loadtest manifest " + uuid.uuid4().bytes + os.urandom(64) + b"LANC")
+    path = files.local_path(uri)
+    return uri, path.lstrip("/") if path is not None else uri.split("://", 1)[1].partition("/")[2]
 
 
 def lance_create_body(table: LanceTable, version: int, manifest_path: str) -> dict:
@@ -524,14 +574,14 @@ class LanceWriter(Writer):
         retry = schedule("lance", self.retry_mode, self.rng, time.perf_counter())
         while time.perf_counter() < deadline:
             v = self.latest + 1
-            staged = stage_manifest(self.table.location, v)
+            staged_uri, staged = await stage_manifest_at(self.table.location, v)
             status, body = await self.request("POST", f"{self.table.route}/version/create",
                                               lance_create_body(self.table, v, staged), commit=True)
             if status == 200:
                 self.latest = v
                 self.stats.writes += 1
                 return True
-            _remove("/" + staged)
+            await remove_client_file(staged_uri)
             if status == 409:
                 self.stats.conflicts += 1
                 retrying = await self.wait_to_retry(retry, deadline)
@@ -544,13 +594,6 @@ class LanceWriter(Writer):
                 await self.request("POST", f"{self.table.route}/describe", {"id": list(self.table.levels)})
                 await self.refresh()
         return False
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 class LanceFlow(Flow):
@@ -566,8 +609,7 @@ class LanceFlow(Flow):
             levels = (tag, f"t{i}")
             ident = "$".join(levels)
             s, b = await c.request("POST", f"/v1/table/{ident}/declare", {"id": list(levels)})
-            location = local_path(orjson.loads(_check(s, b, f"declaring Lance table {ident}"))["location"])
-            os.makedirs(os.path.join(location, "_versions"), exist_ok=True)
+            location = orjson.loads(_check(s, b, f"declaring Lance table {ident}"))["location"]
             return LanceTable(ident, levels, location)
         return await parallel(base, list(range(count)), declare)
 
@@ -575,7 +617,7 @@ class LanceFlow(Flow):
         return LanceWriter(base, table, stats)
 
     def sample_request(self) -> tuple[str, Any]:
-        t = LanceTable("bench$t0", ("bench", "t0"), "/tmp/warehouse/bench/t0")
+        t = LanceTable("bench$t0", ("bench", "t0"), "file:///tmp/warehouse/bench/t0")
         path = f"tmp/warehouse/bench/t0/_versions/{lance_manifest_name(7)}-{uuid.uuid4()}"
         return f"{t.route}/version/create", lance_create_body(t, 7, path)
 

@@ -169,13 +169,14 @@ class Child:
 
 
 def service(port: int, database_url: str, data_dir: Path, log: Path, *, cluster: bool = False,
-            warehouse: Path | None = None, env: dict[str, str] | None = None) -> Child:
+            warehouse: Path | str | None = None, env: dict[str, str] | None = None,
+            extra_args: list[str] | None = None) -> Child:
     """`coordinator serve` as a real OS process, against the benchmark's PostgreSQL (`cluster`: as a member of a
-    cluster sharing it)."""
+    cluster sharing it; `extra_args`: more flags, such as the S3 settings of an s3:// warehouse)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "api.cli", "serve", "--port", str(port), "--database-url", database_url,
             "--data-dir", str(data_dir), "--warehouse", str(warehouse or data_dir / "warehouse"),
-            "--log-level", "warning"] + (["--cluster"] if cluster else [])
+            "--log-level", "warning"] + (["--cluster"] if cluster else []) + (extra_args or [])
     # SIGTERM: the service's graceful stop (it handles SIGINT and SIGTERM alike); `Child.stop` kills it after a
     # grace period, which would lose nothing either: every answered commit is durable.
     return Child("the coordinator service", argv, log, env=env, stop_signal=signal.SIGTERM)

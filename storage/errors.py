@@ -44,3 +44,7 @@ class FileMissing(StorageError):
 class FileRefused(StorageError):
     """A path or file the file IO will not read or write: not a file, too large, reached through a link, or a
     storage scheme it does not serve."""
+
+
+class FileTaken(FileRefused):
+    """An object store already holds other bytes under a name the file IO was to create: left as it is."""

@@ -2,8 +2,9 @@
 
 A file is durable before anything points at it: locally we write a temp file, fsync it, rename it into place
 and fsync the directory (or, when a file beside it already holds the bytes, Lance's staged manifest, fsync and
-rename that one); on S3 a completed PUT is durable. No file write needs to refuse an existing name: which
-commit owns a version is decided by the database's compare-and-set, never by the file system.
+rename that one); on S3 a completed PUT is durable. Which commit owns a version is decided by the database's
+compare-and-set, never by the file system; on S3 every write is still a create (`If-None-Match: *`), so that an
+object someone else put under a name is never overwritten (`FileIO._put_object`).
 
 S3 goes through obstore (Rust's object_store): one well-kept client, credentials from the usual AWS environment,
 and no boto stack. Local files use the OS directly so we control fsync.
@@ -23,7 +24,7 @@ from urllib.parse import urlparse
 import trio
 from obstore.exceptions import InvalidPathError
 
-from .errors import FileMissing, FileRefused
+from .errors import FileMissing, FileRefused, FileTaken
 from .grouped import GroupedCall
 # The names other layers import from here: the file IO, its file-write tuple, and the location helpers.
 from .localfs import (NOT_A_FILE, DeletionStopped, FileWrite, _descend, _opened_beneath, _read_at_most,
@@ -76,6 +77,8 @@ class FileIO:
         # CPU seconds spent making files durable (the kernel's copy into the page cache and fsync, mostly):
         # /metrics shows it, so a commit's cost can be told apart from the cost of the file it must write.
         self.write_cpu_s = 0.0
+        # Told each batch's wall time in seconds (the service's latency histogram); called on a worker thread.
+        self.on_write: Callable[[float], None] | None = None
         self._reads = _in_worker_thread(_each(lambda item: self.read_within_sync(*item)))
         self._deletes = _in_worker_thread(_each(lambda item: self.delete_within_sync(*item)))
 
@@ -91,11 +94,13 @@ class FileIO:
 
     def _write_batches_sync(self, batches: list[list[FileWrite]]) -> list[Exception | None]:
         """Each caller's files made durable (None), or the exception that stopped them (the others go on)."""
-        started = time.thread_time()
+        started, wall = time.thread_time(), time.perf_counter()
         try:
             return self._write_durably(batches)
         finally:
             self.write_cpu_s += time.thread_time() - started  # batches run one at a time (storage/grouped.py)
+            if self.on_write is not None:
+                self.on_write(time.perf_counter() - wall)
 
     def _write_durably(self, batches: list[list[FileWrite]]) -> list[Exception | None]:
         return write_durably(batches, self._put_object)
@@ -386,6 +391,21 @@ class FileIO:
         return store, parsed.path.lstrip("/")
 
     def _put_object(self, uri: str, data: bytes) -> None:
+        """Create the object, never replace one (`If-None-Match: *`): the service writes only names it made new
+        (Iceberg metadata) or that its store gave it (Lance's `_versions/N.manifest`), and an object already there
+        is someone else's, or ours from an attempt whose answer was lost. Ours (the same bytes) is the write done,
+        as the local path leaves the same file in place; another's is refused and left intact. A PUT answered
+        200 is durable: S3 acknowledges only stored objects."""
         import obstore
+        from obstore.exceptions import AlreadyExistsError
         store, key = self.object_store(uri)
-        obstore.put(store, key, data, mode="overwrite")
+        try:
+            obstore.put(store, key, data, mode="create", use_multipart=False)
+        except AlreadyExistsError:
+            try:
+                there = bytes(obstore.get(store, key).bytes())
+            except FileNotFoundError:   # removed since: create it again
+                return self._put_object(uri, data)
+            if there != data:
+                raise FileTaken(f"{uri} already holds an object this service did not write; it was left intact "
+                                f"and nothing was written over it") from None

@@ -49,6 +49,9 @@ class TableRows(Protocol):
         dropped table's files there are still being deleted. A check ahead of a write; the write checks again
         atomically (`Refusal.LOCATION_TAKEN`)."""
 
+    async def list_catalogs(self, realm: str) -> list[str]:
+        """The catalogs of `realm` that hold a namespace or a table, in order."""
+
     async def read_log(self, table_id: UUID, *, start: int = 0, end: int | None = None, limit: int | None = None,
                        descending: bool = False) -> list[LogEntry]:
         """Commit-log entries with start <= version <= end, in version order (or reversed), at most `limit`."""

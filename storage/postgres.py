@@ -53,6 +53,7 @@ class PostgresStore:
         self.thread = AsyncioThread()
         self.pool: asyncpg.Pool | None = None
         self.writer: GroupCommitWriter | None = None
+        self.on_flush: Callable[[float], None] | None = None  # each group-commit flush's seconds, for /metrics
         # Alone, this process owns the database; fenced, it shares it with cluster members only.
         self.owner = OwnerLock(dsn, shared=fenced, timeout_s=timeout_s)
         self.leases = LeaseStore(self._call)   # the cluster's shard leases and member rows
@@ -91,6 +92,7 @@ class PostgresStore:
             await migrate(con)
             await key_locations(con)
         self.writer = GroupCommitWriter(self.pool, self.timeout_s, fenced=self.fenced)
+        self.writer.on_flush = self.on_flush
         self.writer.start()
 
     def close(self) -> None:
@@ -312,6 +314,13 @@ class PostgresStore:
             " AND ($4::text IS NULL OR kind=$4) AND ($5::text IS NULL OR (namespace, name) > ($5, $6))"
             " ORDER BY namespace, name LIMIT $7", realm, catalog, namespace, kind, after_ns, after_name, limit))
         return [_row(r) for r in rows]
+
+    async def list_catalogs(self, realm: str) -> list[str]:
+        """The catalogs of `realm` that hold a namespace or a table, in order."""
+        rows = await self._call(lambda con: con.fetch(
+            "SELECT catalog FROM namespaces WHERE realm=$1 UNION SELECT catalog FROM tables WHERE realm=$1"
+            " ORDER BY catalog", realm))
+        return [r["catalog"] for r in rows]
 
     async def read_log(self, table_id: UUID, *, start: int = 0, end: int | None = None, limit: int | None = None,
                        descending: bool = False) -> list[LogEntry]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Callable
 from uuid import UUID
 
 import asyncpg
@@ -112,6 +113,8 @@ class GroupCommitWriter:
         self.flushes = 0
         self.groups_written = 0
         self.last_batch_size = 0
+        # Told each flush's wall time in seconds (the service's latency histogram); called on the asyncio thread.
+        self.on_flush: Callable[[float], None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -140,6 +143,7 @@ class GroupCommitWriter:
             self.flushes += 1
             self.groups_written += len(items)
             self.last_batch_size = len(items)
+            started = time.perf_counter()
             try:
                 await self._flush(items)
             except Exception as exc:  # never let the writer die: fail this flush, keep serving
@@ -147,6 +151,8 @@ class GroupCommitWriter:
                 for _, fut in items:
                     if not fut.done():
                         fut.set_exception(OutcomeLost(f"storage writer failed: {exc}"))
+            if self.on_flush is not None:
+                self.on_flush(time.perf_counter() - started)
 
     async def _flush(self, items: list[tuple[WriteGroup, asyncio.Future]]) -> None:
         try:

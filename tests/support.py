@@ -38,13 +38,16 @@ class ServerProcess:
     """`coordinator serve` in a subprocess on a fixed port, so a restart keeps the clients' URL."""
 
     def __init__(self, database_url: str, data_dir: Path, *, warehouse: str | None = None,
-                 extra_env: dict[str, str] | None = None):
+                 extra_env: dict[str, str] | None = None, extra_args: list[str] | None = None,
+                 log_level: str = "warning"):
+        self.log_level = log_level
         self.database_url = database_url
         self.data_dir = Path(data_dir)
         self.warehouse = warehouse or str(self.data_dir / "warehouse")
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.extra_env = extra_env or {}
+        self.extra_args = extra_args or []
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir / "server.log"
 
@@ -55,7 +58,7 @@ class ServerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "api.cli", "serve", "--port", str(self.port), "--database-url",
              self.database_url, "--data-dir", str(self.data_dir), "--warehouse", self.warehouse,
-             "--log-level", "warning"],
+             "--log-level", self.log_level, *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=Path(__file__).resolve().parents[1])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -138,3 +141,87 @@ def iceberg_table_client(base_url: str, schema: dict) -> Iterator[httpx.Client]:
         assert client.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
         assert client.post("/v1/namespaces/db/tables", json={"name": "t", "schema": schema}).status_code == 200
         yield client
+
+
+# -- a real S3 server on loopback ---------------------------------------------------------------------------------
+
+
+class MotoS3:
+    """moto's standalone S3 server (`moto.server`, speaks S3 over HTTP, conditional writes included) in a
+    subprocess on a free loopback port. `bucket()` makes a fresh bucket; `options` are obstore's settings for it
+    and `env` the AWS_* variables a client or the service reads its credentials from."""
+
+    region = "us-east-1"
+    access_key_id = "testing"
+    secret_access_key = "testing"
+
+    def __init__(self, log_path: Path | None = None):
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 60.0) -> "MotoS3":
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"moto's S3 server exited with {self.proc.returncode}: is moto[server] installed "
+                                   f"(pip install -e '.[test]')?")
+            try:
+                if httpx.get(self.endpoint + "/moto-api/", timeout=1).status_code < 500:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError(f"moto's S3 server did not answer on {self.endpoint} in {timeout_s}s")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> "MotoS3":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def bucket(self, name: str | None = None) -> str:
+        """Create a bucket (a fresh name unless given) and return its name."""
+        name = name or f"b-{uuid7()[-12:]}"
+        r = httpx.put(f"{self.endpoint}/{name}", timeout=30)
+        assert r.status_code == 200, r.text
+        return name
+
+    @property
+    def options(self) -> dict[str, str]:
+        """obstore S3Store settings for this server: path-style over plain HTTP, with its keys."""
+        return {"endpoint": self.endpoint, "allow_http": "true", "virtual_hosted_style_request": "false",
+                "region": self.region, "access_key_id": self.access_key_id,
+                "secret_access_key": self.secret_access_key}
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
+                "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region}
+
+    @property
+    def serve_args(self) -> list[str]:
+        """`coordinator serve` flags that point the service at this server (credentials: `env`)."""
+        return ["--s3-endpoint", self.endpoint, "--s3-region", self.region, "--s3-path-style"]
+
+    def store(self, bucket: str):
+        from obstore.store import S3Store
+        return S3Store(bucket, **self.options)
+
+    def keys(self, bucket: str, prefix: str = "") -> list[str]:
+        """Every key in `bucket` under `prefix`, sorted."""
+        import obstore
+        return sorted(meta["path"] for chunk in obstore.list(self.store(bucket), prefix=prefix or None)
+                      for meta in chunk)

@@ -40,10 +40,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from coordinator.lance.files import object_path, version_of_manifest_name
+from coordinator.lance.files import version_of_manifest_name
 from tests.delta.conftest import FIRST, PREFIX, UC, commit_info, commit_log
-from tests.lance.conftest import stage
-from tests.support import ServerProcess, throwaway_postgres, uuid7
+from tests.chaos_files import ClientFiles
+from tests.support import MotoS3, ServerProcess, throwaway_postgres, uuid7
 
 pytestmark = pytest.mark.chaos
 
@@ -64,6 +64,7 @@ LANCE_PAGE_SIZE = 7
 # GET commits has a tail to serve after every restart (the limit of unpublished commits is 10).
 DELTA_PUBLISH_LAG = 4
 RETRY_PAUSE_S = 0.05
+CLIENT_FILES = ClientFiles()   # where the Lance writers' staged manifests go (run_chaos sets it)
 
 
 # -- the clients' log --------------------------------------------------------------------------------------------
@@ -374,7 +375,7 @@ class LanceWriter(Writer):
         if got is None:
             return None
         v = got["versions"][0]["version"] + 1 if got["versions"] else 1
-        self.staged = stage(self.location, v, _manifest(cid))
+        self.staged = CLIENT_FILES.stage(self.location, v, _manifest(cid))
         return {"version": v, "manifest_path": self.staged, "metadata": {"chaos-id": cid}}, v
 
     def post(self, body: dict, key: str) -> httpx.Response:
@@ -385,7 +386,7 @@ class LanceWriter(Writer):
 
     def settle(self, status: str) -> None:
         if status == "rejected":
-            Path("/" + self.staged).unlink(missing_ok=True)
+            CLIENT_FILES.remove(self.staged)
 
 
 def single_format_writers(base: str, table: str, log: ClientLog, stop: threading.Event, give_up: threading.Event,
@@ -469,7 +470,7 @@ def set_up(base: str) -> Tables:
             lance[t] = r.json()["location"]
     uc = UC(base)
     try:
-        delta = {t: uc.create_managed(t, schema=DELTA_SCHEMA) for t in TABLES}
+        delta = {t: uc.create_managed(t, schema=DELTA_SCHEMA, write_log=CLIENT_FILES.write_log) for t in TABLES}
     finally:
         uc.http.close()
     return Tables(delta, lance)
@@ -566,16 +567,16 @@ def read_lance(http: httpx.Client, table: str) -> TableState:
     entries: list[tuple[int, str | None]] = []
     for v in versions:
         cid = (v.get("metadata") or {}).get("chaos-id")
-        manifest = Path("/" + v["manifest_path"])
-        if not manifest.exists():
-            anomalies.append(f"version {v['version']}'s manifest {manifest} does not exist")
-        elif cid is None or manifest.read_bytes() != _manifest(cid):
+        manifest = CLIENT_FILES.read(v["manifest_path"])
+        if manifest is None:
+            anomalies.append(f"version {v['version']}'s manifest {v['manifest_path']} does not exist")
+        elif cid is None or manifest != _manifest(cid):
             anomalies.append(f"version {v['version']}'s manifest is not commit {cid}'s")
         entries.append((v["version"], cid))
     r = http.post(path + "/describe", json={})
     assert r.status_code == 200, r.text
     on_disk = sorted(n[0] for n in (version_of_manifest_name(f) for f in
-                                    os.listdir(Path("/" + object_path(r.json()["location"])) / "_versions")) if n)
+                                    CLIENT_FILES.versions_dir_names(r.json()["location"])) if n)
     if on_disk != [v["version"] for v in versions]:
         anomalies.append(f"final manifests on disk {_spans(on_disk)} are not the versions listed "
                          f"{_spans([v['version'] for v in versions])}")
@@ -597,11 +598,20 @@ class Run:
 
 
 def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, load_s: tuple[float, float] = (1.0, 3.0),
-              progress: Callable[[str], None] = print) -> Run:
+              progress: Callable[[str], None] = print, s3: MotoS3 | None = None) -> Run:
+    """`s3`: run on a warehouse in a fresh bucket of this S3 server instead of a local one."""
+    global CLIENT_FILES
     t0 = time.monotonic()
     rng = random.Random(seed)
-    server = ServerProcess(database_url, workdir / "server",
-                           extra_env={"COORDINATOR_DELTA_COMMITS_PAGE_SIZE": str(DELTA_PAGE_SIZE)})
+    where: dict = {}
+    CLIENT_FILES = ClientFiles()
+    if s3 is not None:
+        bucket = s3.bucket()
+        where = dict(warehouse=f"s3://{bucket}/chaos", extra_args=s3.serve_args)
+        CLIENT_FILES = ClientFiles(s3.store(bucket))
+    server = ServerProcess(database_url, workdir / "server", **where,
+                           extra_env={"COORDINATOR_DELTA_COMMITS_PAGE_SIZE": str(DELTA_PAGE_SIZE),
+                                      **(s3.env if s3 is not None else {})})
     base = server.start()
     log, stop, give_up = ClientLog(), threading.Event(), threading.Event()
     threads: list[threading.Thread] = []
@@ -695,7 +705,17 @@ def figures_table(run: Run) -> str:
 
 def test_sigkill_cycles_under_mixed_load_lose_and_duplicate_nothing(database_url, tmp_path):
     cycles = int(os.environ.get("COORDINATOR_CHAOS_CYCLES", "3"))
-    run = run_chaos(database_url, tmp_path, cycles, progress=lambda line: print(line, flush=True))
+    check_chaos_run(run_chaos(database_url, tmp_path, cycles, progress=lambda line: print(line, flush=True)))
+
+
+def test_sigkill_cycles_on_an_s3_warehouse_lose_and_duplicate_nothing(database_url, tmp_path):
+    """The same checks with the warehouse in a bucket of a real S3 server: Iceberg metadata and Lance manifests
+    are PUT there, and a kill may land between a PUT and its commit (a short run)."""
+    with MotoS3(tmp_path / "moto.log") as s3:
+        check_chaos_run(run_chaos(database_url, tmp_path, 2, s3=s3, progress=lambda line: print(line, flush=True)))
+
+
+def check_chaos_run(run: Run) -> None:
     print(figures_table(run))
     assert run.figures.clean, run.figures.problems()
     for fmt in FORMATS:
@@ -764,9 +784,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.test_chaos", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=20)
     parser.add_argument("--seed", type=int, default=7, help="seeds the load durations between kills")
+    parser.add_argument("--s3", action="store_true", help="on an S3 warehouse (moto's S3 server, started here)")
     args = parser.parse_args(argv)
     with throwaway_postgres() as dsn, tempfile.TemporaryDirectory(prefix="coordinator-chaos-") as work:
-        run = run_chaos(dsn, Path(work), args.cycles, seed=args.seed, progress=lambda line: print(line, flush=True))
+        s3 = MotoS3(Path(work) / "moto.log").start() if args.s3 else None
+        try:
+            run = run_chaos(dsn, Path(work), args.cycles, seed=args.seed, s3=s3,
+                            progress=lambda line: print(line, flush=True))
+        finally:
+            if s3 is not None:
+                s3.stop()
     print(figures_table(run))
     if not run.figures.clean:
         print(run.figures.problems())

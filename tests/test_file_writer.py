@@ -337,12 +337,9 @@ def test_a_bounded_read_sees_a_file_that_grew_or_shrank_since_it_was_measured(tm
         os.close(fd)
 
 
-async def test_names_in_lists_one_directory_level_locally_and_in_an_object_store(tmp_path, monkeypatch):
+async def test_names_in_lists_one_directory_level(tmp_path):
     """`names_in` (Lance's check for versions cleaned up): the names directly in a directory, nothing below it, and
-    none for a directory that is not there; the same from an object store's listing."""
-    import obstore
-    from obstore.store import MemoryStore
-
+    none for a directory that is not there (on S3: tests/s3/test_s3_files.py)."""
     fileio = FileIO()
     versions = tmp_path / "t" / "_versions"
     (versions / "sub").mkdir(parents=True)
@@ -350,10 +347,3 @@ async def test_names_in_lists_one_directory_level_locally_and_in_an_object_store
         (versions / name).write_bytes(b"x")
     assert await fileio.names_in(versions.as_uri()) == {"1.manifest", "2.manifest", "sub"}
     assert await fileio.names_in((tmp_path / "missing").as_uri()) == set()
-
-    store = MemoryStore()
-    for key in ("t/_versions/1.manifest", "t/_versions/3.manifest", "t/_versions/sub/x", "t/data/y"):
-        obstore.put(store, key, b"x")
-    monkeypatch.setattr(fileio, "object_store", lambda uri: (store, uri.removeprefix("s3://bucket/")))
-    assert await fileio.names_in("s3://bucket/t/_versions") == {"1.manifest", "3.manifest"}
-    assert await fileio.names_in("s3://bucket/t/nothing/") == set()

@@ -13,8 +13,15 @@ cases aimed at the seeded state, valid and invalid (positive and negative modes)
 so a CI failure reproduces; every failure is collected (with a curl command) and reported together. A dropped
 connection or a timeout counts as a failure: like a 5xx, it leaves the client not knowing what happened.
 
+Each protocol is fuzzed twice: with authentication off (whatever credential a case carries is not looked at), and
+with it on, every case carrying a valid token: an admin's on most cases, on every third a client that may only
+read and write part of the seeded state, so that the authorization paths are fuzzed too. The run counts, per
+operation, how many cases reached their handler (not stopped at the door with a 401/403, nor by a route that does
+not exist), and fails if an operation never did.
+
 Sized for CI's 2-core machine (about a minute for the three): `COORDINATOR_FUZZ_COVERAGE_CASES` (30) coverage
-cases and `COORDINATOR_FUZZ_EXAMPLES` (5) random cases per mode for each operation; raise them for a deeper run.
+cases and `COORDINATOR_FUZZ_EXAMPLES` (5) random cases per mode for each operation; raise them for a deeper run,
+e.g. `COORDINATOR_FUZZ_EXAMPLES=200 python -m pytest -s tests/test_fuzz_schemathesis.py`.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
+
+from api.server import EmbeddedService
+from tests.support import fetch_token, write_auth_file
 
 from .delta.conftest import COLUMNS, FIRST, first_commit, table_properties, write_log_file
 
@@ -192,6 +202,16 @@ class Tally:
     statuses: dict[int, int] = field(default_factory=dict)
     failures: dict[tuple[str, str], str] = field(default_factory=dict)   # (operation, first line) -> report
     unbreakable: list[str] = field(default_factory=list)
+    reached: dict[str, list[int]] = field(default_factory=dict)   # operation -> [cases, cases that reached it]
+
+
+def _reached_handler(response) -> bool:
+    """Whether a case got past the door: not refused by authentication or authorization, nor answered by the
+    framework for a route or method that does not exist (framework_error_message: "Not Found: GET /path")."""
+    if response.status_code in (401, 403):
+        return False
+    return not (response.status_code in (404, 405)
+                and ('"Not Found: ' in response.text or '"Method Not Allowed: ' in response.text))
 
 
 def _order(op) -> tuple[int, str]:
@@ -200,19 +220,23 @@ def _order(op) -> tuple[int, str]:
     return (1 if destructive else 0, op.label)
 
 
-def fuzz(protocol: Protocol, base_url: str, http: httpx.Client, seeded: dict[str, str]) -> Tally:
+def fuzz(protocol: Protocol, base_url: str, http: httpx.Client, seeded: dict[str, str],
+         tokens: list[str] | None = None, share: float = 1.0) -> Tally:
+    """`share`: the part of COVERAGE_CASES and EXAMPLES to run for each operation."""
     schema = schemathesis.openapi.from_dict(yaml.safe_load(http.get(f"/openapi/{protocol.name}.yaml").text))
     operations = sorted((r.ok() for r in schema.get_all_operations()), key=_order)
     operations = [op for op in operations if protocol.serves(op.method.upper(), op.path, http)]
     tally = Tally(operations=len(operations))
     session = requests.Session()
+    if tokens:
+        session.auth = _Tokens(tokens)
     target = base_url + protocol.base_path
     for op in operations:
         names = {p.name for p in op.path_parameters}
         fixed = {k: v for k, v in protocol.fixed.items() if k in names}
         aimed = {**fixed, **{k: v for k, v in seeded.items() if k in names}}
         # Schemathesis's coverage phase: boundary values and each constraint broken in turn, a sample of them.
-        for i, case in enumerate(_coverage_sample(schema, op)):
+        for i, case in enumerate(_coverage_sample(schema, op, max(1, int(COVERAGE_CASES * share)))):
             case.path_parameters = {**(case.path_parameters or {}), **(aimed if i % 2 else fixed)}
             if i % 2 and protocol.aimed_headers:
                 case.headers = {**(case.headers or {}), **protocol.aimed_headers}
@@ -220,24 +244,38 @@ def fuzz(protocol: Protocol, base_url: str, http: httpx.Client, seeded: dict[str
         # Then random cases, valid and invalid, aimed at the seeded state (the coverage cases above that are not
         # aimed already try paths that name nothing).
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-            _fuzz(op, mode, aimed, protocol.aimed_headers, protocol, target, session, tally)
+            _fuzz(op, mode, aimed, protocol.aimed_headers, protocol, target, session, tally,
+                  max(1, int(EXAMPLES * share)))
     return tally
 
 
-def _coverage_sample(schema, op) -> list:
+class _Tokens(requests.auth.AuthBase):
+    """Puts a valid token on every request (replacing whatever Authorization a case generated): the admin's on
+    most, a partly granted client's on every third."""
+
+    def __init__(self, tokens: list[str]):
+        self.tokens, self.sent = tokens, 0
+
+    def __call__(self, r):
+        self.sent += 1
+        r.headers["Authorization"] = f"Bearer {self.tokens[1 if self.sent % 3 == 0 else 0]}"
+        return r
+
+
+def _coverage_sample(schema, op, count: int) -> list:
     """Every k-th coverage case, so the sample spans all parameters (the phase yields them parameter by
     parameter); generation stops at 10x the sample, which bounds its cost for the biggest bodies."""
     generated = schema.iter_coverage_cases(op, generation_modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
                                            generation_config=schema.config.generation_for(operation=op))
-    cases = list(itertools.islice(generated, 10 * COVERAGE_CASES))
-    step = max(1.0, len(cases) / COVERAGE_CASES)
-    return [cases[int(i * step)] for i in range(min(COVERAGE_CASES, len(cases)))]
+    cases = list(itertools.islice(generated, 10 * count))
+    step = max(1.0, len(cases) / count)
+    return [cases[int(i * step)] for i in range(min(count, len(cases)))]
 
 
-def _fuzz(op, mode, path_parameters, headers, protocol, target, session, tally) -> None:
+def _fuzz(op, mode, path_parameters, headers, protocol, target, session, tally, examples: int) -> None:
     @given(case=op.as_strategy(generation_mode=mode, path_parameters=path_parameters or None,
                                headers=headers or None))
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, phases=[Phase.generate],
+    @settings(max_examples=examples, deadline=None, derandomize=True, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck), print_blob=False)
     def one(case) -> None:
         _send(case, op, protocol, target, session, tally)
@@ -262,6 +300,9 @@ def _send(case, op, protocol, target, session, tally) -> None:
         return
     tally.cases += 1
     tally.statuses[response.status_code] = tally.statuses.get(response.status_code, 0) + 1
+    counts = tally.reached.setdefault(op.label, [0, 0])
+    counts[0] += 1
+    counts[1] += _reached_handler(response)
     try:
         case.validate_response(response, checks=[not_a_server_error, protocol.check])
     except FailureGroup as exc:
@@ -270,18 +311,39 @@ def _send(case, op, protocol, target, session, tally) -> None:
         tally.failures.setdefault((op.label, f"{response.status_code} {first}"), report)
 
 
+# With authentication on: an admin, and a client that may read and write only part of the seeded state.
+CLIENTS = {"admin": ("admin-secret", [("*", ["admin"])]),
+           "part": ("part-secret", [(f"iceberg/{ICEBERG_PREFIX}/fuzz_ns", ["read", "write"]),
+                                    ("delta/fuzzcat/fuzzschema", ["read"]), ("lance/fuzz_ns", ["read", "write"])])}
+
+
+@pytest.mark.parametrize("auth", ["auth-off", "auth-on"])
 @pytest.mark.parametrize("name", list(PROTOCOLS))
-def test_fuzz(service, name):
+def test_fuzz(config, tmp_path, name, auth):
     protocol = PROTOCOLS[name]
-    with httpx.Client(base_url=service, timeout=30) as http:
-        seeded = protocol.seed(http)
-        started = time.monotonic()
-        tally = fuzz(protocol, service, http, seeded)
+    if auth == "auth-on":
+        config.auth_file = write_auth_file(tmp_path / "auth.toml", CLIENTS)
+    with EmbeddedService(config) as service:
+        tokens = [fetch_token(service, cid, secret) for cid, (secret, _) in CLIENTS.items()] \
+            if auth == "auth-on" else None
+        headers = {"Authorization": f"Bearer {tokens[0]}"} if tokens else {}
+        with httpx.Client(base_url=service, timeout=30, headers=headers) as http:
+            seeded = protocol.seed(http)
+            started = time.monotonic()
+            # With authentication on, half as many cases: the handlers were fuzzed in full without it.
+            tally = fuzz(protocol, service, http, seeded, tokens, share=0.5 if tokens else 1.0)
     elapsed = time.monotonic() - started
-    print(f"\n{name}: {tally.operations} operations, {tally.cases} cases ({tally.unsendable} unsendable) in "
-          f"{elapsed:.1f}s, statuses "
-          f"{dict(sorted(tally.statuses.items()))}, failures {len(tally.failures)}")
+    reached = sum(r for _, r in tally.reached.values())
+    print(f"\n{name} ({auth}): {tally.operations} operations, {tally.cases} cases ({tally.unsendable} unsendable) "
+          f"in {elapsed:.1f}s, {reached} reached a handler, statuses {dict(sorted(tally.statuses.items()))}, "
+          f"failures {len(tally.failures)}")
+    for label, (cases, got_in) in sorted(tally.reached.items()):
+        print(f"  {label:<60} {cases:>5} cases {got_in:>5} reached")
     assert tally.operations > 0 and tally.cases > 0
     assert not tally.failures, "\n\n".join(f"== {op}: {first}\n{report[:3000]}"
                                            for (op, first), report in tally.failures.items())
     assert not any(status >= 500 for status in tally.statuses), tally.statuses
+    never = [label for label, (_, got_in) in tally.reached.items() if not got_in]
+    assert not never, f"operations no case reached: {never}"
+    if auth == "auth-off":   # nothing is refused at the door when there is no door
+        assert not tally.statuses.get(401) and not tally.statuses.get(403), tally.statuses

@@ -11,7 +11,6 @@ from types import SimpleNamespace
 import orjson
 import trio
 
-from coordinator.iceberg import files as iceberg_files
 from coordinator.iceberg.files import reachable_files
 from storage.files import FileIO
 
@@ -108,49 +107,6 @@ def test_links_fifos_and_loops_neither_lead_out_of_the_location_nor_stall_the_pu
     threading.Thread(target=purge, daemon=True).start()
     assert done.wait(10), "the purge blocked"
     assert precious.exists() and (outside / "sub").is_dir() and not current.exists()
-
-
-def test_object_store_paths_it_refuses_to_parse_are_skipped():
-    """On an object store a path with an empty or `..` segment is within the location by its key, but the store
-    refuses to parse it (not an OSError): skipped, or the purge would fail on it forever. (A MemoryStore stands in
-    for S3: the path parsing is obstore's.)"""
-    import obstore
-    from obstore.store import MemoryStore
-
-    store = MemoryStore()
-    obstore.put(store, "wh/t/data/a.parquet", b"x")
-    files = FileIO()
-    files.object_store = lambda uri: (store, uri.split("://", 1)[1].split("/", 1)[1])
-    files.delete_listed_sync("s3://b/wh/t", ["s3://b/wh/t/data/a.parquet", "s3://b/wh/t//data/b.parquet",
-                                             "s3://b/wh/other/../t/data/c.parquet"])
-    assert list(obstore.list(store, prefix="wh/t")) in ([], [[]])
-    metadata = "s3://b/wh/t/metadata/00001.metadata.json"
-    obstore.put(store, "wh/t/metadata/00001.metadata.json", orjson.dumps(
-        {"snapshots": [{"manifest-list": "s3://b/wh/t//metadata/snap.avro"}]}))
-    assert reachable_files(files, "s3://b/wh/t", metadata) == ["s3://b/wh/t//metadata/snap.avro", metadata]
-
-
-def test_object_store_reads_are_bounded_in_size(monkeypatch):
-    """On S3 too a file named as a manifest list is read only up to MAX_MANIFEST_BYTES: a data file of the
-    table's location named there (5 GiB, say) would otherwise be read whole, the process killed for memory, the
-    claim resumed at restart and the file read again."""
-    import obstore
-    from obstore.store import MemoryStore
-
-    monkeypatch.setattr(iceberg_files, "MAX_MANIFEST_BYTES", 1024)
-    store = MemoryStore()
-    big = b"x" * (64 << 10)
-    obstore.put(store, "wh/t/data/huge.parquet", big)
-    files = FileIO()
-    files.object_store = lambda uri: (store, uri.split("://", 1)[1].split("/", 1)[1])
-    reads = []
-    real = files.read_sync
-    files.read_sync = lambda uri: reads.append(uri) or real(uri)
-    metadata = "s3://b/wh/t/metadata/00001.metadata.json"
-    obstore.put(store, "wh/t/metadata/00001.metadata.json",
-                orjson.dumps({"snapshots": [{"manifest-list": "s3://b/wh/t/data/huge.parquet"}]}))
-    reachable_files(files, "s3://b/wh/t", metadata)
-    assert "s3://b/wh/t/data/huge.parquet" not in reads, "a file above MAX_MANIFEST_BYTES was read whole"
 
 
 def test_a_location_that_is_itself_a_link_leads_nowhere(tmp_path):

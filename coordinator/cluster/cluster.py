@@ -42,6 +42,7 @@ class Cluster:
         self.leases.on_round.append(self._abandon_calls_to_former_owners)
         self.registry.cluster = self
         coordinator.metrics.add_gauges(self.gauges)
+        coordinator.metrics.add_counters(self.counters)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve the channel, then join: `started` once the first lease pass is done (this member then owns its
@@ -97,6 +98,8 @@ class Cluster:
 
     def gauges(self) -> dict[str, float]:
         return {"coordinator_cluster_shards_held": len(self.leases.held),
-                "coordinator_cluster_members_live": self.leases.live_members,
-                "coordinator_cluster_takeovers_total": self.leases.takeovers,
+                "coordinator_cluster_members_live": self.leases.live_members}
+
+    def counters(self) -> dict[str, float]:
+        return {"coordinator_cluster_takeovers_total": self.leases.takeovers,
                 "coordinator_cluster_forwarded_total": self.router.forwarded}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # UC OSS `ColumnTypeName`.
 ColumnTypeName = Literal[
@@ -92,6 +92,12 @@ class CreateTable(_Body):
     storage_location: Optional[str] = None
     comment: Optional[str] = None
     properties: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("columns", mode="before")
+    @classmethod
+    def _null_is_no_columns(cls, value: Any) -> Any:
+        # Clients that leave the schema to the Delta log (daft's EXTERNAL tables) send `"columns": null`.
+        return [] if value is None else value
 
 
 # -- commits ---------------------------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ class CreateFromStaging:
 
 @dataclass
 class Commit:
+    counts_as_commit = True  # a change to the table's contents: counted and timed per outcome (/metrics)
     request: CommitRequest
     max_unpublished: int
     now_ms: int

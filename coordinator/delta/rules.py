@@ -415,11 +415,13 @@ def check_metrics(table: DeltaTable, req: MetricsRequest) -> None:
                 raise BadRequest(f"report.commit_report.file_size_histogram.{name} must be >= 0")
 
 
-def temporary_credentials(location: str, operation: str, s3_keys: Mapping[str, str] | None) -> dict[str, Any]:
+def temporary_credentials(location: str, operation: str, s3_keys: Mapping[str, str] | None,
+                          expiration_ms: int) -> dict[str, Any]:
     """UC OSS `CloudCredentialVendor`, for what this service holds. A local path needs no credential: the answer
-    names the path only. An s3:// location gets the service's static keys (`s3_keys`: `Config.s3_options`, given
-    only while authentication is off and for the warehouse, as Iceberg's /credentials does). Anything else is a
-    clear refusal, not an answer without credentials that the engine would only fail on later."""
+    names the path only. An s3:// location gets the service's static keys (`s3_keys`: coordinator.credentials,
+    given only while authentication is off and for the warehouse, as Iceberg's /credentials does). Anything else
+    is a clear refusal, not an answer without credentials that the engine would only fail on later. Every answer
+    carries `expiration_time` (epoch ms): delta-rs refuses one without it, even for a local path."""
     if operation.startswith("UNKNOWN_"):
         raise BadRequest(f"operation {operation} asks for no access: name the access wanted (READ or READ_WRITE "
                          f"for a table, PATH_READ, PATH_READ_WRITE or PATH_CREATE_TABLE for a path)")
@@ -429,12 +431,12 @@ def temporary_credentials(location: str, operation: str, s3_keys: Mapping[str, s
     if scheme in ("", "file"):
         if not location.startswith(("/", "file:/")):
             raise BadRequest(f"storage location {location!r} must be an absolute path or a file:// URL")
-        return {"url": location}
+        return {"url": location, "expiration_time": expiration_ms}
     if scheme in ("s3", "s3a") and s3_keys and "access_key_id" in s3_keys:
         aws = {"access_key_id": s3_keys["access_key_id"], "secret_access_key": s3_keys.get("secret_access_key")}
         if "session_token" in s3_keys:
             aws["session_token"] = s3_keys["session_token"]
-        return {"url": location, "aws_temp_credentials": aws}
+        return {"url": location, "aws_temp_credentials": aws, "expiration_time": expiration_ms}
     raise FailedPrecondition(f"no temporary credentials for {location}: this service vends none for {scheme}:// "
                              f"storage here (static S3 keys only for its own warehouse, and only while "
                              f"authentication is off); give the engine its own credentials for it")

@@ -27,7 +27,7 @@ from storage.files import join, unsafe_location
 from storage.records import TableRow
 
 from ..auth import CALLER
-from ..credentials import vendable_s3_keys
+from ..credentials import VENDED_KEYS_TTL_S, vendable_s3_keys
 from ..decision import PlannedPart
 from .. import name_limits
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CatalogExists, CatalogNotEmpty, CommitConflict,
@@ -448,10 +448,10 @@ class DeltaService:
 
     async def temporary_table_credentials(self, req: GenerateTemporaryTableCredential) -> dict[str, Any]:
         location = await self.registry.submit(parse_table_id(req.table_id), Locate(req.table_id))
-        return rules.temporary_credentials(location, req.operation, self._s3_keys(location))
+        return rules.temporary_credentials(location, req.operation, self._s3_keys(location), _expiration_ms())
 
     async def temporary_path_credentials(self, req: GenerateTemporaryPathCredential) -> dict[str, Any]:
-        return rules.temporary_credentials(req.url, req.operation, self._s3_keys(req.url))
+        return rules.temporary_credentials(req.url, req.operation, self._s3_keys(req.url), _expiration_ms())
 
     def _s3_keys(self, location: str):
         # Normalized first: Delta's Hadoop client spells the warehouse's s3:// as s3a://.
@@ -465,3 +465,8 @@ class DeltaService:
             return
         payload = report.model_dump(exclude_none=True)
         await self.store.add_delta_report(table_id, report.commit_version, payload)
+
+
+def _expiration_ms() -> int:
+    """When vended credentials are to be asked for again (UC's `expiration_time`, epoch ms)."""
+    return int((time.time() + VENDED_KEYS_TTL_S) * 1000)

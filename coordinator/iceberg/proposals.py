@@ -45,6 +45,7 @@ class LoadTable:
 
 @dataclass
 class CommitTable:
+    counts_as_commit = True  # a change to the table's contents: counted and timed per outcome (/metrics)
     ident: TableIdent
     requirements: list
     updates: list
@@ -145,11 +146,25 @@ def next_version(state: IcebergTable, new: dict[str, Any], data: bytes, list_jso
     owns = state.owns_location and moved is None   # moved (even back): the place may hold others' files now
     table = IcebergTable(state.ident, new, location, data, list_json, owns)
     return Decision(table, reply=table, row_state=row_state(location, owns),
-                    log=[LogEntry(version, {"metadata-location": location, "previous": state.metadata_location})],
+                    log=[LogEntry(version, {"operation": _new_snapshot_operation(state.metadata, new),
+                                             "metadata-location": location, "previous": state.metadata_location,
+                                             "last-updated-ms": new.get("last-updated-ms")})],
                     # (written from within the table's place: a link planted in `metadata/` leads nowhere)
                     files=[(location, data, None, new["location"])],
                     idempotency=idempotency_record(idempotency_key, 200, table), after_durable=after_durable,
                     relocate=moved)
+
+
+def _new_snapshot_operation(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """The operation (append, overwrite, ...) of the snapshot a commit made current, for the commit's history;
+    None when the current snapshot did not change. A new snapshot is the list's last: found without a scan."""
+    current = new.get("current-snapshot-id")
+    if current is None or current == old.get("current-snapshot-id"):
+        return None
+    snapshots = new.get("snapshots") or []
+    if snapshots and snapshots[-1].get("snapshot-id") == current:
+        return (snapshots[-1].get("summary") or {}).get("operation")
+    return None
 
 
 def creation(ident: TableIdent, metadata: dict[str, Any], table_uuid: str, metadata_location: str | None = None,
@@ -167,7 +182,8 @@ def creation(ident: TableIdent, metadata: dict[str, Any], table_uuid: str, metad
     return NewTable(row, IcebergTable(ident, metadata, metadata_location, data, owns_location=owns_location),
                     row_state(metadata_location, owns_location),
                     [LogEntry(max(metadata_version(metadata_location), 0),
-                              {"metadata-location": metadata_location, "previous": None})],
+                              {"metadata-location": metadata_location, "previous": None,
+                               "last-updated-ms": metadata.get("last-updated-ms")})],
                     files)
 
 

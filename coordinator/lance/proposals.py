@@ -49,6 +49,7 @@ class CreateVersion:
       then it is answered again (200).
     """
 
+    counts_as_commit = True  # a change to the table's contents: counted and timed per outcome (/metrics)
     version: int
     staging_uri: str
     data: bytes | None            # the staged manifest; None when it no longer exists

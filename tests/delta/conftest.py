@@ -103,11 +103,13 @@ class UC:
         assert r.status_code == 200, r.text
         return r.json()
 
-    def create_managed(self, name: str, catalog: str = "main", schema: str = "default") -> dict:
-        """Staging table, a real 0.json at its location, then the table. Returns the TableInfo."""
+    def create_managed(self, name: str, catalog: str = "main", schema: str = "default",
+                       write_log=write_log_file) -> dict:
+        """Staging table, a real 0.json at its location (written by `write_log`), then the table. Returns the
+        TableInfo."""
         self.setup_schema(catalog, schema)
         st = self.staging(name, catalog, schema)
-        write_log_file(st["staging_location"], FIRST, first_commit(st["id"]))
+        write_log(st["staging_location"], FIRST, first_commit(st["id"]))
         r = self.http.post("/tables", json={
             "name": name, "catalog_name": catalog, "schema_name": schema, "table_type": "MANAGED",
             "data_source_format": "DELTA", "columns": COLUMNS, "storage_location": st["staging_location"],

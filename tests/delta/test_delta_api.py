@@ -12,6 +12,7 @@ import json
 import time
 import uuid
 from dataclasses import replace
+from unittest.mock import ANY
 
 import httpx
 
@@ -389,6 +390,18 @@ def test_external_table(uc, tmp_path):
     assert uc.delete("/tables/main.default.ext").status_code == 200
     time.sleep(0.2)
     assert (tmp_path / "ext" / "part-0.parquet").read_bytes() == b"data"
+
+
+def test_external_table_with_null_columns_has_no_columns(uc, tmp_path):
+    """daft creates EXTERNAL Delta tables with `"columns": null` (the schema is in the Delta log): taken as none,
+    as an absent `columns` is."""
+    uc.setup_schema()
+    body = {"name": "nulls", "catalog_name": "main", "schema_name": "default", "table_type": "EXTERNAL",
+            "data_source_format": "DELTA", "storage_location": (tmp_path / "nulls").as_uri(), "columns": None}
+    r = uc.post("/tables", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["columns"] == [] and uc.get("/tables/main.default.nulls").json()["columns"] == []
+    error(uc.post("/tables", json={**body, "name": "bad", "columns": "none"}), 400, "INVALID_PARAMETER_VALUE")
 
 
 # -- commits -------------------------------------------------------------------------------------------------
@@ -808,6 +821,13 @@ def test_metrics(uc):
 
 
 
+def assert_expires_later(answer: dict) -> None:
+    """UC's `expiration_time`: epoch milliseconds, an int64, in the future (delta-rs refuses an answer without
+    one, and caches the credentials until then)."""
+    expires = answer["expiration_time"]
+    assert type(expires) is int and time.time() * 1000 < expires < (time.time() + 86_400) * 1000, answer
+
+
 def test_temporary_credentials(uc):
     """UC OSS temporary credentials: none are needed for local files, so the answer names the location only; an
     unknown table is 404, an operation that asks for nothing or a relative path 400, and an object store 400
@@ -818,7 +838,8 @@ def test_temporary_credentials(uc):
                                (staging["id"], staging["staging_location"])]:
         for operation in ("READ", "READ_WRITE"):
             r = uc.post("/temporary-table-credentials", json={"table_id": table_id, "operation": operation})
-            assert r.status_code == 200 and r.json() == {"url": location}, r.text
+            assert r.status_code == 200 and r.json() == {"url": location, "expiration_time": ANY}, r.text
+            assert_expires_later(r.json())
     error(uc.post("/temporary-table-credentials", json={"table_id": str(uuid.uuid4()), "operation": "READ"}),
           404, "TABLE_DOES_NOT_EXIST")
     for body in [{"table_id": table["table_id"], "operation": "UNKNOWN_TABLE_OPERATION"},
@@ -827,7 +848,8 @@ def test_temporary_credentials(uc):
         error(uc.post("/temporary-table-credentials", json=body), 400, "INVALID_PARAMETER_VALUE")
 
     r = uc.post("/temporary-path-credentials", json={"url": table["storage_location"], "operation": "PATH_READ"})
-    assert r.status_code == 200 and r.json() == {"url": table["storage_location"]}, r.text
+    assert r.status_code == 200 and r.json() == {"url": table["storage_location"], "expiration_time": ANY}, r.text
+    assert_expires_later(r.json())
     body = error(uc.post("/temporary-path-credentials", json={"url": "s3://bucket/x", "operation": "PATH_READ"}),
                  400, "FAILED_PRECONDITION")
     assert "s3://" in body["message"]
@@ -845,8 +867,9 @@ def test_temporary_credentials_for_an_s3_warehouse_are_its_static_keys_while_aut
         uc = UC(base)
         r = uc.post("/temporary-path-credentials", json={"url": "s3a://bucket/wh/t", "operation": "PATH_READ"})
         assert r.status_code == 200, r.text
-        assert r.json() == {"url": "s3a://bucket/wh/t", "aws_temp_credentials": {
+        assert r.json() == {"url": "s3a://bucket/wh/t", "expiration_time": ANY, "aws_temp_credentials": {
             "access_key_id": "AKIAEXAMPLE", "secret_access_key": "secret", "session_token": "token"}}
+        assert_expires_later(r.json())
         error(uc.post("/temporary-path-credentials", json={"url": "s3://other/t", "operation": "PATH_READ"}),
               400, "FAILED_PRECONDITION")
 

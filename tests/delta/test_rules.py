@@ -317,18 +317,21 @@ def test_check_metrics():
 
 def test_temporary_credentials():
     keys = {"access_key_id": "AK", "secret_access_key": "SK", "session_token": "ST"}
-    assert rules.temporary_credentials("/data/t", "READ", None) == {"url": "/data/t"}
-    assert rules.temporary_credentials("file:///data/t", "READ", None) == {"url": "file:///data/t"}
-    assert rules.temporary_credentials(LOC, "READ_WRITE", keys)["aws_temp_credentials"] == {
-        "access_key_id": "AK", "secret_access_key": "SK", "session_token": "ST"}
+    expires = 1_700_000_000_000
+    assert rules.temporary_credentials("/data/t", "READ", None, expires) == {"url": "/data/t",
+                                                                            "expiration_time": expires}
+    assert rules.temporary_credentials("file:///data/t", "READ", None, expires) == {"url": "file:///data/t",
+                                                                                   "expiration_time": expires}
+    assert rules.temporary_credentials(LOC, "READ_WRITE", keys, expires) == {"url": LOC, "expiration_time": expires,
+        "aws_temp_credentials": {"access_key_id": "AK", "secret_access_key": "SK", "session_token": "ST"}}
     for location, operation in [("/data/t", "UNKNOWN_TABLE_OPERATION"), ("", "READ"), ("/a\x00b", "READ"),
                                 ("file:data/t", "READ")]:
         with pytest.raises(BadRequest) as refused:
-            rules.temporary_credentials(location, operation, None)
+            rules.temporary_credentials(location, operation, None, expires)
         assert type(refused.value) is BadRequest
     for location, keys_given in [(LOC, None), ("gs://bucket/t", keys)]:
         with pytest.raises(FailedPrecondition):   # valid, but nothing this service may vend for it
-            rules.temporary_credentials(location, "READ", keys_given)
+            rules.temporary_credentials(location, "READ", keys_given, expires)
 
 
 # -- creating a managed table -------------------------------------------------------------------------------------

@@ -1,0 +1,137 @@
+"""The web console at /ui/: server-rendered pages over coordinator/console.py, read-only.
+
+With authentication on, a page needs a token: the login form takes a client id and secret (exchanged for a token
+as the token endpoint would) or a token, kept in an HttpOnly cookie; pages then show only the tables that
+token's client may read. The pages' routes are public to the access check (a browser sends no Authorization
+header) and check the cookie themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+from uuid import UUID
+
+from quart import Blueprint, Response, current_app, redirect, render_template, request
+
+from coordinator import console
+from coordinator.auth import Principal, Privilege, Resource
+from coordinator.errors import Unauthorized
+
+from .access import public
+from .common import json_response
+
+bp = Blueprint("console", __name__, url_prefix="/ui", template_folder="templates")
+
+COOKIE = "coordinator_console_token"
+HISTORY_PAGE = 20
+
+
+def _coordinator():
+    return current_app.config["COORDINATOR"]
+
+
+def _caller() -> tuple[Principal | None, bool]:
+    """(the cookie's principal, whether the caller may look): with authentication off, everyone may."""
+    authority = _coordinator().authority
+    if authority is None:
+        return None, True
+    token = request.cookies.get(COOKIE)
+    if not token:
+        return None, False
+    try:
+        return authority.principal(token), True
+    except Unauthorized:
+        return None, False
+
+
+def _may_read(principal: Principal | None) -> Callable[[Resource], bool]:
+    if principal is None:
+        return lambda _: True
+    return lambda resource: principal.may(Privilege.READ, resource)
+
+
+def _to_login() -> Response:
+    return redirect("/ui/login")
+
+
+async def _page(template: str, principal: Principal | None, **context) -> str:
+    return await render_template(f"console/{template}", who=principal.name if principal else None,
+                                 auth_on=_coordinator().authority is not None, **context)
+
+
+@bp.get("/")
+@public
+async def home():
+    principal, allowed = _caller()
+    if not allowed:
+        return _to_login()
+    coordinator = _coordinator()
+    catalogs = await console.catalogs(coordinator.store, _may_read(principal))
+    return await _page("home.html", principal, warehouses=console.warehouses(coordinator.config),
+                       catalogs=catalogs)
+
+
+@bp.get("/tables/<id>")
+@public
+async def table(id: str):  # noqa: A002  (`id`: the route parameter name every guarded-route test knows)
+    table_id = id
+    principal, allowed = _caller()
+    if not allowed:
+        return _to_login()
+    store = _coordinator().store
+    try:
+        uuid = UUID(table_id)
+    except ValueError:
+        uuid = None
+    entry = await console.table(store, uuid, _may_read(principal)) if uuid is not None else None
+    if entry is None:
+        return await _page("missing.html", principal, table_id=table_id), 404
+    before = request.args.get("before", type=int)
+    commits, next_before = await console.history(store, entry.table_id, before=before, limit=HISTORY_PAGE)
+    current = (await console.history(store, entry.table_id, before=None, limit=1))[0]
+    return await _page("table.html", principal, table=entry, commits=commits, next_before=next_before,
+                       current=current[0].version if current else None, paged=before is not None)
+
+
+@bp.get("/stats")
+@public
+async def stats() -> Response:
+    """Commit counts and latency sums per format, for the live panel (it computes rates between two polls)."""
+    _, allowed = _caller()
+    if not allowed:
+        return _to_login()  # as every console page: the console's sign-in is its own, not a bearer token's
+    return json_response(_coordinator().metrics.snapshot())
+
+
+@bp.route("/login", methods=["GET", "POST"])
+@public
+async def login():
+    authority = _coordinator().authority
+    if authority is None:
+        return redirect("/ui/")
+    error = None
+    if request.method == "POST":
+        form = await request.form
+        token = (form.get("token") or "").strip()
+        try:
+            if not token:
+                client_id, secret = form.get("client_id") or "", form.get("client_secret") or ""
+                if not client_id or not secret:
+                    raise Unauthorized("enter a client id and its secret, or a token")
+                token = (await authority.client_credentials(client_id, secret)).access_token
+            authority.principal(token)
+        except Unauthorized as exc:
+            error = exc.message
+        else:
+            response = redirect("/ui/")
+            response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/ui")
+            return response
+    return await _page("login.html", None, error=error)  # a refused sign-in shows the form again, saying why
+
+
+@bp.get("/logout")
+@public
+async def logout():
+    response = redirect("/ui/login")
+    response.delete_cookie(COOKIE, path="/ui")
+    return response
