@@ -8,6 +8,8 @@ from importlib import metadata
 
 from coordinator.config import Config, ConfigError
 
+from .warehouse_cli import add_warehouse_commands, run_warehouse_command
+
 
 DESCRIPTION = """\
 The commit authority for lakehouse tables: one service answering the Iceberg REST Catalog protocol, Unity Catalog's
@@ -69,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--cluster-advertise", help="host:port other members dial to reach this one; implies "
                                                f"--cluster {default('cluster_advertise', 'none')}")
     s.add_argument("--http-fd", type=int, help=argparse.SUPPRESS)  # set by --workers for its processes
+    add_warehouse_commands(sub)
     args = parser.parse_args(argv)
+
+    if args.command == "warehouse":
+        return run_warehouse_command(args)
 
     if args.command == "hash-secret":
         from coordinator.auth import hash_secret

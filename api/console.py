@@ -67,7 +67,7 @@ async def home():
         return _to_login()
     coordinator = _coordinator()
     catalogs = await console.catalogs(coordinator.store, _may_read(principal))
-    return await _page("home.html", principal, warehouses=console.warehouses(coordinator.config),
+    return await _page("home.html", principal, warehouses=console.warehouses(coordinator.warehouses),
                        catalogs=catalogs)
 
 

@@ -17,7 +17,7 @@ from storage.interface import Store
 from storage.records import NAMESPACE_SEP, TableRow
 
 from .auth import Resource
-from .config import Config
+from .warehouses import Warehouses
 
 # (realm in the store, format shown, securable's first level): where each protocol keeps its tables' names.
 REALMS = (("iceberg", "iceberg", "iceberg"), ("uc", "delta", "delta"), ("lance", "lance", "lance"))
@@ -61,9 +61,9 @@ class HistoryEntry:
     summary: str
 
 
-def warehouses(config: Config) -> list[Warehouse]:
-    """The warehouses the service writes tables under (today one root, the default)."""
-    return [Warehouse("default", config.warehouse_uri)]
+def warehouses(known: Warehouses) -> list[Warehouse]:
+    """The warehouses the service writes tables under: the default one first."""
+    return [Warehouse(w.name, w.location) for w in known.all()]
 
 
 def securable(row: TableRow) -> Resource:

@@ -20,18 +20,21 @@ ICEBERG_REALM = "iceberg"           # coordinator/iceberg/state.py REALM (catalo
 DELTA_MANAGED_DIR = "__unitystorage"   # coordinator/delta/service.py MANAGED_DIR: its managed tables' root
 
 
-async def check_no_namespace_inside(store, warehouse: str, location: str, iceberg_prefix: str | None = None
-                                    ) -> None:
+async def check_no_namespace_inside(store, warehouse: str, location: str, iceberg_prefix: str | None = None,
+                                    own_root: bool = False) -> None:
     """Refuse `location` (below `warehouse`) if it is, or holds, an existing namespace's directory.
     `iceberg_prefix`: the Iceberg catalog prefix of the table being placed ("" for none; None for a Lance table),
-    whose own directory it may lie in."""
+    whose own directory it may lie in; `own_root`: the prefix names a warehouse and `warehouse` is its root, where
+    only its namespaces and the Lance namespaces placed in it have directories."""
     segments = location_key(location)[len(location_key(warehouse)) + 1:].split("/")
     own = path_segment(iceberg_prefix) + "~" if iceberg_prefix else None
     first = segments[0]
-    if first == DELTA_MANAGED_DIR or (first.endswith("~") and first != own):
+    if own_root:   # Lance's namespaces of this warehouse share its directories with the prefix's namespaces
+        places = [(LANCE_REALM, "", segments), (ICEBERG_REALM, iceberg_prefix, segments)]
+    elif first == DELTA_MANAGED_DIR or (first.endswith("~") and first != own):
         raise BadRequest(f"location {location!r} is inside the directory of another Iceberg catalog prefix or of "
                          f"Unity Catalog's managed tables; choose another location")
-    if first == own:
+    elif first == own:
         places = [(ICEBERG_REALM, iceberg_prefix, segments[1:])]
     else:
         places = [(LANCE_REALM, "", segments), (ICEBERG_REALM, "", segments)]

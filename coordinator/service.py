@@ -63,6 +63,7 @@ class Coordinator:
                               "this user") from None
         self.registry = Registry(self.config, self.store, self.files, self.metrics)
         self.idempotency = Idempotency(self.store)
+        from .warehouses import Warehouses; self.warehouses = Warehouses(self)  # noqa: E702
         from .iceberg.service import IcebergService; self.iceberg = IcebergService(self)  # noqa: E702
         from .delta.service import DeltaService; self.delta = DeltaService(self)  # noqa: E702
         from .lance.service import LanceService; self.lance = LanceService(self)  # noqa: E702
@@ -85,6 +86,7 @@ class Coordinator:
         if self.auth is not None:
             key = self.auth.signing_key or await self.store.signing_key(new_signing_key())
             self.authority = Authority(self.auth, key)
+        await self.warehouses.load()
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registry.run)
             if self.cluster is not None:

@@ -66,7 +66,10 @@ class FileIO:
         self.s3_options = dict(s3_options or {})
         self.warehouse = warehouse   # links above it are the operator's and trusted by purges (`leads_elsewhere`)
         self._trusted = local_path(warehouse) if warehouse else None
-        self._stores: dict[str, object] = {}
+        self._stores: dict[tuple, object] = {}
+        # Other warehouses' roots and their S3 settings (set_roots), longest root first: a location within one is
+        # read and written with its settings, anything else with `s3_options`.
+        self._roots: list[tuple[str, dict[str, str]]] = []
         # The commit path's file work, one worker-thread hop per moment for all tables (storage/grouped.py):
         # writes before or after a commit's row, reads of staged Lance manifests, deletes of what commits made
         # obsolete.
@@ -360,17 +363,31 @@ class FileIO:
 
     # -- object stores ----------------------------------------------------------------------------------------
 
+    def set_roots(self, roots: dict[str, dict[str, str]]) -> None:
+        """The warehouses besides the default one: root URI -> the S3 settings (obstore S3Store options) files
+        within it are read and written with."""
+        self._roots = sorted(roots.items(), key=lambda item: len(item[0]), reverse=True)
+
+    def s3_options_for(self, uri: str) -> dict[str, str]:
+        for root, options in self._roots:
+            if is_within(root, uri):
+                return options
+        return self.s3_options
+
     def object_store(self, uri: str):
-        """(obstore store, key) for an s3:// URI: the one place credentials and endpoints are configured."""
+        """(obstore store, key) for an s3:// URI: the one place credentials and endpoints are configured. One
+        store per bucket and settings, kept: a store holds its HTTP connections."""
         parsed = urlparse(uri)
         if parsed.scheme not in ("s3", "s3a"):
             raise FileRefused(f"unsupported storage scheme {parsed.scheme!r} in {uri}; use file:// or s3://")
         bucket = parsed.netloc
-        store = self._stores.get(bucket)
+        options = self.s3_options_for(uri)
+        cache_key = (bucket, tuple(sorted(options.items())))
+        store = self._stores.get(cache_key)
         if store is None:
             from obstore.store import S3Store
-            store = S3Store(bucket, **self.s3_options)
-            self._stores[bucket] = store
+            store = S3Store(bucket, **options)
+            self._stores[cache_key] = store
         return store, parsed.path.lstrip("/")
 
     def _put_object(self, uri: str, data: bytes) -> None:

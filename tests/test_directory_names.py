@@ -9,9 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from coordinator.config import Config
 from coordinator.iceberg.service import IcebergService
 from coordinator.iceberg.state import TableIdent
-from storage.files import path_segment, unsafe_location
+from coordinator.warehouses import Warehouses
+from storage.files import FileIO, path_segment, unsafe_location
 
 NAMES = ["a_b", "a?b", "a b", "a#b", "a/b", "..", ".", "_", "", ".a", "a.", "%2e%2e", "a\tb", "é", "e", "a~b",
          "x" * 100, "x" * 101, "x" * 100 + "y", "A_B", "a-b", "sp_ace~0123456789abcdef"]
@@ -34,6 +36,7 @@ def test_a_segment_is_a_safe_directory_name(name):
 def test_a_prefix_and_a_namespace_level_are_different_directories():
     catalog = IcebergService.__new__(IcebergService)
     catalog.c = SimpleNamespace(config=SimpleNamespace(warehouse_uri="file:///wh"))
+    catalog.c.warehouses = Warehouses(SimpleNamespace(config=Config(warehouse="/wh"), files=FileIO()))
     with_prefix = catalog.namespace_dir(TableIdent("x", ("n",), "t"))
     without = catalog.namespace_dir(TableIdent("", ("x", "n"), "t"))
     assert with_prefix != without and not with_prefix.startswith(without) and not without.startswith(with_prefix)

@@ -11,6 +11,8 @@ from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, Coord
                                 NoSuchRoute, NoSuchView, NotEmpty, NotFound, OutcomeUnknown, TooManyRequests,
                                 Unauthorized, Unavailable, Unprocessable, from_storage)
 
+from coordinator.warehouses import NoSuchWarehouse
+
 from ..common import framework_error_message, json_response
 
 # The spec's error type for each class, the most specific first: the first class an error is an instance of wins.
@@ -18,6 +20,7 @@ ERROR_TYPES: list[tuple[type[CoordinatorError], str]] = [
     (NoSuchNamespace, "NoSuchNamespaceException"),
     (NoSuchView, "NoSuchViewException"),
     (NoSuchRoute, "NotFoundException"),
+    (NoSuchWarehouse, "NotFoundException"),
     (NotFound, "NoSuchTableException"),
     (NotEmpty, "NamespaceNotEmptyException"),
     (AlreadyExists, "AlreadyExistsException"),

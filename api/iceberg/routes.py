@@ -21,9 +21,11 @@ from coordinator.iceberg.models import (COMMIT_TABLE_ROUTE, CommitTableRequest, 
 from coordinator.iceberg.rules import parse_view_requirements, parse_view_updates
 from coordinator.iceberg.state import IcebergTable, TableIdent
 from coordinator.idempotency import LIFETIME_S
+from coordinator.warehouses import DEFAULT as DEFAULT_WAREHOUSE
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import CommitPart, empty_response, json_response, parse_model, query_flag, read_json, read_model
+from .endpoints import ENDPOINTS
 from .errors import error_type
 from .idempotency import idempotent, request_key as _key
 
@@ -208,34 +210,30 @@ def routes(rule: str, methods: list[str]):
 
 # -- config --------------------------------------------------------------------------------------------------
 
-ENDPOINTS = [
-    "GET /v1/{prefix}/namespaces", "POST /v1/{prefix}/namespaces",
-    "GET /v1/{prefix}/namespaces/{namespace}", "HEAD /v1/{prefix}/namespaces/{namespace}",
-    "DELETE /v1/{prefix}/namespaces/{namespace}", "POST /v1/{prefix}/namespaces/{namespace}/properties",
-    "GET /v1/{prefix}/namespaces/{namespace}/tables", "POST /v1/{prefix}/namespaces/{namespace}/tables",
-    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "POST /v1/{prefix}/namespaces/{namespace}/register", "POST /v1/{prefix}/tables/rename",
-    "POST /v1/{prefix}/transactions/commit",
-    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
-    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
-    "GET /v1/{prefix}/namespaces/{namespace}/views", "POST /v1/{prefix}/namespaces/{namespace}/views",
-    "GET /v1/{prefix}/namespaces/{namespace}/views/{view}", "HEAD /v1/{prefix}/namespaces/{namespace}/views/{view}",
-    "POST /v1/{prefix}/namespaces/{namespace}/views/{view}",
-    "DELETE /v1/{prefix}/namespaces/{namespace}/views/{view}", "POST /v1/{prefix}/views/rename",
-]
+
+@bp.before_request
+async def _know_warehouse() -> None:
+    """A prefix may name a warehouse another cluster member created: look it up before placing anything."""
+    prefix = (request.view_args or {}).get("prefix")
+    if prefix:
+        await current_app.config["COORDINATOR"].warehouses.resolve(prefix)
 
 
 @bp.get("/v1/config")
 @guard(authenticated)
 async def get_config() -> Response:
+    coordinator = current_app.config["COORDINATOR"]
     defaults = {}
-    if current_app.config["COORDINATOR"].authority is not None:
+    if coordinator.authority is not None:
         defaults["oauth2-server-uri"] = request.host_url + "v1/oauth/tokens"
     # The separator is a /config override (spec, `parent`), where Java and pyiceberg read it: not a top-level key.
-    return json_response({"defaults": defaults, "overrides": {"namespace-separator": "%1F"}, "endpoints": ENDPOINTS,
+    overrides = {"namespace-separator": "%1F"}
+    named = request.args.get("warehouse")
+    if named:   # a name or a location; never the default in place of one that does not exist
+        warehouse = await coordinator.warehouses.find(named)
+        if warehouse.name != DEFAULT_WAREHOUSE:
+            overrides["prefix"] = warehouse.name
+    return json_response({"defaults": defaults, "overrides": overrides, "endpoints": ENDPOINTS,
                           "idempotency-key-lifetime": f"PT{LIFETIME_S // 60}M"})
 
 

@@ -79,8 +79,8 @@ def schema_info(catalog: str, name: str, entry: dict[str, Any]) -> dict[str, Any
 
 def _entry(body: CreateCatalog | CreateSchema, id_field: str) -> dict[str, Any]:
     if body.storage_root is not None:
-        raise BadRequest("storage_root is not supported: managed tables are placed under the service's "
-                         "configured managed root")
+        raise BadRequest("a schema's storage_root is not supported: its managed tables are placed under its "
+                         "catalog's storage_root")
     return {id_field: str(uuid.uuid4()), **owned(body.comment, body.properties, now_ms(), CALLER.get())}
 
 
@@ -126,7 +126,10 @@ class DeltaService:
     async def create_catalog(self, body: CreateCatalog) -> dict[str, Any]:
         name = rules.check_name("catalog", body.name)
         name_limits.check_name("catalog", name)
-        entry = _entry(body, "id")
+        root = self._storage_root(body.storage_root) if body.storage_root is not None else None
+        entry = _entry(body.model_copy(update={"storage_root": None}), "id")
+        if root is not None:
+            entry["storage_root"] = root
         try:
             await self.store.create_namespace(CATALOG_REALM, "", name, entry)
         except STORE_ERRORS as exc:
@@ -270,10 +273,25 @@ class DeltaService:
             raise TableExists(f"Table already exists: {catalog}.{schema}.{name}")
         return schema_id
 
+    def _storage_root(self, root: str) -> str:
+        """A catalog's storage_root, where its managed tables go: within a warehouse (whose settings its files
+        are written with), spelled as the warehouse spells it."""
+        _refuse_unsafe(root)
+        root = rules.normalize_uri(root.rstrip("/"))
+        warehouse = self.c.warehouses.containing(root)
+        if warehouse is None:
+            raise BadRequest(f"storage_root {root!r} must lie within a warehouse (GET /api/coordinator/v1/"
+                             f"warehouses lists them; create one at that location first)")
+        return root
+
+    async def _managed_root(self, catalog: str) -> str:
+        root = (await self.get_catalog(catalog)).get("storage_root")
+        return join(root, MANAGED_DIR, "tables") if root else self.managed_root
+
     async def create_staging_table(self, body: CreateStagingTable) -> dict[str, Any]:
         schema_id = await self._check_new_name(body.catalog_name, body.schema_name, body.name)
         table_id = uuid.uuid4()
-        location = join(self.managed_root, str(table_id))
+        location = join(await self._managed_root(body.catalog_name), str(table_id))
         staging = StagingTable(table_id, body.catalog_name, body.schema_name, body.name, location, now_ms(),
                                schema_id)
         row = TableRow(table_id=table_id, realm=REALM, catalog=STAGING_CATALOG, namespace="", name=str(table_id),
@@ -282,14 +300,14 @@ class DeltaService:
         return {"name": body.name, "catalog_name": body.catalog_name, "schema_name": body.schema_name,
                 "id": str(table_id), "staging_location": location}
 
-    def _staging_id(self, location: str) -> uuid.UUID:
+    def _staging_id(self, location: str, managed_root: str) -> uuid.UUID:
         _refuse_unsafe(location)
-        root = rules.normalize_uri(self.managed_root)
+        root = rules.normalize_uri(managed_root)
         loc = rules.normalize_uri(location)
         parent, _, last = loc.rpartition("/")
         if parent != root:
             raise BadRequest(f"storage_location {location!r} of a MANAGED table must be the staging_location "
-                             f"returned by POST /staging-tables (under {self.managed_root})")
+                             f"returned by POST /staging-tables (under {managed_root})")
         try:
             return uuid.UUID(last)
         except ValueError:
@@ -309,7 +327,7 @@ class DeltaService:
             raise BadRequest(f"table_type {body.table_type} is not supported: MANAGED or EXTERNAL")
         if body.data_source_format != "DELTA":
             raise BadRequest(f"a MANAGED table must have data_source_format DELTA, got {body.data_source_format}")
-        table_id = self._staging_id(body.storage_location)
+        table_id = self._staging_id(body.storage_location, await self._managed_root(body.catalog_name))
         # Refuse an unknown or used location before reading anything there; the create re-checks (it may race).
         staging = await self.registry.submit(table_id, CheckStaging(full, body.storage_location, schema_id))
         first = rules.check_first_commit(table_id, await read_first_commit(self.files, staging.location))
@@ -437,7 +455,7 @@ class DeltaService:
 
     def _s3_keys(self, location: str):
         # Normalized first: Delta's Hadoop client spells the warehouse's s3:// as s3a://.
-        return vendable_s3_keys(self.config, self.c.auth is not None, rules.normalize_uri(location))
+        return vendable_s3_keys(self.c.warehouses, self.c.auth is not None, rules.normalize_uri(location))
 
     async def write_metrics(self, req: MetricsRequest) -> None:
         table_id = parse_table_id(req.table_id)

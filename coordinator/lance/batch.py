@@ -110,6 +110,7 @@ class Batch:
         if taken:
             raise rules.labelled(TableExists(f"Table already exists: {show(op.ident)}"), index, op.label)
         await service.describe_namespace(op.ident[:-1])
+        await service.namespaces.learn(op.ident[:-1])
         target = Target(op.ident, new=service.new_table(op.ident, op.request.location, op.request.properties),
                         declared_by=index)
         if op.request.location:

@@ -16,6 +16,8 @@ from ..errors import (AlreadyExists, BadRequest, CommitConflict, NamespaceExists
                       NamespaceRefilled, NoSuchNamespace, NotEmpty, NotFound, from_storage)
 from ..paging import decode_page_token, one_more, page
 from ..placement import check_namespace_directory_free
+from ..warehouses import DEFAULT as DEFAULT_WAREHOUSE
+from ..warehouses import how_to_create
 from .files import show
 from .models import Page, parse_mode
 from .rules import Ident, check_levels
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 
 REALM = "lance"
 CATALOG = ""
+WAREHOUSE_PROPERTY = "warehouse"   # a top-level namespace's tables go to this warehouse's root
 CASCADE_ROUNDS = 10   # a cascade drop drops the tables declared while it ran this many times before giving up
 
 
@@ -35,9 +38,38 @@ class LanceNamespaces:
         # Namespaces a cascade drop is emptying here: nothing new is created in or below them meanwhile, or
         # steady declares could keep the drop from ever finding them empty (`_drop_cascading`).
         self._dropping: Counter[Ident] = Counter()
+        # Top-level namespace -> the warehouse its `warehouse` property names (None: the default), as learnt.
+        self._warehouse_of: dict[str, str | None] = {}
 
     def directory(self, ns: Ident) -> str:
-        return join(self.service.warehouse, *(path_segment(level) for level in ns))
+        return join(self.root(ns), *(path_segment(level) for level in ns))
+
+    def root(self, ns: Ident) -> str:
+        """The root of the warehouse `ns` lies in: the one its top-level namespace names in its `warehouse`
+        property (as `learn` found it), else the default one."""
+        named = self._warehouse_of.get(ns[0]) if ns else None
+        return (self.service.c.warehouses.root(named) if named else None) or self.service.warehouse
+
+    async def learn(self, ns: Ident) -> None:
+        """Find which warehouse `ns`'s top-level namespace names, once: `root` then answers without a lookup."""
+        if ns and ns[0] not in self._warehouse_of:
+            props = await self.store.get_namespace(REALM, CATALOG, join_namespace(ns[:1]))
+            named = (props or {}).get(WAREHOUSE_PROPERTY)
+            if named:
+                await self.service.c.warehouses.resolve(named)
+            if props is not None:
+                self._warehouse_of[ns[0]] = named
+
+    async def _check_warehouse(self, ns: Ident, props: dict[str, str]) -> None:
+        """A top-level namespace may name a warehouse for its tables; nothing below one may name another."""
+        named = props.get(WAREHOUSE_PROPERTY)
+        if named is None:
+            return
+        if len(ns) > 1:
+            raise BadRequest(f"only a top-level namespace may name a {WAREHOUSE_PROPERTY!r}: {show(ns)} lies in "
+                             f"{show(ns[:1])}'s")
+        if named != DEFAULT_WAREHOUSE and await self.service.c.warehouses.resolve(named) is None:
+            raise BadRequest(f"warehouse {named!r} does not exist; {how_to_create(named)}")
 
     def not_being_dropped(self, ns: Ident) -> None:
         """Refuses to create anything in or below a namespace a cascade drop is emptying here."""
@@ -55,6 +87,13 @@ class LanceNamespaces:
         props = dict(properties or {})
         name_limits.check_namespace(ns)
         self.not_being_dropped(ns[:-1])
+        await self._check_warehouse(ns, props)
+        await self.learn(ns[:-1])
+        if len(ns) == 1:
+            self._warehouse_of.pop(ns[0], None)   # whatever an earlier namespace of this name named
+            if props.get(WAREHOUSE_PROPERTY):
+                await self.service.c.warehouses.resolve(props[WAREHOUSE_PROPERTY])
+            self._warehouse_of[ns[0]] = props.get(WAREHOUSE_PROPERTY)
         await check_namespace_directory_free(self.store, self.directory(ns), show(ns))
         try:
             await self._store_create_namespace(ns, props)
@@ -125,6 +164,7 @@ class LanceNamespaces:
         """The store's drop, its refusals as the typed errors they mean here (as `_store_create_namespace`)."""
         try:
             await self.store.drop_namespace(REALM, CATALOG, join_namespace(ns), cascade=cascade)
+            self._warehouse_of.pop(ns[0], None)
         except storage_errors.StorageError as exc:
             raise from_storage(exc) from None
         except NotFound as exc:

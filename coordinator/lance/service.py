@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from storage.files import is_within, join, path_segment
+from storage.files import join, path_segment
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..decision import Compaction, NewTable, PlannedPart, Proposal
@@ -28,6 +28,7 @@ from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, NoSuchNamespa
                       NotFound, Recount, TableExists, Unavailable)
 from ..paging import decode_page_token, one_more, page
 from ..placement import check_no_namespace_inside
+from ..warehouses import DEFAULT as DEFAULT_WAREHOUSE
 from ..purges import purge_after_drop
 
 from . import files as lance_files, rules, state as lance_state
@@ -192,11 +193,16 @@ class LanceService:
         return join(self.namespace_dir(ident[:-1]), f"{path_segment(ident[-1])}-{table_id.hex}")
 
     def check_location(self, location: str, ident: Ident) -> str:
-        return rules.check_location(self.warehouse, location, self.namespace_dir(ident[:-1]), ident[:-1],
+        return rules.check_location(self.namespaces.root(ident[:-1]), location, self.namespace_dir(ident[:-1]),
+                                    ident[:-1],
                                     self.c.auth is not None)
 
     async def check_no_namespace_inside(self, location: str) -> None:
-        await check_no_namespace_inside(self.store, self.warehouse, location)
+        warehouse = self.c.warehouses.containing(location)
+        if warehouse is None or warehouse.name == DEFAULT_WAREHOUSE:
+            await check_no_namespace_inside(self.store, self.warehouse, location)
+        else:
+            await check_no_namespace_inside(self.store, warehouse.location, location, warehouse.name, own_root=True)
 
     async def check_unused(self, location: str) -> None:
         """A declared table starts with no versions, so its location must hold none (use register for that)."""
@@ -217,6 +223,7 @@ class LanceService:
 
     async def declare_table(self, ident: Ident, location: str | None, properties: dict[str, str] | None
                             ) -> LanceTable:
+        await self.namespaces.learn(ident[:-1])
         row, state = self.new_table(ident, location, properties)
         await self.describe_namespace(ident[:-1])
         if location:
@@ -247,6 +254,7 @@ class LanceService:
     async def register_table(self, ident: Ident, location: str, mode: str | None,
                              properties: dict[str, str] | None) -> LanceTable:
         mode = parse_mode(mode, ("create", "overwrite"), "create", "mode")
+        await self.namespaces.learn(ident[:-1])
         row, state = self.new_table(ident, location, properties)
         await self.describe_namespace(ident[:-1])
         await self.check_no_namespace_inside(row.location)
@@ -278,7 +286,7 @@ class LanceService:
         async def make(ref: TableRef) -> Proposal:
             # Only what lies in our warehouse is ours to delete. A partial, not a closure: in a cluster the proposal
             # may travel to the table's owner (coordinator/cluster/channel.py).
-            if not is_within(self.warehouse, ref.location):
+            if self.c.warehouses.containing(ref.location) is None:
                 return RemoveTable()
             claim, deletion = purge_after_drop(self.store, self.files, ref.location)
             return RemoveTable(deletion, claim)

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.spark
 
 CATALOG = "coord"
 SPARK_CLIENT, SPARK_SECRET = "spark", "spark-secret"
+ADMIN_CLIENT, ADMIN_SECRET = "operator", "operator-secret"   # manages warehouses
 STREAM_SECONDS = 33
 
 
@@ -56,7 +57,8 @@ def module_service(pg_admin_dsn, tmp_path_factory):
     _psql(pg_admin_dsn, f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
     data_dir = tmp_path_factory.mktemp("spark-service")
     # Authentication on: Spark gets its token with `credential` (client credentials), as in production.
-    auth_file = write_auth_file(data_dir / "auth.toml", {SPARK_CLIENT: (SPARK_SECRET, [("iceberg", ["admin"])])})
+    auth_file = write_auth_file(data_dir / "auth.toml", {SPARK_CLIENT: (SPARK_SECRET, [("iceberg", ["admin"])]),
+                                                         ADMIN_CLIENT: (ADMIN_SECRET, [("*", ["admin"])])})
     config = Config(database_url=_with_db(pg_admin_dsn, name), data_dir=data_dir, port=0,
                     warehouse=str(data_dir / "warehouse"), actor_idle_s=30, log_level="warning",
                     auth_file=auth_file)
@@ -299,3 +301,27 @@ def test_streaming_into_two_tables_with_concurrent_batch_appends(spark, ns, tmp_
     assert rows(spark, f"SELECT count(*) FROM {a} WHERE src = 'batch'") == [(batch_rows,)]
     assert rows(spark, f"SELECT count(*) FROM {a}") == [(written[a] + batch_rows,)]
     assert rows(spark, f"SELECT count(*) FROM {b}") == [(written[b],)]
+
+
+def test_a_catalog_with_a_named_warehouse_writes_there(spark, module_service, tmp_path):
+    """`spark.sql.catalog.X.warehouse` names a warehouse: X's tables live in its root, apart from the default's."""
+    lake = (tmp_path / "lake").as_uri()
+    admin = {"Authorization": f"Bearer {fetch_token(module_service, ADMIN_CLIENT, ADMIN_SECRET)}"}
+    made = httpx.post(f"{module_service}/api/coordinator/v1/warehouses", json={"name": "lake", "location": lake},
+                      headers=admin, timeout=30)
+    assert made.status_code == 201, made.text
+    prefix = "spark.sql.catalog.lake"
+    for key, value in {"": "org.apache.iceberg.spark.SparkCatalog", ".type": "rest", ".uri": module_service,
+                       ".warehouse": "lake", ".credential": f"{SPARK_CLIENT}:{SPARK_SECRET}",
+                       ".oauth2-server-uri": module_service + "/v1/oauth/tokens"}.items():
+        spark.conf.set(prefix + key, value)
+    spark.sql("CREATE NAMESPACE lake.db")
+    spark.sql("CREATE TABLE lake.db.events (id bigint, name string) USING iceberg")
+    spark.sql("INSERT INTO lake.db.events VALUES (1, 'a'), (2, 'b')")
+    assert rows(spark, "SELECT count(*) FROM lake.db.events") == [(2,)]
+    r = httpx.get(f"{module_service}/v1/lake/namespaces/db/tables/events", timeout=10,
+                  headers={"Authorization": f"Bearer {fetch_token(module_service, SPARK_CLIENT, SPARK_SECRET)}"})
+    metadata = r.json()["metadata"]
+    assert metadata["location"].startswith(lake + "/db/events-"), metadata["location"]
+    assert (tmp_path / "lake" / "db").is_dir()
+    assert rows(spark, f"SHOW NAMESPACES IN {CATALOG} LIKE 'db'") == []   # the default warehouse has no `db`
