@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import trio
 
+from storage import faults
 from storage.errors import StorageError
 from storage.files import FileWrite, file_write
 from storage.interface import Files, TableRows
@@ -80,6 +81,8 @@ async def write(commit: Commit, store: TableRows, files: Files) -> None:
         except Exception as exc:  # a full or read-only warehouse, say: the store was not asked, nothing applied
             await _discard_new_tables_files(commit, files)
             raise Unavailable(f"could not write the table files ({exc}); nothing applied, retry") from exc
+        if faults.ARMED and fresh:
+            faults.hit("after-files")
         try:
             result = await store.write(commit.group())
         except StorageError as exc:
@@ -88,6 +91,8 @@ async def write(commit: Commit, store: TableRows, files: Files) -> None:
             await _discard_new_tables_files(commit, files)
             raise refusal_error(commit, result.refusal)
         published = [f for p in commit.parts for f in p.published]
+        if faults.ARMED and published:
+            faults.hit("before-publish")
         if published:
             try:
                 await files.write_many(published)
@@ -95,6 +100,8 @@ async def write(commit: Commit, store: TableRows, files: Files) -> None:
                 log.error("commit recorded but its files could not be written: %s", exc)
                 raise Unpublished(f"the commit was recorded but its files could not be written yet ({exc}); "
                                   f"retry") from exc
+        if faults.ARMED:
+            faults.hit("before-reply")
 
 
 def refusal_error(commit: Commit, refusal: Refusal | None) -> CoordinatorError:

@@ -27,6 +27,7 @@ import abc
 import argparse
 import os
 import random
+import signal
 import sys
 import tempfile
 import threading
@@ -585,6 +586,33 @@ def read_lance(http: httpx.Client, table: str) -> TableState:
 # -- a run -------------------------------------------------------------------------------------------------------
 
 
+# Crash points (storage/faults.py) and the probability each is armed with: the rarer a point's path (a group
+# commit of several tables, a cross-table transaction), the likelier a kill once there.
+CRASH_POINTS = {"after-files": 0.03, "cross-table-mid": 0.3, "group-commit-mid": 0.3, "before-publish": 0.03,
+                "before-reply": 0.01}
+CRASH_WAIT_S = 60     # a cycle without any armed point hit in this long ends the run (reported as missed)
+
+
+class AimedCrashes:
+    """Arms the service's crash points for each start, only those hit fewer than `target` times so far, and counts
+    the hits from the file each dying process appends its point's name to."""
+
+    def __init__(self, workdir: Path, target: int):
+        self.log, self.target = workdir / "crash-points.log", target
+
+    def hits(self) -> Counter[str]:
+        lines = self.log.read_text().split() if self.log.exists() else []
+        return Counter({p: lines.count(p) for p in CRASH_POINTS})
+
+    def missing(self) -> list[str]:
+        hits = self.hits()
+        return [p for p in CRASH_POINTS if hits[p] < self.target]
+
+    def env(self, points: list[str]) -> dict[str, str]:
+        return {"COORDINATOR_CRASH_POINTS": ",".join(f"{p}:{CRASH_POINTS[p]}" for p in points),
+                "COORDINATOR_CRASH_LOG": str(self.log)}
+
+
 @dataclass
 class Run:
     cycles: int
@@ -594,14 +622,18 @@ class Run:
     stalled: list[str]          # cycles in which a format had no commit acknowledged
     outcomes: list[Outcome]
     states: list[TableState]
+    crash_hits: Counter = field(default_factory=Counter)   # aimed crashes: how often each point killed the service
+    crash_target: int = 0
 
 
 def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, load_s: tuple[float, float] = (1.0, 3.0),
-              progress: Callable[[str], None] = print) -> Run:
+              progress: Callable[[str], None] = print, aimed: AimedCrashes | None = None) -> Run:
+    """`cycles` SIGKILLs at random moments; or, with `aimed`, as many self-kills at the crash points as it takes
+    to hit each `aimed.target` times (`cycles` then bounds the restarts)."""
     t0 = time.monotonic()
     rng = random.Random(seed)
-    server = ServerProcess(database_url, workdir / "server",
-                           extra_env={"COORDINATOR_DELTA_COMMITS_PAGE_SIZE": str(DELTA_PAGE_SIZE)})
+    server_env = {"COORDINATOR_DELTA_COMMITS_PAGE_SIZE": str(DELTA_PAGE_SIZE)}
+    server = ServerProcess(database_url, workdir / "server", extra_env=dict(server_env))
     base = server.start()
     log, stop, give_up = ClientLog(), threading.Event(), threading.Event()
     threads: list[threading.Thread] = []
@@ -620,19 +652,42 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
             th.start()
         stalled: list[str] = []
         before = log.acked()
+        done = 0
         for cycle in range(1, cycles + 1):
-            ran = rng.uniform(*load_s)
-            time.sleep(ran)
-            server.kill()
+            down = time.monotonic()
+            if aimed is None:
+                ran = rng.uniform(*load_s)
+                time.sleep(ran)
+                server.kill()
+                down = time.monotonic()
+                server.start()
+                how = f"load {ran:.1f}s, SIGKILL, back up in {time.monotonic() - down:.1f}s"
+            else:
+                points = aimed.missing()
+                if not points:
+                    break
+                server.kill()   # (the first cycle's server runs unarmed; later ones are dead already)
+                server.extra_env = {**server_env, **aimed.env(points)}
+                start_armed(server)
+                ran = wait_for_death(server, CRASH_WAIT_S)
+                if server.proc.poll() is None:
+                    progress(f"cycle {cycle}: no armed point ({', '.join(points)}) was hit in {CRASH_WAIT_S}s")
+                    break
+                how = (f"killed itself after {ran:.1f}s up (hits so far: "
+                       + ", ".join(f"{p} {n}" for p, n in aimed.hits().items()) + ")")
+            done = cycle
             now = log.acked()
             gained = {f: now[f] - before[f] for f in FORMATS}
-            stalled += [f"cycle {cycle}: {f}" for f in FORMATS if gained[f] == 0]
+            if aimed is None:   # (an aimed crash may come before a format's first commit)
+                stalled += [f"cycle {cycle}: {f}" for f in FORMATS if gained[f] == 0]
             before = now
-            down = time.monotonic()
+            progress(f"cycle {cycle}/{cycles}: acknowledged " + ", ".join(f"{f} +{gained[f]}" for f in FORMATS)
+                     + f" (total {sum(now.values())}); {how}")
+        if aimed is not None:
+            server.kill()
+            server.extra_env = dict(server_env)   # the last run unarmed: it must make progress and stay up
             server.start()
-            progress(f"cycle {cycle}/{cycles}: load {ran:.1f}s, acknowledged "
-                     + ", ".join(f"{f} +{gained[f]}" for f in FORMATS)
-                     + f" (total {sum(now.values())}); SIGKILL, back up in {time.monotonic() - down:.1f}s")
+            before = log.acked()
         # Let every format commit against the restarted service (a liveness check, with room for a slow machine).
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(log.acked()[f] == before[f] for f in FORMATS):
@@ -652,11 +707,32 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
         server.start()
         states = read_state(base, database_url, tables)
         figures = check(log.outcomes, states)
-        return Run(cycles, time.monotonic() - t0, figures, log.errors, stalled, log.outcomes, states)
+        return Run(done, time.monotonic() - t0, figures, log.errors, stalled, log.outcomes, states,
+                   aimed.hits() if aimed else Counter(), aimed.target if aimed else 0)
     finally:
         stop.set()
         give_up.set()
         server.stop()
+
+
+def start_armed(server: ServerProcess, attempts: int = 5) -> None:
+    """Start a server that may kill itself at a crash point before it is ready (a restore on start-up may
+    commit): start again."""
+    for attempt in range(attempts):
+        try:
+            server.start()
+            return
+        except RuntimeError:
+            if server.proc is None or server.proc.poll() != -signal.SIGKILL or attempt == attempts - 1:
+                raise
+
+
+def wait_for_death(server: ServerProcess, timeout_s: float) -> float:
+    """Seconds until the server died by itself (or `timeout_s`, it still running)."""
+    t0 = time.monotonic()
+    while server.proc.poll() is None and time.monotonic() - t0 < timeout_s:
+        time.sleep(0.05)
+    return time.monotonic() - t0
 
 
 def figures_table(run: Run) -> str:
@@ -677,9 +753,11 @@ def figures_table(run: Run) -> str:
     for kind in kinds:
         rows.append((f"errors: {kind}", [run.errors[x, kind] for x in FORMATS]))
     width = max(len(r[0]) for r in rows)
-    lines = [f"cycles: {run.cycles}   wall time: {run.seconds:.0f}s   stalled: {', '.join(run.stalled) or 'none'}",
-             f"| {'figure':<{width}} | " + " | ".join(f"{x:>7}" for x in FORMATS) + " |   total |",
-             f"|{'-' * (width + 2)}|" + "|".join("-" * 9 for _ in FORMATS) + "|---------|"]
+    lines = [f"cycles: {run.cycles}   wall time: {run.seconds:.0f}s   stalled: {', '.join(run.stalled) or 'none'}"]
+    if run.crash_hits:
+        lines.append("crash points hit: " + ", ".join(f"{p} {n}" for p, n in run.crash_hits.items()))
+    lines += [f"| {'figure':<{width}} | " + " | ".join(f"{x:>7}" for x in FORMATS) + " |   total |",
+              f"|{'-' * (width + 2)}|" + "|".join("-" * 9 for _ in FORMATS) + "|---------|"]
     for label, values in rows:
         lines.append(f"| {label:<{width}} | " + " | ".join(f"{v:>7}" for v in values) + f" | {sum(values):>7} |")
     across = Counter(o.status for o in run.outcomes if o.across and o.fmt == FORMATS[0])
@@ -693,22 +771,63 @@ def figures_table(run: Run) -> str:
 # -- tests -------------------------------------------------------------------------------------------------------
 
 
+def verdict(run: Run) -> list[str]:
+    """Everything that fails a run, for the pytest tests and the script alike (empty: it passed)."""
+    problems = [] if run.figures.clean else [run.figures.problems()]
+    problems += [f"no {fmt} commit was acknowledged" for fmt in FORMATS if run.figures.counts[fmt]["acked"] == 0]
+    after = [s for s in run.stalled if s.startswith("after")]
+    if after:
+        problems.append(f"no progress after the last restart: {after}")
+    # Any other answer than a conflict or 503 (a 5xx above all) means a client or the service is broken, not a crash.
+    odd = {k: n for k, n in run.errors.items() if k[1].isdigit() and k[1] not in ("409", "503")}
+    if odd:
+        problems.append(f"unexpected answers (format, status): count: {odd}")
+    short = {p: n for p, n in run.crash_hits.items() if n < run.crash_target}
+    if short:
+        problems.append(f"crash points hit fewer than {run.crash_target} times: {short}")
+    # The checker sees the real state: remove one acknowledged commit from it and it must say so.
+    victim = next((o for o in run.outcomes if o.status == "acked"), None)
+    if victim is not None:
+        states = [TableState(s.fmt, s.table, s.first, [(v, c) for v, c in s.entries if c != victim.cid],
+                             s.anomalies) for s in run.states]
+        if not [line for line in check(run.outcomes, states).lost if victim.cid in line]:
+            problems.append(f"checker self-test: commit {victim.cid} removed from the state, not reported lost")
+    return problems
+
+
 def test_sigkill_cycles_under_mixed_load_lose_and_duplicate_nothing(database_url, tmp_path):
     cycles = int(os.environ.get("COORDINATOR_CHAOS_CYCLES", "3"))
     run = run_chaos(database_url, tmp_path, cycles, progress=lambda line: print(line, flush=True))
     print(figures_table(run))
-    assert run.figures.clean, run.figures.problems()
-    for fmt in FORMATS:
-        assert run.figures.counts[fmt]["acked"] > 0, f"no {fmt} commit was acknowledged"
-    assert not [s for s in run.stalled if s.startswith("after")], f"no progress after the last restart: {run.stalled}"
-    # Any other answer than a conflict or 503 means a client or the service is broken, not a crash.
-    odd = {k: n for k, n in run.errors.items() if k[1].isdigit() and k[1] not in ("409", "503")}
-    assert not odd, odd
-    # The checker sees the real state: remove one acknowledged commit from it and it must say so.
-    victim = next(o for o in run.outcomes if o.status == "acked")
-    states = [TableState(s.fmt, s.table, s.first, [(v, c) for v, c in s.entries if c != victim.cid], s.anomalies)
-              for s in run.states]
-    assert [line for line in check(run.outcomes, states).lost if victim.cid in line]
+    assert not verdict(run), "\n".join(verdict(run))
+
+
+def test_aimed_crash_points_lose_and_duplicate_nothing(database_url, tmp_path):
+    """The service kills itself at each crash point of the commit path (`COORDINATOR_CHAOS_CRASH_HITS` times
+    each, 2 by default; the script's --crash-points run asks 20)."""
+    target = int(os.environ.get("COORDINATOR_CHAOS_CRASH_HITS", "2"))
+    aimed = AimedCrashes(tmp_path, target)
+    run = run_chaos(database_url, tmp_path, target * len(CRASH_POINTS) * 4, aimed=aimed,
+                    progress=lambda line: print(line, flush=True))
+    print(figures_table(run))
+    assert not verdict(run), "\n".join(verdict(run))
+    assert all(run.crash_hits[p] >= target for p in CRASH_POINTS), run.crash_hits
+
+
+def test_verdict_fails_a_run_with_a_5xx_or_no_progress_after_the_last_restart():
+    outcomes = _delta_log(a="acked@1")
+    states = [TableState("delta", "t", 0, [(0, None), (1, "a")])]
+    counts_ok = check(outcomes, states)
+    run = Run(1, 1.0, counts_ok, Counter(), [], outcomes, states)
+    assert [p for p in verdict(run) if "no iceberg commit" in p]   # (only Delta committed here)
+    for fmt in ("iceberg", "lance"):
+        counts_ok.counts[fmt]["acked"] = 1
+    assert not verdict(run)
+    assert "500" in " ".join(verdict(Run(1, 1.0, counts_ok, Counter({("delta", "500"): 1}), [], outcomes, states)))
+    stalled = Run(1, 1.0, counts_ok, Counter(), ["after the last restart: lance"], outcomes, states)
+    assert "no progress after the last restart" in " ".join(verdict(stalled))
+    short = Run(1, 1.0, counts_ok, Counter(), [], outcomes, states, Counter({"after-files": 1}), 20)
+    assert "fewer than 20" in " ".join(verdict(short))
 
 
 def _delta_log(**outcomes: str) -> list[Outcome]:
@@ -762,16 +881,23 @@ def test_checker_flags_a_cross_format_commit_applied_in_some_formats_only():
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.test_chaos", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cycles", type=int, default=20)
+    parser.add_argument("--cycles", type=int, default=20, help="kills (with --crash-points: at most this many)")
     parser.add_argument("--seed", type=int, default=7, help="seeds the load durations between kills")
+    parser.add_argument("--crash-points", type=int, metavar="HITS", default=0,
+                        help="instead of SIGKILLs from outside, let the service kill itself at each of its crash "
+                             "points until each was hit HITS times (20 asks for --cycles 400 or so)")
     args = parser.parse_args(argv)
     with throwaway_postgres() as dsn, tempfile.TemporaryDirectory(prefix="coordinator-chaos-") as work:
-        run = run_chaos(dsn, Path(work), args.cycles, seed=args.seed, progress=lambda line: print(line, flush=True))
+        aimed = AimedCrashes(Path(work), args.crash_points) if args.crash_points else None
+        run = run_chaos(dsn, Path(work), args.cycles, seed=args.seed, aimed=aimed,
+                        progress=lambda line: print(line, flush=True))
     print(figures_table(run))
-    if not run.figures.clean:
-        print(run.figures.problems())
+    problems = verdict(run)
+    if problems:
+        print("FAILED:\n" + "\n".join(problems))
         return 1
-    print("OK: every acknowledged commit present once, no duplicates, versions contiguous")
+    print("OK: every acknowledged commit present once, no duplicates, versions contiguous, no 5xx, "
+          "progress after the last restart")
     return 0
 
 
