@@ -226,8 +226,8 @@ class GroupCommitWriter:
                 for g in groups:
                     if not g.is_simple:
                         complex_results[id(g)] = await self._write_complex(con, g)
-                # (several callers' groups, three tables or more: with a cross-format commit, all three formats)
-                if faults.ARMED and len(groups) > 1 and len({w.table_id for g in groups for w in g.writes}) >= 3:
+                # (three tables or more in the transaction: with a cross-format commit, all three formats)
+                if faults.ARMED and len({w.table_id for g in groups for w in g.writes}) >= 3:
                     faults.hit("group-commit-mid")
         results = []
         for g in groups:

@@ -613,7 +613,7 @@ def read_lance(http: httpx.Client, table: str) -> TableState:
 
 # Crash points (storage/faults.py) and the probability each is armed with: the rarer a point's path (a group
 # commit of several tables, a cross-table transaction), the likelier a kill once there.
-CRASH_POINTS = {"after-files": 0.03, "cross-table-mid": 0.3, "group-commit-mid": 0.3, "before-publish": 0.03,
+CRASH_POINTS = {"after-files": 0.03, "cross-table-mid": 0.3, "group-commit-mid": 0.5, "before-publish": 0.03,
                 "before-reply": 0.01}
 CRASH_WAIT_S = 60     # a cycle without any armed point hit in this long ends the run (reported as missed)
 
