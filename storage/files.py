@@ -26,8 +26,8 @@ from obstore.exceptions import InvalidPathError
 from .errors import FileMissing, FileRefused
 from .grouped import GroupedCall
 # The names other layers import from here: the file IO, its file-write tuple, and the location helpers.
-from .localfs import (sync_existing, NOT_A_FILE, DeletionStopped, FileWrite, _descend, _opened_beneath, _read_at_most,
-                      _remove_tree, _unlink_beneath, file_write, write_durably)
+from .localfs import (NOT_A_FILE, DeletionStopped, FileWrite, _descend, _opened_beneath, _read_at_most,
+                      _remove_tree, _unlink_beneath, file_write, sync_existing, write_durably)
 from .paths import (is_below, is_within, join, local_path, location_key, path_segment, to_local_path,
                     unsafe_location)
 

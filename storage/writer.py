@@ -15,8 +15,8 @@ from uuid import UUID
 
 import asyncpg
 
-from .connections import APPLICATION_NAME, CONNECTION_ERRORS, sent_nothing, server_refused, why
 from . import faults
+from .connections import APPLICATION_NAME, CONNECTION_ERRORS, sent_nothing, server_refused, why
 from .errors import OutcomeLost, StoreUnavailable
 from .paths import location_key
 from .queries import LOCATIONS_LOCK, location_in_use, put_idempotency

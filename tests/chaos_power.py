@@ -23,8 +23,8 @@ from pathlib import Path
 
 from storage.embedded import EmbeddedPostgres
 
-LAZYFS = Path(__file__).resolve().parents[2] / "shared" / "tools" / "lazyfs"
-LAZYFS = Path(os.environ.get("COORDINATOR_LAZYFS_KIT", LAZYFS))
+# LazyFS's source and scripts, kept here so that a fresh machine needs only apt (tests/lazyfs/README.md)
+LAZYFS = Path(os.environ.get("COORDINATOR_LAZYFS_KIT", Path(__file__).resolve().parent / "lazyfs"))
 CACHE_SIZE = os.environ.get("LAZYFS_CACHE_SIZE", "512mb")   # above what a run writes: a full cache writes through
 PG_USER = "postgres"
 
