@@ -38,12 +38,12 @@ class AimedCrashes:
 
 
 
-def start_armed(server: ServerProcess, attempts: int = 5) -> None:
+def start_armed(server: ServerProcess, attempts: int = 5, timeout_s: float = 120) -> None:
     """Start a server that may kill itself at a crash point before it is ready (a restore on start-up may
     commit): start again."""
     for attempt in range(attempts):
         try:
-            server.start()
+            server.start(timeout_s)
             return
         except RuntimeError:
             if server.proc is None or server.proc.poll() != -signal.SIGKILL or attempt == attempts - 1:
