@@ -28,7 +28,7 @@ from .errors import FileMissing, FileRefused, FileTaken
 from .grouped import GroupedCall
 # The names other layers import from here: the file IO, its file-write tuple, and the location helpers.
 from .localfs import (NOT_A_FILE, DeletionStopped, FileWrite, _descend, _opened_beneath, _read_at_most,
-                      _remove_tree, _unlink_beneath, file_write, write_durably)
+                      _remove_tree, _unlink_beneath, file_write, sync_existing, write_durably)
 from .paths import (is_below, is_within, join, local_path, location_key, path_segment, to_local_path,
                     unsafe_location)
 
@@ -91,6 +91,11 @@ class FileIO:
         instead of two per file. One caller's failure is its own: the others' files are still written."""
         if files:
             await self._writes(files)
+
+    async def sync_existing(self, files: list[tuple[str, str | None]]) -> None:
+        """fsync the local files of (uri, within) that exist (`localfs.sync_existing`)."""
+        if files:
+            await trio.to_thread.run_sync(sync_existing, files)
 
     def _write_batches_sync(self, batches: list[list[FileWrite]]) -> list[Exception | None]:
         """Each caller's files made durable (None), or the exception that stopped them (the others go on)."""

@@ -16,6 +16,7 @@ from uuid import UUID
 
 import asyncpg
 
+from . import faults
 from .connections import APPLICATION_NAME, CONNECTION_ERRORS, sent_nothing, server_refused, why
 from .errors import OutcomeLost, StoreUnavailable
 from .paths import location_key
@@ -231,6 +232,9 @@ class GroupCommitWriter:
                 for g in groups:
                     if not g.is_simple:
                         complex_results[id(g)] = await self._write_complex(con, g)
+                # (three tables or more in the transaction: with a cross-format commit, all three formats)
+                if faults.ARMED and len({w.table_id for g in groups for w in g.writes}) >= 3:
+                    faults.hit("group-commit-mid")
         results = []
         for g in groups:
             if g.is_simple:
@@ -280,7 +284,9 @@ class GroupCommitWriter:
             async with con.transaction():  # a savepoint inside the flush's transaction
                 if self.fenced:
                     await self._check_leases(con, group.writes)
-                for w in group.writes:
+                for i, w in enumerate(group.writes):
+                    if faults.ARMED and i == 1:
+                        faults.hit("cross-table-mid")
                     await self._write_one(con, w)
                 for k in group.idempotency:
                     await put_idempotency(con, k)

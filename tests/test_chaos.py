@@ -17,7 +17,8 @@ The checker (`check`, a pure function of the log and the state read back) requir
   tail GET commits serves (page by page) equal to the commit log; Lance versions 1..N, each manifest on disk
   holding its commit's bytes and no other manifest there.
 
-pytest runs `COORDINATOR_CHAOS_CYCLES` (3) cycles; `python -m tests.test_chaos --cycles 20` runs on its own
+pytest runs `COORDINATOR_CHAOS_CYCLES` (3) cycles, plus the crash-point and power-loss modes (docs/durability.md);
+`python -m tests.test_chaos --cycles 20` runs on its own
 throwaway PostgreSQL, prints progress per cycle and the figures, and exits 1 when the check fails.
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+import contextlib
 import os
 import random
 import sys
@@ -41,6 +43,8 @@ import httpx
 import pytest
 
 from coordinator.lance.files import version_of_manifest_name
+from tests.chaos_crash_points import CRASH_POINTS, CRASH_WAIT_S, AimedCrashes, start_armed, wait_for_death
+from tests.chaos_power import PowerLoss, iceberg_read_back, skip_reason
 from tests.delta.conftest import FIRST, PREFIX, UC, commit_info, commit_log
 from tests.chaos_files import ClientFiles
 from tests.support import MotoS3, ServerProcess, throwaway_postgres, uuid7
@@ -65,6 +69,7 @@ LANCE_PAGE_SIZE = 7
 DELTA_PUBLISH_LAG = 4
 RETRY_PAUSE_S = 0.05
 CLIENT_FILES = ClientFiles()   # where the Lance writers' staged manifests go (run_chaos sets it)
+START_TIMEOUT_S = 120   # a restart on a busy machine (replaying WAL after a power loss, say) may be slow
 
 
 # -- the clients' log --------------------------------------------------------------------------------------------
@@ -103,6 +108,15 @@ class ClientLog:
     def acked(self) -> Counter[str]:
         with self._lock:
             return Counter(o.fmt for o in self.outcomes if o.status == "acked")
+
+    def acked_ids(self, fmt: str) -> dict[str, set[str]]:
+        """Table -> ids of the commits acknowledged on it so far."""
+        with self._lock:
+            out: dict[str, set[str]] = {}
+            for o in self.outcomes:
+                if o.fmt == fmt and o.status == "acked":
+                    out.setdefault(o.table, set()).add(o.cid)
+            return out
 
 
 # -- the checker -------------------------------------------------------------------------------------------------
@@ -375,11 +389,20 @@ class LanceWriter(Writer):
         if got is None:
             return None
         v = got["versions"][0]["version"] + 1 if got["versions"] else 1
-        self.staged = CLIENT_FILES.stage(self.location, v, _manifest(cid))
+        self.staged, self.staged_bytes = CLIENT_FILES.stage(self.location, v, _manifest(cid)), _manifest(cid)
         return {"version": v, "manifest_path": self.staged, "metadata": {"chaos-id": cid}}, v
 
     def post(self, body: dict, key: str) -> httpx.Response:
+        self.restage()
         return self.http.post(self.path + "/version/create", json=body)
+
+    def restage(self) -> None:
+        """A power loss empties a staged manifest its writer never synced (Lance's local writer does not) unless
+        the service already made it durable: the writer writes it again before a retry, as it would re-upload."""
+        staged = Path("/" + self.staged)
+        with contextlib.suppress(FileNotFoundError):
+            if staged.stat().st_size != len(self.staged_bytes):
+                staged.write_bytes(self.staged_bytes)
 
     def part(self, body: dict) -> dict:
         return {"format": "lance", "id": [LANCE_NS, self.table], **body}
@@ -424,8 +447,13 @@ class CrossFormatWriter(Writer):
                 return
             prepared.append(p)
         body, key = {"parts": [w.part(b) for w, (b, _) in zip(self.writers, prepared)]}, uuid7()
-        status, doubt = self.send(lambda: self.http.post(CROSS_FORMAT_COMMIT, json=body,
-                                                         headers={"Idempotency-Key": key}))
+
+        def attempt() -> httpx.Response:
+            for w in self.writers:
+                if isinstance(w, LanceWriter):
+                    w.restage()
+            return self.http.post(CROSS_FORMAT_COMMIT, json=body, headers={"Idempotency-Key": key})
+        status, doubt = self.send(attempt)
         for w, (_, version) in zip(self.writers, prepared):
             self.log.record(Outcome(w.fmt, self.table, cid, status, version, doubt, across=True))
             w.settle(status)
@@ -595,24 +623,32 @@ class Run:
     stalled: list[str]          # cycles in which a format had no commit acknowledged
     outcomes: list[Outcome]
     states: list[TableState]
+    crash_hits: Counter = field(default_factory=Counter)   # aimed crashes: how often each point killed the service
+    crash_target: int = 0
+    read_back: list[str] = field(default_factory=list)       # what a real client could not read after a cut
 
 
 def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, load_s: tuple[float, float] = (1.0, 3.0),
-              progress: Callable[[str], None] = print, s3: MotoS3 | None = None) -> Run:
-    """`s3`: run on a warehouse in a fresh bucket of this S3 server instead of a local one."""
+              progress: Callable[[str], None] = print, s3: MotoS3 | None = None, aimed: AimedCrashes | None = None,
+              power: PowerLoss | None = None) -> Run:
+    """`cycles` SIGKILLs at random moments; or, with `aimed`, as many self-kills at the crash points as it takes
+    to hit each `aimed.target` times (`cycles` then bounds the restarts). With `power`, PostgreSQL and the
+    warehouse are on LazyFS and each kill is a power loss (`PowerLoss.cut`), after which pyiceberg must load every
+    Iceberg table with every commit acknowledged so far. `s3`: run on a warehouse in a fresh bucket of this S3
+    server instead of a local one."""
     global CLIENT_FILES
     t0 = time.monotonic()
     rng = random.Random(seed)
-    where: dict = {}
+    where: dict = {"warehouse": power.warehouse if power else None}
     CLIENT_FILES = ClientFiles()
     if s3 is not None:
         bucket = s3.bucket()
         where = dict(warehouse=f"s3://{bucket}/chaos", extra_args=s3.serve_args)
         CLIENT_FILES = ClientFiles(s3.store(bucket))
-    server = ServerProcess(database_url, workdir / "server", **where,
-                           extra_env={"COORDINATOR_DELTA_COMMITS_PAGE_SIZE": str(DELTA_PAGE_SIZE),
-                                      **(s3.env if s3 is not None else {})})
-    base = server.start()
+    server_env = {"COORDINATOR_DELTA_COMMITS_PAGE_SIZE": str(DELTA_PAGE_SIZE), **(s3.env if s3 is not None else {})}
+    server = ServerProcess(database_url, workdir / "server", extra_env=dict(server_env), **where)
+    read_back: list[str] = []
+    base = server.start(START_TIMEOUT_S)
     log, stop, give_up = ClientLog(), threading.Event(), threading.Event()
     threads: list[threading.Thread] = []
     try:
@@ -630,19 +666,48 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
             th.start()
         stalled: list[str] = []
         before = log.acked()
+        done = 0
         for cycle in range(1, cycles + 1):
-            ran = rng.uniform(*load_s)
-            time.sleep(ran)
-            server.kill()
+            down = time.monotonic()
+            if aimed is None:
+                ran = rng.uniform(*load_s)
+                time.sleep(ran)
+                server.kill()
+                down = time.monotonic()
+                if power is not None:
+                    power.cut()
+                server.start(START_TIMEOUT_S)
+                how = (f"load {ran:.1f}s, SIGKILL{' + power loss' if power else ''}, back up in "
+                       f"{time.monotonic() - down:.1f}s")
+                if power is not None:
+                    found = iceberg_read_back(base, ICEBERG_NS, list(TABLES), log.acked_ids("iceberg"))
+                    read_back += [f"after cycle {cycle}: {p}" for p in found]
+            else:
+                points = aimed.missing()
+                if not points:
+                    break
+                server.kill()   # (the first cycle's server runs unarmed; later ones are dead already)
+                server.extra_env = {**server_env, **aimed.env(points)}
+                start_armed(server)
+                ran = wait_for_death(server, CRASH_WAIT_S)
+                if server.proc.poll() is None:
+                    progress(f"cycle {cycle}: no armed point ({', '.join(points)}) was hit in {CRASH_WAIT_S}s")
+                    break
+                how = (f"killed itself after {ran:.1f}s up (hits so far: "
+                       + ", ".join(f"{p} {n}" for p, n in aimed.hits().items()) + ")")
+            done = cycle
             now = log.acked()
             gained = {f: now[f] - before[f] for f in FORMATS}
-            stalled += [f"cycle {cycle}: {f}" for f in FORMATS if gained[f] == 0]
+            if aimed is None:   # (an aimed crash may come before a format's first commit)
+                stalled += [f"cycle {cycle}: {f}" for f in FORMATS if gained[f] == 0]
             before = now
-            down = time.monotonic()
-            server.start()
-            progress(f"cycle {cycle}/{cycles}: load {ran:.1f}s, acknowledged "
-                     + ", ".join(f"{f} +{gained[f]}" for f in FORMATS)
-                     + f" (total {sum(now.values())}); SIGKILL, back up in {time.monotonic() - down:.1f}s")
+            progress(f"cycle {cycle}/{cycles}: acknowledged " + ", ".join(f"{f} +{gained[f]}" for f in FORMATS)
+                     + f" (total {sum(now.values())}); {how}")
+        if aimed is not None:
+            server.kill()
+            server.extra_env = dict(server_env)   # the last run unarmed: it must make progress and stay up
+            server.start(START_TIMEOUT_S)
+            before = log.acked()
         # Let every format commit against the restarted service (a liveness check, with room for a slow machine).
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(log.acked()[f] == before[f] for f in FORMATS):
@@ -659,10 +724,11 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
         after_last = {f: log.acked()[f] - before[f] for f in FORMATS}
         stalled += [f"after the last restart: {f}" for f in FORMATS if after_last[f] == 0]
         server.stop()                                     # a clean restart before reading the state back
-        server.start()
+        server.start(START_TIMEOUT_S)
         states = read_state(base, database_url, tables)
         figures = check(log.outcomes, states)
-        return Run(cycles, time.monotonic() - t0, figures, log.errors, stalled, log.outcomes, states)
+        return Run(done, time.monotonic() - t0, figures, log.errors, stalled, log.outcomes, states,
+                   aimed.hits() if aimed else Counter(), aimed.target if aimed else 0, read_back)
     finally:
         stop.set()
         give_up.set()
@@ -687,9 +753,11 @@ def figures_table(run: Run) -> str:
     for kind in kinds:
         rows.append((f"errors: {kind}", [run.errors[x, kind] for x in FORMATS]))
     width = max(len(r[0]) for r in rows)
-    lines = [f"cycles: {run.cycles}   wall time: {run.seconds:.0f}s   stalled: {', '.join(run.stalled) or 'none'}",
-             f"| {'figure':<{width}} | " + " | ".join(f"{x:>7}" for x in FORMATS) + " |   total |",
-             f"|{'-' * (width + 2)}|" + "|".join("-" * 9 for _ in FORMATS) + "|---------|"]
+    lines = [f"cycles: {run.cycles}   wall time: {run.seconds:.0f}s   stalled: {', '.join(run.stalled) or 'none'}"]
+    if run.crash_hits:
+        lines.append("crash points hit: " + ", ".join(f"{p} {n}" for p, n in run.crash_hits.items()))
+    lines += [f"| {'figure':<{width}} | " + " | ".join(f"{x:>7}" for x in FORMATS) + " |   total |",
+              f"|{'-' * (width + 2)}|" + "|".join("-" * 9 for _ in FORMATS) + "|---------|"]
     for label, values in rows:
         lines.append(f"| {label:<{width}} | " + " | ".join(f"{v:>7}" for v in values) + f" | {sum(values):>7} |")
     across = Counter(o.status for o in run.outcomes if o.across and o.fmt == FORMATS[0])
@@ -701,6 +769,31 @@ def figures_table(run: Run) -> str:
 
 
 # -- tests -------------------------------------------------------------------------------------------------------
+
+
+def verdict(run: Run) -> list[str]:
+    """Everything that fails a run, for the pytest tests and the script alike (empty: it passed)."""
+    problems = [] if run.figures.clean else [run.figures.problems()]
+    problems += [f"no {fmt} commit was acknowledged" for fmt in FORMATS if run.figures.counts[fmt]["acked"] == 0]
+    after = [s for s in run.stalled if s.startswith("after")]
+    if after:
+        problems.append(f"no progress after the last restart: {after}")
+    # Any other answer than a conflict or 503 (a 5xx above all) means a client or the service is broken, not a crash.
+    odd = {k: n for k, n in run.errors.items() if k[1].isdigit() and k[1] not in ("409", "503")}
+    if odd:
+        problems.append(f"unexpected answers (format, status): count: {odd}")
+    problems += run.read_back
+    short = {p: n for p, n in run.crash_hits.items() if n < run.crash_target}
+    if short:
+        problems.append(f"crash points hit fewer than {run.crash_target} times: {short}")
+    # The checker sees the real state: remove one acknowledged commit from it and it must say so.
+    victim = next((o for o in run.outcomes if o.status == "acked"), None)
+    if victim is not None:
+        states = [TableState(s.fmt, s.table, s.first, [(v, c) for v, c in s.entries if c != victim.cid],
+                             s.anomalies) for s in run.states]
+        if not [line for line in check(run.outcomes, states).lost if victim.cid in line]:
+            problems.append(f"checker self-test: commit {victim.cid} removed from the state, not reported lost")
+    return problems
 
 
 def test_sigkill_cycles_under_mixed_load_lose_and_duplicate_nothing(database_url, tmp_path):
@@ -717,18 +810,69 @@ def test_sigkill_cycles_on_an_s3_warehouse_lose_and_duplicate_nothing(database_u
 
 def check_chaos_run(run: Run) -> None:
     print(figures_table(run))
-    assert run.figures.clean, run.figures.problems()
-    for fmt in FORMATS:
-        assert run.figures.counts[fmt]["acked"] > 0, f"no {fmt} commit was acknowledged"
-    assert not [s for s in run.stalled if s.startswith("after")], f"no progress after the last restart: {run.stalled}"
-    # Any other answer than a conflict or 503 means a client or the service is broken, not a crash.
-    odd = {k: n for k, n in run.errors.items() if k[1].isdigit() and k[1] not in ("409", "503")}
-    assert not odd, odd
-    # The checker sees the real state: remove one acknowledged commit from it and it must say so.
-    victim = next(o for o in run.outcomes if o.status == "acked")
-    states = [TableState(s.fmt, s.table, s.first, [(v, c) for v, c in s.entries if c != victim.cid], s.anomalies)
-              for s in run.states]
-    assert [line for line in check(run.outcomes, states).lost if victim.cid in line]
+    assert not verdict(run), "\n".join(verdict(run))
+
+
+def test_aimed_crash_points_lose_and_duplicate_nothing(database_url, tmp_path):
+    """The service kills itself at each crash point of the commit path (`COORDINATOR_CHAOS_CRASH_HITS` times
+    each, 2 by default; the script's --crash-points run asks 20)."""
+    target = int(os.environ.get("COORDINATOR_CHAOS_CRASH_HITS", "2"))
+    aimed = AimedCrashes(tmp_path, target)
+    run = run_chaos(database_url, tmp_path, target * len(CRASH_POINTS) * 4, aimed=aimed,
+                    progress=lambda line: print(line, flush=True))
+    print(figures_table(run))
+    assert not verdict(run), "\n".join(verdict(run))
+    assert all(run.crash_hits[p] >= target for p in CRASH_POINTS), run.crash_hits
+
+
+POWER_LOSS_CYCLES = int(os.environ.get("COORDINATOR_CHAOS_POWER_CYCLES", "2"))
+
+
+@pytest.fixture(scope="module")
+def lazyfs():
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+def test_power_loss_cycles_lose_nothing_acknowledged(lazyfs, tmp_path):
+    power = PowerLoss()
+    try:
+        run = run_chaos(power.dsn, tmp_path, POWER_LOSS_CYCLES, power=power,
+                        progress=lambda line: print(line, flush=True))
+    finally:
+        power.close()
+    print(figures_table(run))
+    assert not verdict(run), "\n".join(verdict(run))
+
+
+def test_power_loss_mode_finds_the_losses_of_non_durable_commits(lazyfs, tmp_path):
+    """The negative control: with PostgreSQL answering commits before they are on disk, the same run must report
+    acknowledged commits lost, or the mode proves nothing."""
+    power = PowerLoss(durable_commits=False)
+    try:
+        run = run_chaos(power.dsn, tmp_path, POWER_LOSS_CYCLES, power=power,
+                        progress=lambda line: print(line, flush=True))
+    finally:
+        power.close()
+    print(figures_table(run))
+    assert run.figures.lost or run.read_back, "no loss found with synchronous_commit=off"
+
+
+def test_verdict_fails_a_run_with_a_5xx_or_no_progress_after_the_last_restart():
+    outcomes = _delta_log(a="acked@1")
+    states = [TableState("delta", "t", 0, [(0, None), (1, "a")])]
+    counts_ok = check(outcomes, states)
+    run = Run(1, 1.0, counts_ok, Counter(), [], outcomes, states)
+    assert [p for p in verdict(run) if "no iceberg commit" in p]   # (only Delta committed here)
+    for fmt in ("iceberg", "lance"):
+        counts_ok.counts[fmt]["acked"] = 1
+    assert not verdict(run)
+    assert "500" in " ".join(verdict(Run(1, 1.0, counts_ok, Counter({("delta", "500"): 1}), [], outcomes, states)))
+    stalled = Run(1, 1.0, counts_ok, Counter(), ["after the last restart: lance"], outcomes, states)
+    assert "no progress after the last restart" in " ".join(verdict(stalled))
+    short = Run(1, 1.0, counts_ok, Counter(), [], outcomes, states, Counter({"after-files": 1}), 20)
+    assert "fewer than 20" in " ".join(verdict(short))
 
 
 def _delta_log(**outcomes: str) -> list[Outcome]:
@@ -782,23 +926,46 @@ def test_checker_flags_a_cross_format_commit_applied_in_some_formats_only():
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.test_chaos", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cycles", type=int, default=20)
+    parser.add_argument("--cycles", type=int, default=20, help="kills (with --crash-points: at most this many)")
     parser.add_argument("--seed", type=int, default=7, help="seeds the load durations between kills")
     parser.add_argument("--s3", action="store_true", help="on an S3 warehouse (moto's S3 server, started here)")
+    parser.add_argument("--crash-points", type=int, metavar="HITS", default=0,
+                        help="instead of SIGKILLs from outside, let the service kill itself at each of its crash "
+                             "points until each was hit HITS times (20 asks for --cycles 400 or so)")
+    parser.add_argument("--power-loss", action="store_true",
+                        help="PostgreSQL's data and the warehouse on LazyFS; each kill is a power loss")
+    parser.add_argument("--non-durable", action="store_true",
+                        help="with --power-loss: PostgreSQL with synchronous_commit=off, to see losses reported")
     args = parser.parse_args(argv)
-    with throwaway_postgres() as dsn, tempfile.TemporaryDirectory(prefix="coordinator-chaos-") as work:
-        s3 = MotoS3(Path(work) / "moto.log").start() if args.s3 else None
-        try:
-            run = run_chaos(dsn, Path(work), args.cycles, seed=args.seed, s3=s3,
-                            progress=lambda line: print(line, flush=True))
-        finally:
-            if s3 is not None:
-                s3.stop()
+    if args.power_loss:
+        reason = skip_reason()
+        if reason:
+            print(f"cannot run --power-loss: {reason}")
+            return 2
+        with tempfile.TemporaryDirectory(prefix="coordinator-chaos-") as work:
+            power = PowerLoss(durable_commits=not args.non_durable)
+            try:
+                run = run_chaos(power.dsn, Path(work), args.cycles, seed=args.seed, power=power,
+                                progress=lambda line: print(line, flush=True))
+            finally:
+                power.close()
+    else:
+        with throwaway_postgres() as dsn, tempfile.TemporaryDirectory(prefix="coordinator-chaos-") as work:
+            aimed = AimedCrashes(Path(work), args.crash_points) if args.crash_points else None
+            s3 = MotoS3(Path(work) / "moto.log").start() if args.s3 else None
+            try:
+                run = run_chaos(dsn, Path(work), args.cycles, seed=args.seed, s3=s3, aimed=aimed,
+                                progress=lambda line: print(line, flush=True))
+            finally:
+                if s3 is not None:
+                    s3.stop()
     print(figures_table(run))
-    if not run.figures.clean:
-        print(run.figures.problems())
+    problems = verdict(run)
+    if problems:
+        print("FAILED:\n" + "\n".join(problems))
         return 1
-    print("OK: every acknowledged commit present once, no duplicates, versions contiguous")
+    print("OK: every acknowledged commit present once, no duplicates, versions contiguous, no 5xx, "
+          "progress after the last restart")
     return 0
 
 
