@@ -349,6 +349,9 @@ def test_member_killed_under_load_shards_taken_over_nothing_lost(database_url, t
         writers = _Writers([m.base_url for m in survivors], names)
         acked, statuses = writers.acked, writers.statuses
         time.sleep(2.0)
+        started_by = time.monotonic() + 30   # a busy machine may take a while to get the writers going
+        while not acked and time.monotonic() < started_by:
+            time.sleep(0.1)
         before = len(acked)
         victim.kill()
         killed_at = time.monotonic()
