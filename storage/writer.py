@@ -164,7 +164,16 @@ class GroupCommitWriter:
             for _, fut in items:
                 fut.set_exception(err)
             return
-        backend = con.get_server_pid()   # asyncpg detaches a connection that dies: ask now
+        try:
+            backend = con.get_server_pid()   # asyncpg detaches a connection that dies: ask now
+        except asyncpg.InterfaceError as exc:
+            # The connection died between the pool handing it out and now (the pool took it back): nothing was
+            # sent on it, so every group is known NOT applied.
+            await self._discard(con)
+            err = StoreUnavailable(f"database connection lost: {why(exc)}; nothing applied")
+            for _, fut in items:
+                fut.set_exception(err)
+            return
         try:
             results = await self._write(con, [g for g, _ in items])
         except Exception as exc:
