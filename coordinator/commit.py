@@ -76,16 +76,11 @@ async def write(commit: Commit, store: TableRows, files: Files) -> None:
         if part.new is not None and part.new.location and part.files:
             await _check_place_free(store, part.new)
     fresh = [f for p in commit.parts for f in p.files]
-    # A published file's source is a client's staged file, perhaps never synced by its writer: once the rows are
-    # written it is the only copy the published file can be restored from, so it is made durable first.
-    sources = [(source, within) for p in commit.parts for _, _, source, within in map(file_write, p.published)
-               if source is not None]
     # Nothing below may be abandoned half-way by a cancelled requester or a shutdown: other callers' outcomes, and
     # the actors holding their tables, wait on it.
     with trio.CancelScope(shield=True):
         try:
             await files.write_many(fresh)
-            await files.sync_existing(sources)
         except Exception as exc:  # a full or read-only warehouse, say: the store was not asked, nothing applied
             await _discard_new_tables_files(commit, files)
             raise Unavailable(f"could not write the table files ({exc}); nothing applied, retry") from exc

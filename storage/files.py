@@ -80,6 +80,7 @@ class FileIO:
         # Told each batch's wall time in seconds (the service's latency histogram); called on a worker thread.
         self.on_write: Callable[[float], None] | None = None
         self._reads = _in_worker_thread(_each(lambda item: self.read_within_sync(*item)))
+        self._durable_reads = _in_worker_thread(_each(lambda item: self._read_durable_sync(*item)))
         self._deletes = _in_worker_thread(_each(lambda item: self.delete_within_sync(*item)))
 
     # -- public, awaited from trio (blocking work runs in a worker thread) ----------------------------------
@@ -92,10 +93,12 @@ class FileIO:
         if files:
             await self._writes(files)
 
-    async def sync_existing(self, files: list[tuple[str, str | None]]) -> None:
-        """fsync the local files of (uri, within) that exist (`localfs.sync_existing`)."""
-        if files:
-            await trio.to_thread.run_sync(sync_existing, files)
+    async def read_durable(self, uri: str, within: str | None = None) -> bytes:
+        """`read`, and the file made durable first: a client's staged file that a commit will adopt may never
+        have been synced by its writer, and once the commit is recorded it is the only copy the published file
+        can be restored from (`localfs.sync_existing`). Batched with other reads, before the commit is offered:
+        never inside a table's serialized commit."""
+        return await self._durable_reads((uri, within))
 
     def _write_batches_sync(self, batches: list[list[FileWrite]]) -> list[Exception | None]:
         """Each caller's files made durable (None), or the exception that stopped them (the others go on)."""
@@ -188,6 +191,10 @@ class FileIO:
         await trio.to_thread.run_sync(self.delete_tree_sync, location, stop)
 
     # -- sync implementations --------------------------------------------------------------------------------
+
+    def _read_durable_sync(self, uri: str, within: str | None) -> bytes:
+        sync_existing([(uri, within)])
+        return self.read_within_sync(uri, within)
 
     def read_within_sync(self, uri: str, within: str | None) -> bytes:
         root, path = (local_path(within), local_path(uri)) if within is not None else (None, None)

@@ -187,8 +187,8 @@ class Files(Protocol):
         holds the bytes is renamed into place instead). Files are not written atomically as a set: on an error
         some may be in place. With `within` (the table's place), nothing below it is reached through a link."""
 
-    async def sync_existing(self, files: list[tuple[str, str | None]]) -> None:
-        """fsync each local file of (uri, within) that exists (a client's file a commit will adopt)."""
+    async def read_durable(self, uri: str, within: str | None = None) -> bytes:
+        """`read`, after making the file durable (a client's staged file a commit will adopt)."""
 
     async def read(self, uri: str, within: str | None = None) -> bytes:
         """The file's bytes; with `within`, locally only a regular file reached without following a link."""

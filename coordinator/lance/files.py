@@ -125,9 +125,10 @@ def manifest_uri(location: str, version: int, scheme: str) -> str:
 
 
 async def read_staged(files: FileIO, location: str, uri: str) -> bytes | None:
-    """A staged manifest's bytes, None if it does not exist (a link planted there is refused)."""
+    """A staged manifest's bytes, made durable (it becomes the only copy of the version's manifest once the
+    version is recorded); None if it does not exist (a link planted there is refused)."""
     try:
-        return await files.read(uri, within=location)
+        return await files.read_durable(uri, within=location)
     except (NotFound, storage_errors.FileMissing):
         return None
     except storage_errors.FileRefused as exc:   # not a file, or reached through a link: the request's fault
