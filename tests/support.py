@@ -22,16 +22,25 @@ from storage.embedded import EmbeddedPostgres, free_port
 
 
 @contextmanager
-def throwaway_postgres() -> Iterator[str]:
-    """A PostgreSQL cluster in a fresh temp dir on a free port for the duration of the block; yields its DSN."""
+def throwaway_cluster() -> Iterator[EmbeddedPostgres]:
+    """A started PostgreSQL cluster in a fresh temp dir on a free port for the duration of the block (for tests
+    that stop, kill or restart it)."""
     root = Path(tempfile.mkdtemp(prefix="coordinator-test-pg-"))
     root.chmod(0o755)  # as root, PostgreSQL runs as another OS user that must reach its directory
     pg = EmbeddedPostgres(root / "pg")
     try:
-        yield pg.start()
+        pg.start()
+        yield pg
     finally:
         pg.destroy()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def throwaway_postgres() -> Iterator[str]:
+    """A PostgreSQL cluster in a fresh temp dir on a free port for the duration of the block; yields its DSN."""
+    with throwaway_cluster() as pg:
+        yield pg.dsn
 
 
 class ServerProcess:

@@ -835,13 +835,19 @@ def lazyfs():
         pytest.skip(reason)
 
 
-def test_power_loss_cycles_lose_nothing_acknowledged(lazyfs, tmp_path):
-    power = PowerLoss()
+def power_loss_run(tmp_path: Path, cycles: int, *, durable_commits: bool = True, seed: int = 7) -> Run:
+    """`cycles` power losses on a fresh LazyFS rig."""
+    power = PowerLoss(durable_commits=durable_commits)
     try:
-        run = run_chaos(power.dsn, tmp_path, POWER_LOSS_CYCLES, power=power,
+        run = run_chaos(power.dsn, tmp_path, cycles, seed=seed, power=power,
                         progress=lambda line: print(line, flush=True))
     finally:
         power.close()
+    return run
+
+
+def test_power_loss_cycles_lose_nothing_acknowledged(lazyfs, tmp_path):
+    run = power_loss_run(tmp_path, POWER_LOSS_CYCLES)
     print(figures_table(run))
     assert not verdict(run), "\n".join(verdict(run))
 
@@ -849,12 +855,7 @@ def test_power_loss_cycles_lose_nothing_acknowledged(lazyfs, tmp_path):
 def test_power_loss_mode_finds_the_losses_of_non_durable_commits(lazyfs, tmp_path):
     """The negative control: with PostgreSQL answering commits before they are on disk, the same run must report
     acknowledged commits lost, or the mode proves nothing."""
-    power = PowerLoss(durable_commits=False)
-    try:
-        run = run_chaos(power.dsn, tmp_path, POWER_LOSS_CYCLES, power=power,
-                        progress=lambda line: print(line, flush=True))
-    finally:
-        power.close()
+    run = power_loss_run(tmp_path, POWER_LOSS_CYCLES, durable_commits=False)
     print(figures_table(run))
     assert run.figures.lost or run.read_back, "no loss found with synchronous_commit=off"
 
@@ -943,12 +944,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cannot run --power-loss: {reason}")
             return 2
         with tempfile.TemporaryDirectory(prefix="coordinator-chaos-") as work:
-            power = PowerLoss(durable_commits=not args.non_durable)
-            try:
-                run = run_chaos(power.dsn, Path(work), args.cycles, seed=args.seed, power=power,
-                                progress=lambda line: print(line, flush=True))
-            finally:
-                power.close()
+            run = power_loss_run(Path(work), args.cycles, durable_commits=not args.non_durable, seed=args.seed)
     else:
         with throwaway_postgres() as dsn, tempfile.TemporaryDirectory(prefix="coordinator-chaos-") as work:
             aimed = AimedCrashes(Path(work), args.crash_points) if args.crash_points else None

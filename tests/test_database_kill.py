@@ -5,7 +5,6 @@ never a 500 when the outcome can be known, and the answers match what the tables
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -16,7 +15,7 @@ import pytest
 
 from storage.embedded import EmbeddedPostgres, EmbeddedPostgresError
 from tests.db_outage import run_under_load, writer_events
-from tests.support import ServerProcess
+from tests.support import ServerProcess, throwaway_cluster
 
 pytestmark = pytest.mark.crash
 
@@ -25,15 +24,8 @@ DOWN_S = 3.0   # how long the database stays down before it is started again
 
 @pytest.fixture
 def own_postgres():
-    root = Path(tempfile.mkdtemp(prefix="coordinator-kill-pg-"))
-    root.chmod(0o755)
-    pg = EmbeddedPostgres(root / "pg")
-    try:
-        pg.start()
+    with throwaway_cluster() as pg:
         yield pg
-    finally:
-        pg.destroy()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def kill_postmaster(pg: EmbeddedPostgres) -> None:
@@ -88,21 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     failed, totals = False, Counter()
     for cycle in range(1, args.cycles + 1):
-        root = Path(tempfile.mkdtemp(prefix="coordinator-kill-"))
-        root.chmod(0o755)
-        pg = EmbeddedPostgres(root / "pg")
-        try:
-            pg.start()
-            server = ServerProcess(pg.dsn, root / "srv")
+        with throwaway_cluster() as pg, tempfile.TemporaryDirectory(prefix="coordinator-kill-") as work:
+            server = ServerProcess(pg.dsn, Path(work) / "srv")
             base = server.start()
             try:
                 run = run_under_load(base, lambda: pg.dsn, lambda: kill_and_restart(pg))
             finally:
                 server.stop()
             events = writer_events(server.log_path)
-        finally:
-            pg.destroy()
-            shutil.rmtree(root, ignore_errors=True)
         problems = run.problems() + ([run.figures.problems()] if not run.figures.clean else [])
         totals.update(a.code for a in run.answers)
         print(f"cycle {cycle}/{args.cycles}: postmaster SIGKILLed, down {DOWN_S:.0f} s\n{run.table()}\n{events}\n"

@@ -3,17 +3,13 @@ itself afterwards, and no acknowledged commit lost."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from storage.embedded import EmbeddedPostgres
-from tests.support import ServerProcess
+from tests.support import ServerProcess, throwaway_cluster
 
 pytestmark = pytest.mark.crash
 
@@ -24,15 +20,8 @@ SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "
 
 @pytest.fixture
 def own_postgres():
-    root = Path(tempfile.mkdtemp(prefix="coordinator-restart-pg-"))
-    root.chmod(0o755)
-    pg = EmbeddedPostgres(root / "pg")
-    try:
-        pg.start()
+    with throwaway_cluster() as pg:
         yield pg
-    finally:
-        pg.destroy()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_database_restart_under_load(own_postgres, tmp_path):
