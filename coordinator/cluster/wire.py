@@ -95,20 +95,17 @@ class Codec:
         payload = self.dumps(message)
         return FRAME_HEADER.pack(len(payload)) + payload
 
-    def _pack(self, value: Any) -> bytes:
-        return self.dumps(value)
-
     def _default(self, obj: Any) -> msgpack.ExtType:
         local = self._by_id.get(id(obj))
         if local is not None:
             return msgpack.ExtType(_LOCAL, local.encode())
         cls = type(obj)
         if cls is functools.partial:
-            return msgpack.ExtType(_PARTIAL, self._pack([self._function(obj.func), list(obj.args), obj.keywords]))
+            return msgpack.ExtType(_PARTIAL, self.dumps([self._function(obj.func), list(obj.args), obj.keywords]))
         if cls is tuple:
-            return msgpack.ExtType(_TUPLE, self._pack(list(obj)))
+            return msgpack.ExtType(_TUPLE, self.dumps(list(obj)))
         if cls is set or cls is frozenset:
-            return msgpack.ExtType(_SET if cls is set else _FROZENSET, self._pack(list(obj)))
+            return msgpack.ExtType(_SET if cls is set else _FROZENSET, self.dumps(list(obj)))
         if isinstance(obj, uuid.UUID):  # asyncpg hands out its own subclass
             return msgpack.ExtType(_UUID, obj.bytes)
         if cls is datetime.datetime:
@@ -116,7 +113,7 @@ class Codec:
         if cls is datetime.date:
             return msgpack.ExtType(_DATE, obj.isoformat().encode())
         if cls is types.MappingProxyType:  # a frozen dict (Delta's catalog entry)
-            return msgpack.ExtType(_MAPPINGPROXY, self._pack(dict(obj)))
+            return msgpack.ExtType(_MAPPINGPROXY, self.dumps(dict(obj)))
         if cls is decimal.Decimal:
             return msgpack.ExtType(_DECIMAL, str(obj).encode())
         if cls is int:  # beyond msgpack's 64 bits
@@ -125,13 +122,13 @@ class Codec:
             raise TypeError(f"{_name(cls)} cannot cross the cluster channel: only plain data and the "
                             f"coordinator's own types do")
         if isinstance(obj, enum.Enum):
-            return msgpack.ExtType(_ENUM, self._pack([_name(cls), obj.value]))
+            return msgpack.ExtType(_ENUM, self.dumps([_name(cls), obj.value]))
         if isinstance(obj, BaseException):
-            return msgpack.ExtType(_ERROR, self._pack([_name(cls), list(obj.args), dict(vars(obj))]))
+            return msgpack.ExtType(_ERROR, self.dumps([_name(cls), list(obj.args), dict(vars(obj))]))
         if isinstance(obj, tuple):  # a NamedTuple: rebuilt from its fields
-            return msgpack.ExtType(_NAMEDTUPLE, self._pack([_name(cls), list(obj)]))
+            return msgpack.ExtType(_NAMEDTUPLE, self.dumps([_name(cls), list(obj)]))
         to_wire = getattr(obj, "_to_wire", None)  # a class that chooses its own form (and rebuilds from it)
-        return msgpack.ExtType(_OBJECT, self._pack([_name(cls), obj.__getstate__() if to_wire is None else to_wire()]))
+        return msgpack.ExtType(_OBJECT, self.dumps([_name(cls), obj.__getstate__() if to_wire is None else to_wire()]))
 
     def _function(self, fn: Any) -> list:
         owner = getattr(fn, "__self__", None)
@@ -159,9 +156,6 @@ class Codec:
         except (ValueError, TypeError, AttributeError) as exc:  # msgpack's errors are ValueErrors too
             raise WireError(f"malformed frame: {exc}") from None
 
-    def _unpack(self, data: bytes) -> Any:
-        return self.loads(data)
-
     def _ext(self, code: int, data: bytes) -> Any:
         if code == _LOCAL:
             name = data.decode()
@@ -169,11 +163,11 @@ class Codec:
                 raise WireError(f"unknown process-local object {name!r}")
             return self._by_name[name]
         if code == _TUPLE:
-            return tuple(self._unpack(data))
+            return tuple(self.loads(data))
         if code == _SET:
-            return set(self._unpack(data))
+            return set(self.loads(data))
         if code == _FROZENSET:
-            return frozenset(self._unpack(data))
+            return frozenset(self.loads(data))
         if code == _UUID:
             return uuid.UUID(bytes=data)
         if code == _DATETIME:
@@ -181,22 +175,22 @@ class Codec:
         if code == _DATE:
             return datetime.date.fromisoformat(data.decode())
         if code == _PARTIAL:
-            ref, args, keywords = self._unpack(data)
+            ref, args, keywords = self.loads(data)
             return functools.partial(self._callable(ref), *args, **keywords)
         if code == _MAPPINGPROXY:
-            return types.MappingProxyType(self._unpack(data))
+            return types.MappingProxyType(self.loads(data))
         if code == _DECIMAL:
             return decimal.Decimal(data.decode())
         if code == _BIGINT:
             return int(data.decode())
         if code == _ENUM:
-            name, value = self._unpack(data)
+            name, value = self.loads(data)
             cls = _own_class(name)
             if not issubclass(cls, enum.Enum):
                 raise WireError(f"{name!r} is not an enum")
             return cls(value)
         if code == _ERROR:
-            name, args, attrs = self._unpack(data)
+            name, args, attrs = self.loads(data)
             cls = _own_class(name)
             if not issubclass(cls, Exception):
                 raise WireError(f"{name!r} is not an error")
@@ -205,13 +199,13 @@ class Codec:
             vars(exc).update(attrs)
             return exc
         if code == _NAMEDTUPLE:
-            name, fields = self._unpack(data)
+            name, fields = self.loads(data)
             cls = _own_class(name)
             if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
                 raise WireError(f"{name!r} is not a named tuple")
             return cls(*fields)
         if code == _OBJECT:
-            name, state = self._unpack(data)
+            name, state = self.loads(data)
             cls = _own_class(name)
             if issubclass(cls, (BaseException, enum.Enum, tuple)):
                 raise WireError(f"{name!r} cannot be rebuilt from a state")
