@@ -193,8 +193,9 @@ class FileIO:
     # -- sync implementations --------------------------------------------------------------------------------
 
     def _read_durable_sync(self, uri: str, within: str | None) -> bytes:
+        data = self.read_within_sync(uri, within)   # first: it refuses links and bad names in its own words
         sync_existing([(uri, within)])
-        return self.read_within_sync(uri, within)
+        return data
 
     def read_within_sync(self, uri: str, within: str | None) -> bytes:
         root, path = (local_path(within), local_path(uri)) if within is not None else (None, None)
