@@ -241,7 +241,8 @@ def from_storage(exc: BaseException) -> BaseException:
         return exc
     mapped = {s.StoreUnavailable: Unavailable, s.OutcomeLost: OutcomeUnknown, s.NamespaceMissing: NoSuchNamespace,
               s.NamespaceExists: NamespaceExists, s.NamespaceRefilled: NamespaceRefilled,
-              s.NamespaceNotEmpty: NamespaceNotEmpty, s.FileMissing: NotFound, s.FileRefused: BadRequest}
+              s.NamespaceNotEmpty: NamespaceNotEmpty, s.FileMissing: NotFound, s.FileRefused: BadRequest,
+              s.FileUnavailable: Unavailable}
     for storage_class in type(exc).__mro__:
         if storage_class in mapped:
             return mapped[storage_class](exc.message)

@@ -52,3 +52,7 @@ class FileTaken(FileRefused):
 
 class DatabaseUnreachable(StorageError):
     """No connection to PostgreSQL could be made at start-up within the database timeout."""
+
+
+class FileUnavailable(StorageError):
+    """A file could not be read in time (or another process holds it): nothing was changed, safe to retry."""

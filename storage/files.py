@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 import trio
 from obstore.exceptions import InvalidPathError
 
-from .errors import FileMissing, FileRefused, FileTaken
+from .errors import FileMissing, FileRefused, FileTaken, FileUnavailable
 from .grouped import GroupedCall
 # The names other layers import from here: the file IO, its file-write tuple, and the location helpers.
 from .localfs import (NOT_A_FILE, DeletionStopped, FileWrite, _descend, _opened_beneath, _read_at_most,
@@ -32,15 +32,22 @@ from .localfs import (NOT_A_FILE, DeletionStopped, FileWrite, _descend, _opened_
 from .paths import (is_below, is_within, join, local_path, location_key, path_segment, to_local_path,
                     unsafe_location)
 
-__all__ = ["FileIO", "FileWrite", "file_write", "DeletionStopped", "NOT_A_FILE", "MAX_READ_WITHIN_BYTES",
+__all__ = ["FileIO", "FileWrite", "file_write", "DeletionStopped", "NOT_A_FILE", "MAX_READ_BYTES", "READ_TIMEOUT_S",
            "is_below", "is_within", "join", "local_path", "location_key", "path_segment", "to_local_path",
            "unsafe_location"]
 
 log = logging.getLogger(__name__)
 
-# What a read from within a table's place (a Lance staged manifest, read whole into memory) may be at most: far
-# above any manifest, and a bound on what a writer's file can make the service hold.
-MAX_READ_WITHIN_BYTES = 256 << 20
+# Every file the service reads is read whole into memory, and most are named by a client (a staged Lance manifest,
+# the metadata an Iceberg register names, a Delta table's first commit, the manifests a purge walks): this is the
+# most any of them may be. Far above any manifest or metadata file; a bound on what a client's file can make the
+# service hold.
+MAX_READ_BYTES = 256 << 20
+# How long a read may take before it is answered as unavailable (503, nothing changed). A thread cannot be
+# cancelled: the one still reading is abandoned, and holds one of READ_THREADS until the file system answers, so
+# that stalled reads never take the threads writes go through, nor hold up reads that have threads to run on.
+READ_TIMEOUT_S = 30.0
+READ_THREADS = 16
 
 
 def _in_worker_thread(run_batch: Callable[[list[Any]], list[Any]]) -> GroupedCall:
@@ -79,8 +86,15 @@ class FileIO:
         self.write_cpu_s = 0.0
         # Told each batch's wall time in seconds (the service's latency histogram); called on a worker thread.
         self.on_write: Callable[[float], None] | None = None
-        self._reads = _in_worker_thread(_each(lambda item: self.read_within_sync(*item)))
-        self._durable_reads = _in_worker_thread(_each(lambda item: self._read_durable_sync(*item)))
+        # Reads: on threads of their own (READ_THREADS), each ended at READ_TIMEOUT_S. Lance's staged manifests,
+        # read on the commit path, are read a batch per moment (one thread hop for many commits); any other read
+        # (rare: a register, a table's load) on a thread of its own, so that a read that stalls holds up no other.
+        self._read_threads = trio.CapacityLimiter(READ_THREADS)
+        self._durable_reads = GroupedCall(
+            functools.partial(trio.to_thread.run_sync, _each(lambda item: self._read_durable_sync(*item)),
+                              abandon_on_cancel=True, limiter=self._read_threads),
+            interrupted=lambda: OSError("the file operation was interrupted"),
+            timeout_s=READ_TIMEOUT_S, timed_out=lambda: _read_timed_out("a staged file"))
         self._deletes = _in_worker_thread(_each(lambda item: self.delete_within_sync(*item)))
 
     # -- public, awaited from trio (blocking work runs in a worker thread) ----------------------------------
@@ -93,7 +107,7 @@ class FileIO:
         if files:
             await self._writes(files)
 
-    async def read_durable(self, uri: str, within: str | None = None) -> bytes:
+    async def read_durable(self, uri: str, within: str) -> bytes:
         """`read`, and the file made durable first: a client's staged file that a commit will adopt may never
         have been synced by its writer, and once the commit is recorded it is the only copy the published file
         can be restored from (`localfs.sync_existing`). Batched with other reads, before the commit is offered:
@@ -114,13 +128,15 @@ class FileIO:
         return write_durably(batches, self._put_object)
 
     async def read(self, uri: str, within: str | None = None) -> bytes:
-        """A file's bytes; given the table's place it lies `within`, locally only a regular file reached from there
-        without following a link (a link planted at the name would hand over another dataset's bytes)."""
-        return await self._reads((uri, within))
+        """A file's bytes, read as `read_within_sync` says (a regular file, reached from `within` without following
+        a link, of at most MAX_READ_BYTES), on a thread of its own: FileUnavailable after READ_TIMEOUT_S."""
+        with trio.move_on_after(READ_TIMEOUT_S):
+            return await trio.to_thread.run_sync(self.read_within_sync, uri, within, abandon_on_cancel=True,
+                                                 limiter=self._read_threads)
+        raise _read_timed_out(uri)
 
-    async def delete(self, uri: str, within: str | None = None) -> None:
-        """Delete one file; given the table's place it lies `within`, locally no link below the warehouse is
-        followed on the way to it (`_unlink_beneath`)."""
+    async def delete(self, uri: str, within: str) -> None:
+        """Delete one file of the place `within` (a table's): see `delete_within_sync`."""
         await self._deletes((uri, within))
 
     async def exists(self, uri: str) -> bool:
@@ -146,14 +162,12 @@ class FileIO:
 
     def discard_sync(self, uris: list[str], location: str | None) -> None:
         for uri in uris:
-            root, path = (local_path(location), local_path(uri)) if location is not None else (None, None)
-            if root is not None and path is not None and is_within(location, uri):
-                try:
-                    _unlink_beneath(root, path, self._trusted)
-                except FileNotFoundError:
-                    pass
-            else:
-                self.delete_sync(uri)
+            try:
+                if location is None:
+                    raise FileRefused("it has no place to lie within")
+                self.delete_within_sync(uri, location, prune=True)
+            except FileRefused as exc:   # (the service's own names: this never happens, and then it is litter)
+                log.warning("not removing %s: %s", uri, exc)
 
     def delete_listed_sync(self, location: str, uris: list[str], stop: Callable[[], bool] | None = None) -> None:
         """Delete those of `uris` that lie within `location`, in order, then the directories that leaves empty, up
@@ -161,20 +175,13 @@ class FileIO:
         and only the table's own place is touched). Stops as `delete_tree_sync` does."""
         if self.leads_elsewhere(location):
             return
-        root = local_path(location)
         for uri in uris:
-            if not is_within(location, uri):
+            if not is_below(location, uri):
                 continue
             if stop is not None and stop():
                 raise DeletionStopped(f"the deletion of {location}'s files was stopped before it ended")
             try:
-                path = local_path(uri)
-                if root is not None and path is not None:
-                    _unlink_beneath(root, path, self._trusted)   # (and the directories it leaves empty)
-                else:
-                    self.delete_sync(uri)
-            except FileNotFoundError:
-                continue
+                self.delete_within_sync(uri, location, prune=True)
             except (OSError, ValueError, TypeError, InvalidPathError) as exc:
                 # (An object store's PermissionDeniedError is raised: denied deletes are denied for every file,
                 # a credentials fault to retry after, not a path that names nothing.)
@@ -192,26 +199,30 @@ class FileIO:
 
     # -- sync implementations --------------------------------------------------------------------------------
 
-    def _read_durable_sync(self, uri: str, within: str | None) -> bytes:
+    def _read_durable_sync(self, uri: str, within: str) -> bytes:
         data = self.read_within_sync(uri, within)   # first: it refuses links and bad names in its own words
         sync_existing([(uri, within)])
         return data
 
-    def read_within_sync(self, uri: str, within: str | None) -> bytes:
-        root, path = (local_path(within), local_path(uri)) if within is not None else (None, None)
-        if root is None or path is None:
-            return self.read_sync(uri)
+    def read_within_sync(self, uri: str, within: str | None = None) -> bytes:
+        """The one way a file is read, blocking. Locally only a regular file (a FIFO or a device would block the
+        thread for good, or hand over a stream), reached from `within` (the place the file must lie in; None:
+        its own directory) following no link below it, opened without waiting (a FIFO, a lease), and of at most
+        MAX_READ_BYTES; from an object store, at most MAX_READ_BYTES. FileMissing if it is not there, FileRefused
+        if it is not such a file."""
+        path = local_path(uri)
+        if path is None:
+            return self._get_object(uri)
+        root = os.path.dirname(path) if within is None else local_path(within)
+        if root is None:
+            raise FileRefused(f"{uri} is not within {within}")
         try:
             with _opened_beneath(root, path, os.O_RDONLY | os.O_NONBLOCK) as fd:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):
-                    raise FileRefused(f"not a file: {uri}")
-                if st.st_size > MAX_READ_WITHIN_BYTES:
-                    raise FileRefused(f"{uri} is {st.st_size} bytes; a file read here may have at most "
-                                     f"{MAX_READ_WITHIN_BYTES}")
-                data = _read_at_most(fd, st.st_size, MAX_READ_WITHIN_BYTES)
-                if len(data) > MAX_READ_WITHIN_BYTES:   # (grown since)
-                    raise FileRefused(f"{uri} is larger than {MAX_READ_WITHIN_BYTES} bytes")
+                    raise FileRefused(f"not a regular file: {uri}")
+                data = _read_at_most(fd, _bounded(uri, st.st_size), MAX_READ_BYTES)
+                _bounded(uri, len(data))   # (grown since)
                 return data
         except FileNotFoundError:
             raise FileMissing(f"file not found: {uri}") from None
@@ -220,45 +231,38 @@ class FileIO:
                 raise FileRefused(f"not a file reached without following a link: {uri}") from None
             if exc.errno == errno.ENAMETOOLONG:
                 raise FileRefused(f"path too long: {uri[:200]}...") from None
+            if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):   # (a lease another process holds on it)
+                raise FileUnavailable(f"{uri} is held by another process; nothing changed, retry") from None
             raise
 
-    def read_sync(self, uri: str) -> bytes:
-        path = to_local_path(uri)
-        if path is None:
-            import obstore
-            store, key = self.object_store(uri)
-            try:
-                return bytes(obstore.get(store, key).bytes())
-            except FileNotFoundError:
-                raise FileMissing(f"file not found: {uri}") from None
+    def _get_object(self, uri: str) -> bytes:
+        import obstore
+        store, key = self.object_store(uri)
         try:
-            return path.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
-            raise FileMissing(f"file not found: {uri}") from None
-        except IsADirectoryError:
-            raise FileRefused(f"not a file: {uri}") from None
-        except OSError as exc:
-            if exc.errno == errno.ENAMETOOLONG:
-                raise FileRefused(f"path too long: {uri[:200]}...") from None
-            raise
-
-    def delete_within_sync(self, uri: str, within: str | None) -> None:
-        root, path = (local_path(within), local_path(uri)) if within is not None else (None, None)
-        if root is None or path is None or not is_within(within, uri):
-            return self.delete_sync(uri)
-        try:
-            _unlink_beneath(root, path, self._trusted, prune=False)
+            found = obstore.get(store, key)
         except FileNotFoundError:
-            pass
+            raise FileMissing(f"file not found: {uri}") from None
+        _bounded(uri, found.meta["size"])   # (before its bytes are fetched)
+        return bytes(found.bytes())
 
-    def delete_sync(self, uri: str) -> None:
-        path = to_local_path(uri)
+    def delete_within_sync(self, uri: str, within: str, prune: bool = False) -> None:
+        """Delete the file `uri`, if it is there, in the place `within` (a table's location). Refused (FileRefused)
+        unless its path lies below `within` as every reader resolves it (`is_below`: no `..`, no `%2f`): there is
+        no other way to delete a file, and so none by a path that could lead elsewhere. Locally it is reached from
+        the warehouse without following a link below it (`_unlink_beneath`: an OSError of NOT_A_FILE otherwise);
+        with `prune`, the directories that leaves empty go too, up to `within` itself."""
+        if not is_below(within, uri):
+            raise FileRefused(f"not deleting {uri[:300]}: it is not a file within {within}")
+        root, path = local_path(within), local_path(uri)
         if path is None:
             import obstore
             store, key = self.object_store(uri)
             obstore.delete(store, key)
             return
-        path.unlink(missing_ok=True)
+        try:
+            _unlink_beneath(root, path, self._trusted, prune=prune)
+        except FileNotFoundError:
+            pass
 
     def delete_tree_sync(self, location: str, stop: Callable[[], bool] | None = None) -> None:
         def check() -> None:
@@ -422,3 +426,15 @@ class FileIO:
             if there != data:
                 raise FileTaken(f"{uri} already holds an object this service did not write; it was left intact "
                                 f"and nothing was written over it") from None
+
+
+def _bounded(uri: str, size: int) -> int:
+    """`size`, if a file of that size may be read (MAX_READ_BYTES); FileRefused otherwise."""
+    if size > MAX_READ_BYTES:
+        raise FileRefused(f"{uri} has more than {MAX_READ_BYTES} bytes: a file read here may have at most "
+                          f"{MAX_READ_BYTES}")
+    return size
+
+
+def _read_timed_out(what: str) -> FileUnavailable:
+    return FileUnavailable(f"reading {what} took longer than {READ_TIMEOUT_S:g} s; nothing changed, retry")

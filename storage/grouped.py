@@ -24,12 +24,19 @@ class GroupedCall:
     item in order and returns one outcome per item: a result, or an exception that is that caller's alone. A batch
     in flight is shielded from cancellation: other callers' outcomes depend on it. If it fails as a whole, every
     caller in it gets that exception; if its task is interrupted, each gets `interrupted()` instead of waiting
-    forever."""
+    forever.
+
+    With `timeout_s`, a batch that runs longer ends there for its callers, each of whom gets `timed_out()`, and the
+    next batch goes on at once (for reads, whose batch can be abandoned: `run_batch` then is a worker thread that
+    gives up on cancellation, `trio.to_thread.run_sync(..., abandon_on_cancel=True)`)."""
 
     def __init__(self, run_batch: Callable[[list[Any]], Awaitable[list[Any]]],
-                 interrupted: Callable[[], Exception]):
+                 interrupted: Callable[[], Exception], timeout_s: float | None = None,
+                 timed_out: Callable[[], Exception] | None = None):
         self.run_batch = run_batch
         self.interrupted = interrupted
+        self.timeout_s = timeout_s
+        self.timed_out = timed_out or interrupted
         self._queue: list[list] = []   # [item, outcome]; outcome stays _PENDING until its batch ended
         self._busy = False
         self._batch_ended = trio.Event()
@@ -51,11 +58,15 @@ class GroupedCall:
         batch, self._queue = self._queue, []
         outcomes: list | None = None
         try:
-            with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=True) as scope:
+                if self.timeout_s is not None:
+                    scope.deadline = trio.current_time() + self.timeout_s   # (a shield keeps out others' cancels)
                 try:
                     outcomes = await self.run_batch([slot[0] for slot in batch])
                 except Exception as exc:
                     outcomes = [exc] * len(batch)
+            if scope.cancelled_caught:
+                outcomes = [self.timed_out() for _ in batch]
         finally:
             if outcomes is None:
                 outcomes = [self.interrupted() for _ in batch]

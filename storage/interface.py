@@ -187,14 +187,16 @@ class Files(Protocol):
         holds the bytes is renamed into place instead). Files are not written atomically as a set: on an error
         some may be in place. With `within` (the table's place), nothing below it is reached through a link."""
 
-    async def read_durable(self, uri: str, within: str | None = None) -> bytes:
+    async def read_durable(self, uri: str, within: str) -> bytes:
         """`read`, after making the file durable (a client's staged file a commit will adopt)."""
 
     async def read(self, uri: str, within: str | None = None) -> bytes:
-        """The file's bytes; with `within`, locally only a regular file reached without following a link."""
+        """The file's bytes: locally only a regular file reached from `within` (None: its directory) without
+        following a link; at most MAX_READ_BYTES; FileUnavailable after READ_TIMEOUT_S."""
 
-    async def delete(self, uri: str, within: str | None = None) -> None:
-        """Delete one file, if there; with `within`, locally no link below the warehouse is followed."""
+    async def delete(self, uri: str, within: str) -> None:
+        """Delete one file of the place `within`, if there: refused if its path is not within it; locally no link
+        below the warehouse is followed."""
 
     async def exists(self, uri: str) -> bool:
         """Whether something is at `uri`."""
@@ -216,8 +218,8 @@ class Files(Protocol):
         nothing if its path could lead elsewhere. Raises DeletionStopped once `stop()` is true."""
 
     # For purges that walk a table's metadata in a worker thread:
-    def read_sync(self, uri: str) -> bytes:
-        """`read` without `within`, blocking."""
+    def read_within_sync(self, uri: str, within: str | None = None) -> bytes:
+        """`read`, blocking."""
 
     def delete_listed_sync(self, location: str, uris: list[str], stop: Callable[[], bool] | None = None) -> None:
         """Delete those of `uris` within `location`, then the directories that leaves empty; paths that name no

@@ -15,6 +15,11 @@ from typing import Callable
 
 from .paths import local_path
 
+# How a file a client wrote is opened: never through a link, and without waiting (opening a FIFO for reading
+# waits for a writer, for good; a lease another process holds makes an open wait too): a thread that waits there
+# holds up every commit's files.
+_CLIENTS_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
 # A file to make durable: (uri, data), or (uri, data, source, within).
 # - `source`, a file beside it (same directory), may hold `data` already (Lance's staged manifest): then it is
 #   renamed into place instead, its bytes checked first; in any case it is gone once `uri` is in place.
@@ -114,12 +119,12 @@ def sync_existing(files: list[tuple[str, str | None]]) -> None:
                 places[parent, within] = _directory(parent, within, opened)
             dir_fd = places[parent, within]
             try:
-                fd = os.open(name if dir_fd is not None else path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             dir_fd=dir_fd)
+                fd = os.open(name if dir_fd is not None else path, _CLIENTS_FILE, dir_fd=dir_fd)
             except FileNotFoundError:
                 continue
             try:
-                os.fsync(fd)
+                if stat.S_ISREG(os.fstat(fd).st_mode):   # (swapped since it was read: what publishes it checks)
+                    os.fsync(fd)
             finally:
                 os.close(fd)
     finally:
@@ -191,7 +196,7 @@ def _adopt(source: str, data: bytes, dir_fd: int | None = None) -> int | None:
     (no link, no other name) of this process's own user (a copy written here would be no better guarded), holding
     exactly `data`, and made readable to all as a copy would be (0644). None otherwise: write the bytes."""
     try:
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        fd = os.open(source, _CLIENTS_FILE, dir_fd=dir_fd)
     except OSError:
         return None
     try:

@@ -31,20 +31,24 @@ def join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
 
 
-# What no location a client gives may hold, raw or percent-encoded: control characters (URL parsers drop tabs and
-# newlines, the OS cannot open a NUL), backslashes (WHATWG URL parsers, Rust's `url` among them, read them as `/`
-# in file:// URIs), `?` and `#` (a query or fragment would cut the path short), and encoded `.` or `/` (`%2e%2e`
-# is a `..` segment to some readers and a plain name to others). Refusing them means that every reader of a
-# location, our file I/O and every client, resolves it to the same place.
-_UNSAFE_IN_LOCATION = re.compile(r"[\x00-\x1f\x7f\\?#]|%(?:[01][0-9a-f]|7f|2e|2f|5c|3f|23)", re.IGNORECASE)
+# What no location or file path a client gives may hold, raw or percent-encoded: control characters (URL parsers
+# drop tabs and newlines, the OS cannot open a NUL), backslashes (WHATWG URL parsers, Rust's `url` among them, read
+# them as `/` in file:// URIs), `?` and `#` (a query or fragment would cut the path short), encoded `.` or `/`
+# (`%2e%2e` is a `..` segment to some readers and a plain name to others, `..%2f` a name to the text and a step
+# up to whoever decodes it), and `.` or `..` segments (the text resolves `x/..` before the link `x`, the kernel
+# after it). Refusing them means that every reader of a location, our file I/O, the kernel and every client,
+# resolves it to the same place.
+_UNSAFE_IN_LOCATION = re.compile(r"[\x00-\x1f\x7f\\?#]|%(?:[01][0-9a-f]|7f|2e|2f|5c|3f|23)|(?:^|/)\.\.?(?:/|$)",
+                                 re.IGNORECASE)
 
 
 def unsafe_location(uri: str) -> str | None:
-    """Why a client-given location is refused whatever the root (see `_UNSAFE_IN_LOCATION`), or None."""
+    """Why a client-given location or file path is refused whatever the root (see `_UNSAFE_IN_LOCATION`), or
+    None."""
     m = _UNSAFE_IN_LOCATION.search(uri)
     if m is not None:
-        return (f"it holds {m.group()!r}: locations cannot hold control characters, backslashes, '?' or '#', nor "
-                f"percent-encode '.', '/', '\\\\', '?', '#' or control characters")
+        return (f"it holds {m.group()!r}: locations and paths cannot hold control characters, backslashes, '?' or "
+                f"'#', '.' or '..' segments, nor percent-encode '.', '/', '\\\\', '?', '#' or control characters")
     try:
         urlparse(uri)
     except ValueError as exc:   # e.g. "s3://[x/y": an unclosed IPv6 host

@@ -548,14 +548,14 @@ def test_a_purge_without_gc_claims_nothing_and_a_failed_one_never_deletes_kept_f
     location = f"{config.warehouse_uri}/ice/nogc"
     shared = to_local_path(location) / "data" / "shared-with-another-table.parquet"
     failures = {"left": 1}
-    delete_sync = FileIO.delete_sync
+    delete_within_sync = FileIO.delete_within_sync
 
-    def flaky(self, uri):
+    def flaky(self, uri, within, prune=False):
         if failures["left"]:
             failures["left"] -= 1
             raise OSError("transient object-store error")
-        return delete_sync(self, uri)
-    monkeypatch.setattr(FileIO, "delete_sync", flaky)
+        return delete_within_sync(self, uri, within, prune)
+    monkeypatch.setattr(FileIO, "delete_within_sync", flaky)
     create = {"name": "t", "location": location, "schema": ICEBERG_SCHEMA, "properties": {"gc.enabled": "false"}}
     with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:
         ok(http.post("/v1/namespaces", json={"namespace": ["ice"]}))

@@ -132,7 +132,7 @@ async def test_a_lone_caller_is_written_at_once(tmp_path, monkeypatch):
     assert hops == [1] and (tmp_path / "only.json").read_bytes() == b"{}"
 
 
-async def test_reads_and_deletes_are_grouped_too_and_keep_their_own_errors(tmp_path):
+async def test_concurrent_reads_and_deletes_keep_their_own_errors(tmp_path):
     fileio = FileIO()
     for i in range(20):
         (tmp_path / f"{i}.manifest").write_bytes(bytes([i]) * 10)
@@ -152,7 +152,7 @@ async def test_reads_and_deletes_are_grouped_too_and_keep_their_own_errors(tmp_p
 
     async with trio.open_nursery() as nursery:
         for i in range(0, 25, 2):
-            nursery.start_soon(fileio.delete, str(tmp_path / f"{i}.manifest"))
+            nursery.start_soon(fileio.delete, str(tmp_path / f"{i}.manifest"), str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{i}.manifest" for i in range(1, 20, 2))
 
 
@@ -312,7 +312,7 @@ async def test_directories_are_made_for_a_relative_path_too(tmp_path, monkeypatc
 
 async def test_a_read_from_within_a_place_is_bounded_in_size(tmp_path, monkeypatch):
     from storage.errors import FileRefused
-    monkeypatch.setattr(files_module, "MAX_READ_WITHIN_BYTES", 10)
+    monkeypatch.setattr(files_module, "MAX_READ_BYTES", 10)
     (tmp_path / "_versions").mkdir()
     (tmp_path / "_versions" / "small").write_bytes(b"x" * 10)
     (tmp_path / "_versions" / "big").write_bytes(b"x" * 11)

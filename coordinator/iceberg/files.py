@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import uuid
 from typing import Any
 
 import fastavro
-import obstore
 import orjson
 import trio
 from obstore.exceptions import InvalidPathError, PermissionDeniedError
 
 from storage.errors import FileMissing, FileRefused
-from storage.files import MAX_READ_WITHIN_BYTES, NOT_A_FILE, FileIO, is_below, is_within, local_path
+from storage.files import NOT_A_FILE, FileIO, is_below, is_within
 from storage.records import TableRow
 
 from coordinator.errors import BadRequest, NotFound
@@ -51,20 +49,26 @@ async def read_table(files: FileIO, row: TableRow) -> IcebergTable | UnreadableT
     """A table's state from its row and its current metadata file; `UnreadableTable` if the file is gone or not
     JSON (other errors, e.g. storage unreachable, are raised)."""
     location = row.state["metadata-location"]
+    # (a registered table's metadata file may lie outside its location: then only that file may not be a link)
+    within = row.location if row.location and is_below(row.location, location) else None
     try:
-        return expand(row, await files.read(location))
+        return expand(row, await files.read(location, within))
     except (FileMissing, orjson.JSONDecodeError) as exc:
         log.error("table %s.%s: metadata file %s cannot be read: %s", row.namespace, row.name, location, exc)
         return UnreadableTable(ident_of(row), location,
                                "missing" if isinstance(exc, (NotFound, FileMissing)) else "not valid JSON")
 
 
-async def read_registered(files: FileIO, metadata_location: str) -> dict[str, Any]:
-    """The metadata a register names: an existing file holding Iceberg table metadata, with a UUID and location."""
+async def read_registered(files: FileIO, metadata_location: str, within: str) -> dict[str, Any]:
+    """The metadata a register names: an existing file holding Iceberg table metadata, with a UUID and location.
+    The client's word: read only as a regular file reached from `within` (where the client may place tables)
+    without following a link, and bounded in size (FileIO.read)."""
     try:
-        metadata = orjson.loads(await files.read(metadata_location))
+        metadata = orjson.loads(await files.read(metadata_location, within))
     except FileMissing:
         raise BadRequest(f"metadata-location does not exist: {metadata_location}") from None
+    except FileRefused as exc:
+        raise BadRequest(f"metadata-location cannot be read: {exc}") from None
     except orjson.JSONDecodeError as exc:
         raise BadRequest(f"metadata-location is not valid JSON: {exc}") from None
     if not isinstance(metadata, dict) or not isinstance(metadata.get("table-uuid"), str) \
@@ -120,11 +124,6 @@ def _unique(uris: list[Any]) -> list[str]:
     return [uri for uri in dict.fromkeys(u for u in uris if isinstance(u, str) and u)]
 
 
-# Far above any manifest or manifest list; a purge reads each whole. (Local reads are bounded by FileIO's own
-# MAX_READ_WITHIN_BYTES, the same.)
-MAX_MANIFEST_BYTES = MAX_READ_WITHIN_BYTES
-
-
 class _Unreadable(Exception):
     """A path that can never be read as a table file: it names nothing."""
 
@@ -133,15 +132,8 @@ def _read(files: FileIO, uri: str, within: str | None = None) -> bytes:
     """The file's bytes. FileMissing if it is gone; `_Unreadable` if it never can be read as a table file (not a
     regular file: a FIFO would block the purge for good; too large; reached through a link below `within`; a path
     the store refuses). Other errors (storage unreachable) are raised: the purge is retried."""
-    path = local_path(uri)
     try:
-        if path is not None:
-            # (a regular file, bounded in size, reached without following a link below its place)
-            return files.read_within_sync(uri, within or os.path.dirname(path))
-        store, key = files.object_store(uri)
-        if obstore.head(store, key)["size"] > MAX_MANIFEST_BYTES:
-            raise _Unreadable(f"larger than {MAX_MANIFEST_BYTES} bytes")
-        return files.read_sync(uri)
+        return files.read_within_sync(uri, within)
     except FileNotFoundError:
         raise FileMissing(uri) from None
     except OSError as exc:
@@ -149,8 +141,8 @@ def _read(files: FileIO, uri: str, within: str | None = None) -> bytes:
             raise _Unreadable(str(exc)) from None
         raise
     except (BadRequest, FileRefused, ValueError, TypeError, PermissionDeniedError, InvalidPathError) as exc:
-        # A directory, a link, a name too long; a path the object store refuses, or may never be read (S3 answers
-        # 403 for a missing key without list rights): retrying would fail the same way forever.
+        # A directory, a link, a name too long, too large; a path the object store refuses, or may never be read
+        # (S3 answers 403 for a missing key without list rights): retrying would fail the same way forever.
         raise _Unreadable(str(exc)) from None
 
 

@@ -273,7 +273,9 @@ class IcebergService:
         # Only files in the warehouse are read (the answer would otherwise tell which files exist anywhere the
         # service can read), and only tables located there are taken (their commits write metadata there).
         self.check_location(metadata_location, ident)
-        metadata = await read_registered(self.files, metadata_location)
+        own = self.namespace_dir(ident)
+        within = own if is_below(own, metadata_location) else self.root(ident.catalog)
+        metadata = await read_registered(self.files, metadata_location, within)
         await self._check_chosen(metadata["location"], ident)
         return await self._insert(ident, metadata, metadata["table-uuid"], idempotency_key,
                                   metadata_location=metadata_location)

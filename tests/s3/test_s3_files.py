@@ -7,9 +7,9 @@ import obstore
 import orjson
 import pytest
 
-from coordinator.iceberg import files as iceberg_files
 from coordinator.iceberg.files import reachable_files
-from storage.errors import FileTaken
+from storage import files as files_module
+from storage.errors import FileRefused, FileTaken
 from storage.files import FileIO
 
 
@@ -88,17 +88,16 @@ def test_object_store_paths_it_refuses_to_parse_are_skipped(s3_server, s3_bucket
 
 
 def test_object_store_reads_are_bounded_in_size(s3_server, s3_bucket, fileio, monkeypatch):
-    """A file named as a manifest list is read only up to MAX_MANIFEST_BYTES: a data file of the table's
-    location named there (5 GiB, say) would otherwise be read whole, the process killed for memory, the claim
-    resumed at restart and the file read again."""
-    monkeypatch.setattr(iceberg_files, "MAX_MANIFEST_BYTES", 1024)
+    """A file named as a manifest list is read only up to MAX_READ_BYTES (its size is known before its bytes are
+    fetched): a data file of the table's location named there (5 GiB, say) would otherwise be read whole, the
+    process killed for memory, the claim resumed at restart and the file read again."""
+    monkeypatch.setattr(files_module, "MAX_READ_BYTES", 1024)
     store = s3_server.store(s3_bucket)
     obstore.put(store, "wh/t/data/huge.parquet", b"x" * (64 << 10))
-    reads = []
-    real = fileio.read_sync
-    fileio.read_sync = lambda uri: reads.append(uri) or real(uri)
     root = f"s3://{s3_bucket}/wh/t"
+    with pytest.raises(FileRefused, match="at most 1024"):
+        fileio.read_within_sync(f"{root}/data/huge.parquet")
     obstore.put(store, "wh/t/metadata/00001.metadata.json",
                 orjson.dumps({"snapshots": [{"manifest-list": f"{root}/data/huge.parquet"}]}))
-    reachable_files(fileio, root, f"{root}/metadata/00001.metadata.json")
-    assert f"{root}/data/huge.parquet" not in reads, "a file above MAX_MANIFEST_BYTES was read whole"
+    assert reachable_files(fileio, root, f"{root}/metadata/00001.metadata.json") == [
+        f"{root}/data/huge.parquet", f"{root}/metadata/00001.metadata.json"]
