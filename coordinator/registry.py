@@ -15,6 +15,7 @@ from uuid import UUID
 
 import trio
 
+from storage.files import DeletionStopped
 from storage.interface import Files, Store
 from storage.records import UNFENCED, IdempotencyRecord, LogEntry, TableRow, shard_of
 
@@ -50,7 +51,9 @@ class Registry:
         self.actors: dict[UUID, TableActor] = {}
         self.loaders: dict[str, StateLoader] = {}
         self.compactions: dict[str, Compaction] = {}
-        self.purge_listing: Listing | None = None   # what a purge claim naming a file deletes (purges.Listing)
+        # What a purge claim that names its table's metadata deletes (purges.Listing), by whether it names a
+        # directory (Lance's `_versions/`) or a file (Iceberg's metadata file).
+        self.purge_listings: dict[bool, Listing] = {}
         # Tables whose actor went idle, least recently used first. An idle table costs its row and compact state
         # (~2 KB for a small table) instead of a task and parsed state (~20 KB); the least recently used beyond
         # `dormant_tables_max` are forgotten and reload from the store.
@@ -66,10 +69,18 @@ class Registry:
         self.loaders[fmt] = loader
         self.compactions[fmt] = compaction or KEEP_STATE
 
-    def register_purge_listing(self, listing: Listing) -> None:
-        """The format whose drops claim their files by naming one (Iceberg: the metadata file) says what it
-        reaches, so that a deletion resumed after a crash deletes only that."""
-        self.purge_listing = listing
+    def register_purge_listing(self, listing: Listing, names_directory: bool = False) -> None:
+        """A format whose drops claim their files by naming their metadata (Iceberg: its metadata file; Lance: its
+        `_versions/` directory, `names_directory`) says what that reaches, so that a deletion resumed after a
+        crash deletes only that."""
+        self.purge_listings[names_directory] = listing
+
+    def purge_listing(self, files: Files, location: str, named: str) -> list[str] | None:
+        """The files a claim naming `named` deletes in `location` (purges.Listing), by the format that names so."""
+        listing = self.purge_listings.get(named.endswith("/"))
+        if listing is None:   # never the whole tree: the location may hold files the table does not own
+            raise DeletionStopped(f"the claim on {location} names {named}, and no format lists its files")
+        return listing(files, location, named)
 
     async def load_state(self, row: TableRow) -> Any:
         return await self.loaders[row.format](row)

@@ -96,7 +96,7 @@ async def test_claims_waiting_their_turn_stay_renewed_so_no_member_takes_them_ag
 
 
 def _watch_deletions(monkeypatch, rounds):
-    """Whole-location deletions (FileIO.delete_tree_sync) that take `rounds(n)` x 50 ms (n: how many began before
+    """Deletions of a location (FileIO.delete_tree_sync, delete_listed_sync) that take `rounds(n)` x 50 ms (n: how many began before
     it), stopping when asked, counted as they run. Returns (locations begun, [most at once], deletions running
     each time a claim was ended)."""
     import threading
@@ -122,6 +122,9 @@ def _watch_deletions(monkeypatch, rounds):
             with lock:
                 running[0] -= 1
     monkeypatch.setattr(FileIO, "delete_tree_sync", delete_tree_sync)
+    # (a Lance table at a place its client chose loses only Lance's files there: a listed deletion)
+    monkeypatch.setattr(FileIO, "delete_listed_sync", lambda self, where, uris, stop=None:
+                        delete_tree_sync(self, where, stop))
     end_purge = PostgresStore.end_purge
 
     async def recording_end_purge(self, where, owner):
@@ -322,8 +325,7 @@ async def test_two_drops_at_one_location_do_not_both_delete(coord, monkeypatch):
 
     lance = coord.lance
     await lance.create_namespace(("db",), None, None)
-    shared = f"{coord.config.warehouse_uri}/legacy-shared"
-    await lance.declare_table(("db", "a"), shared, None)
+    shared = (await lance.declare_table(("db", "a"), None, None)).location   # its own: a drop deletes it all
     other = f"{coord.config.warehouse_uri}/elsewhere"
     await lance.declare_table(("db", "b"), other, None)
     # From before locations were exclusive: b lives at the same place as a.

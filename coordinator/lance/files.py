@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 import trio
 
 from storage import errors as storage_errors
-from storage.files import NOT_A_FILE, FileIO, join, local_path, to_local_path
+from storage.files import NOT_A_FILE, FileIO, join, local_path, to_local_path, unsafe_location
 
 from ..errors import BadRequest, NotFound, from_storage
 
@@ -102,9 +102,14 @@ def object_path(uri: str) -> str:
 
 
 def resolve_path(location: str, path: str) -> str:
-    """The URI for a path a client sent: an object-store path (as pylance sends) or a full URI."""
-    if not path or "\x00" in path:
+    """The URI for a path a client sent: an object-store path (as pylance sends) or a full URI. A path that some
+    reader would resolve elsewhere than its text says (`..%2f`, `%5c`, a `..` segment: `unsafe_location`) is
+    refused here, before anything reads or deletes by it."""
+    if not path:
         raise BadRequest(f"invalid path: {path!r}")
+    unsafe = unsafe_location(path)
+    if unsafe is not None:
+        raise BadRequest(f"path {path[:300]!r} is refused: {unsafe}")
     if "://" in path:
         return path
     scheme, bucket = _store_root(location)
@@ -156,7 +161,7 @@ def list_manifests(files: FileIO, location: str) -> list[FoundManifest]:
             return []
         for entry in entries:
             parsed = version_of_manifest_name(entry.name)
-            if parsed is None or not entry.is_file():
+            if parsed is None or not entry.is_file(follow_symlinks=False):   # (a link is no manifest of ours)
                 continue
             st = entry.stat()
             _keep(found, FoundManifest(parsed[0], parsed[1], join(location, VERSIONS_DIR, entry.name), st.st_size,
@@ -198,6 +203,89 @@ async def cleaned_up(files: FileIO, versions: list[TableVersion], latest: TableV
         if name not in listed[directory]:
             gone.add(v.version)
     return gone
+
+
+# -- what a drop deletes ---------------------------------------------------------------------------------------
+
+# Lance's own names in a table's location (the dataset layout, as Lance writes it): the directories only Lance
+# writes, its data files (`.lance` files in `data/`), a legacy V1 pointer, and each branch's (`tree/<branch>/`)
+# layout again.
+_OWN_DIRECTORIES = frozenset({VERSIONS_DIR, "_transactions", "_deletions", "_indices", "_refs"})
+_BRANCHES_DIR = "tree"
+
+
+def is_lances(relative: str) -> bool:
+    """Whether a path relative to a table's location names one of Lance's own files there."""
+    parts = relative.split("/")
+    while len(parts) > 2 and parts[0] == _BRANCHES_DIR:
+        parts = parts[2:]
+    if parts[0] in _OWN_DIRECTORIES:
+        return len(parts) > 1
+    if parts[0] == "data":
+        return len(parts) > 1 and parts[-1].endswith(".lance")
+    return parts == ["_latest.manifest"]
+
+
+def own_files_claim(location: str) -> str:
+    """What a drop's claim names (`PurgeClaim.metadata_location`) when it deletes only Lance's own files: the
+    table's `_versions/` directory, a trailing `/` telling it from a metadata file (coordinator/purges.py)."""
+    return versions_dir(location) + "/"
+
+
+def own_files(files: FileIO, location: str, _named: str | None = None) -> list[str]:
+    """Lance's own files in `location` (`is_lances`), as URIs, from a listing that follows no link: what a drop
+    deletes where the client chose the table's location, which may hold other files too (purges.Listing).
+    Blocking: a worker thread's."""
+    local = local_path(location)
+    if local is None:
+        import obstore
+        store, key = files.object_store(location)
+        prefix = key.rstrip("/") + "/"
+        root = urlparse(location)
+        return [f"{root.scheme}://{root.netloc}/{meta['path']}" for chunk in obstore.list(store, prefix=prefix)
+                for meta in chunk if is_lances(meta["path"][len(prefix):])]
+    found = []
+    for directory, _, names in os.walk(local):   # (links to directories are not entered: they are no file)
+        below = os.path.relpath(directory, local)
+        for name in names:
+            relative = name if below == "." else f"{below}/{name}"
+            if is_lances(relative):
+                found.append(join(location, relative))
+    return found
+
+
+def foreign_file(files: FileIO, location: str) -> str | None:
+    """A file below `location` that is not one a Lance writer stages ahead of its table's first version (its data
+    files, staged manifests: `is_lances`), if there is one: anything else, a final manifest, a link. A declared
+    table's location must hold none. Blocking: a worker thread's."""
+    local = local_path(location)
+    if local is None:
+        import obstore
+        store, key = files.object_store(location)
+        prefix = key.rstrip("/") + "/"
+        for chunk in obstore.list(store, prefix=prefix):
+            for meta in chunk:
+                if not _staged_ahead(meta["path"][len(prefix):]):
+                    return meta["path"]
+        return None
+    if os.path.lexists(local) and not os.path.isdir(local):
+        return local
+    for directory, dirs, names in os.walk(local):
+        below = os.path.relpath(directory, local)
+        for name in names + [d for d in dirs if os.path.islink(os.path.join(directory, d))]:
+            relative = name if below == "." else f"{below}/{name}"
+            if os.path.islink(os.path.join(directory, name)) or not _staged_ahead(relative):
+                return os.path.join(directory, name)
+    return None
+
+
+def _staged_ahead(relative: str) -> bool:
+    """One of Lance's own files, but no final manifest: what a writer puts in a table's place before the table
+    has a version (data files, a staged manifest), e.g. to declare it and create its first version in one batch."""
+    if not is_lances(relative) or relative == "_latest.manifest":
+        return False
+    directory, _, name = relative.rpartition("/")
+    return not (directory.endswith(VERSIONS_DIR) and version_of_manifest_name(name) is not None)
 
 
 # -- repairs at load ---------------------------------------------------------------------------------------------

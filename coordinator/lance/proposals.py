@@ -22,8 +22,9 @@ from storage.records import LogEntry, PurgeClaim
 
 from ..decision import Decision, Proposal
 from ..errors import CoordinatorError
+from ..purges import purge_after_drop
 from . import rules
-from .files import manifest_uri
+from .files import manifest_uri, own_files, own_files_claim
 from .rules import in_ranges
 from .state import LanceTable, TableVersion
 
@@ -122,14 +123,27 @@ class DeleteVersions:
 
 @dataclass
 class RemoveTable:
-    """Deregister (`purge` None: the files stay) or drop (`purge` deletes the table's files once the row is gone).
-    The reply is the table as it was."""
+    """Deregister (the files stay) or drop (`purge`: the table's location, whose files are deleted once the row is
+    gone, claimed until then). The reply is the table as it was.
 
-    purge: Callable[[], Awaitable[None]] | None = None
-    claim: PurgeClaim | None = None   # on what `purge` deletes, until it has (registry.purge_after_drop)
+    A drop deletes what is the table's own: in the directory the service gave it (`own_location`, named after its
+    id), everything; in a location the client chose (declared there, or registered), only Lance's own files
+    (`files.own_files`), as an Iceberg purge deletes what its metadata reaches: such a place may hold other files
+    too. Decided here, on the table's owner, where the deletion runs: nothing but `files` and `store` (which every
+    member has) crosses the cluster channel."""
+
+    purge: str | None = None
+    files: Any = None
+    store: Any = None
+    own_location: bool = False
 
     def decide(self, state: LanceTable) -> Decision:
-        return Decision(None, reply=state, delete=True, after_durable=self.purge, purge=self.claim)
+        claim = deletion = None
+        if self.purge is not None:
+            claim, deletion = (purge_after_drop(self.store, self.files, self.purge) if self.own_location else
+                               purge_after_drop(self.store, self.files, self.purge, own_files_claim(self.purge),
+                                                own_files))
+        return Decision(None, reply=state, delete=True, after_durable=deletion, purge=claim)
 
 
 @dataclass

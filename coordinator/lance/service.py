@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from storage.files import join, path_segment
+from storage.files import join, location_key, path_segment
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
 from ..decision import Compaction, NewTable, PlannedPart, Proposal
@@ -29,7 +29,6 @@ from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, NoSuchNamespa
 from ..paging import decode_page_token, one_more, page
 from ..placement import check_no_namespace_inside
 from ..warehouses import DEFAULT as DEFAULT_WAREHOUSE
-from ..purges import purge_after_drop
 
 from . import files as lance_files, rules, state as lance_state
 from .batch import commit_batch
@@ -62,6 +61,7 @@ class LanceService:
         self.files = coordinator.files
         self.registry.register_format(FORMAT, self._load_state,
                                       Compaction(compact=LanceTable.dormant, expand=lambda row, state: state))
+        self.registry.register_purge_listing(lance_files.own_files, names_directory=True)
         self._refs: dict[Ident, TableRef] = {}
         self.namespaces = LanceNamespaces(self)
 
@@ -205,9 +205,11 @@ class LanceService:
             await check_no_namespace_inside(self.store, warehouse.location, location, warehouse.name, own_root=True)
 
     async def check_unused(self, location: str) -> None:
-        """A declared table starts with no versions, so its location must hold none (use register for that)."""
-        rules.check_declarable(location, await trio.to_thread.run_sync(lance_files.list_manifests, self.files,
-                                                                       location))
+        """A declared table starts with no versions, so the location the client chose holds none, nor anyone
+        else's files (rules.check_declarable)."""
+        manifests = await trio.to_thread.run_sync(lance_files.list_manifests, self.files, location)
+        rules.check_declarable(location, manifests,
+                               await trio.to_thread.run_sync(lance_files.foreign_file, self.files, location))
 
     def new_table(self, ident: Ident, location: str | None, properties: dict[str, str] | None
                   ) -> tuple[TableRow, LanceTable]:
@@ -261,7 +263,8 @@ class LanceService:
         existing = await self.store.find_table(REALM, CATALOG, row.namespace, row.name)
         rules.check_name_free(ident, existing is not None and mode == "create")
         found = await trio.to_thread.run_sync(lance_files.list_manifests, self.files, row.location)
-        rules.check_registrable(row.location, found, await self.files.read(found[-1].uri) if found else None)
+        rules.check_registrable(row.location, found,
+                                await self.files.read(found[-1].uri, row.location) if found else None)
         versions = tuple(TableVersion(m.version, m.uri, m.size, m.mtime_ms, m.scheme) for m in found)
         state = LanceTable(state.namespace, state.name, state.location, state.properties, versions,
                            versions[-1].version).trimmed()
@@ -284,12 +287,12 @@ class LanceService:
 
     async def drop_table(self, ident: Ident) -> LanceTable:
         async def make(ref: TableRef) -> Proposal:
-            # Only what lies in our warehouse is ours to delete. A partial, not a closure: in a cluster the proposal
-            # may travel to the table's owner (coordinator/cluster/channel.py).
+            # Only what lies in our warehouse is ours to delete; all of it only in the directory the service gave
+            # the table (named after its id: nobody's but its own), else only Lance's own files (RemoveTable).
             if self.c.warehouses.containing(ref.location) is None:
                 return RemoveTable()
-            claim, deletion = purge_after_drop(self.store, self.files, ref.location)
-            return RemoveTable(deletion, claim)
+            own = location_key(ref.location) == location_key(self.default_location(ident, ref.table_id))
+            return RemoveTable(purge=ref.location, files=self.files, store=self.store, own_location=own)
         state = await self._submit(ident, make)
         self.forget(ident)
         return state

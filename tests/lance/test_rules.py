@@ -209,10 +209,26 @@ def test_a_taken_name_is_refused():
 FOUND = [FoundManifest(1, "V2", manifest_uri(LOC, 1, "V2"), 10, 0)]
 
 
-def test_a_declared_location_holds_no_manifests():
-    rules.check_declarable(LOC, [])
+def test_a_declared_location_holds_no_manifests_nor_other_files():
+    rules.check_declarable(LOC, [], None)
     with pytest.raises(BadRequest, match="register"):
-        rules.check_declarable(LOC, FOUND)
+        rules.check_declarable(LOC, FOUND, None)
+    with pytest.raises(BadRequest, match="not a new Lance table's"):
+        rules.check_declarable(LOC, [], "wh/ns/t/data/00000-0-a.parquet")
+
+
+def test_a_declared_location_may_hold_only_what_a_writer_stages_ahead_of_the_first_version():
+    from coordinator.lance.files import _staged_ahead, is_lances
+    for own in ("data/a.lance", "data/x/y.lance", "_versions/1.manifest-abc", "_versions/latest_version_hint.json",
+                "_transactions/0-a.txn", "_deletions/0-1-2.arrow", "_indices/u/page_data.lance", "_refs/tags/t.json",
+                "tree/b1/_versions/1.manifest-x", "tree/b1/data/f.lance"):
+        assert is_lances(own) and _staged_ahead(own), own
+    for final in ("_versions/1.manifest", "_versions/18446744073709551614.manifest", "tree/b/_versions/2.manifest",
+                  "_latest.manifest"):
+        assert is_lances(final) and not _staged_ahead(final), final
+    for other in ("data/00000-0-a.parquet", "metadata/v1.metadata.json", "_delta_log/0.json", "_versions",
+                  "notes.txt", "tree/b1/x.parquet", "tree/_versions", "a.lance"):
+        assert not is_lances(other) and not _staged_ahead(other), other
 
 
 def test_a_registered_location_holds_a_lance_manifest():
