@@ -7,7 +7,7 @@ import os
 import uuid
 from pathlib import Path
 
-from coordinator.lance.files import manifest_name, object_path
+from coordinator.lance.layout import manifest_name, object_path
 from tests.delta.conftest import write_log_file
 from tests.lance.conftest import stage
 

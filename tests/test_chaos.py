@@ -42,7 +42,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from coordinator.lance.files import version_of_manifest_name
+from coordinator.lance.layout import version_of_manifest_name
 from tests.chaos_crash_points import CRASH_POINTS, CRASH_WAIT_S, AimedCrashes, start_armed, wait_for_death
 from tests.chaos_power import PowerLoss, iceberg_read_back, skip_reason
 from tests.delta.conftest import FIRST, PREFIX, UC, commit_info, commit_log

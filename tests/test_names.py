@@ -71,4 +71,24 @@ def test_the_cache_is_bounded():
     names = Names(names.registry, names._resolve, names._gone, max_names=2)
     for i in range(5):
         names.remember(str(i), uuid.uuid4())
-    assert len(names._ids) <= 2
+    assert len(names._refs) <= 2
+
+
+def test_a_name_may_stand_for_more_than_its_id_and_the_proposal_is_made_from_that():
+    """Lance: a name stands for its table's id and location, and the proposal is made from them (it reads the
+    table's files first); when the table is gone, made again from what the name stands for afresh."""
+    old, new = uuid.uuid4(), uuid.uuid4()
+    refs = {"t": (old, "/wh/a")}
+
+    async def resolve(name: str) -> tuple[uuid.UUID, str]:
+        return refs[name]
+    registry = Registry({new})
+    names = Names(registry, resolve, lambda name: NoSuchTable(name), table_id=lambda ref: ref[0])
+    assert trio.run(names.id, "t") == old
+    refs["t"] = (new, "/wh/b")   # dropped, and declared again elsewhere
+
+    async def make(ref: tuple[uuid.UUID, str]) -> str:
+        await trio.sleep(0)   # (reads a staged manifest in its table's place)
+        return f"a version at {ref[1]}"
+    assert trio.run(names.submit_to, "t", make) == "a version at /wh/b"
+    assert registry.submitted == [old, new]

@@ -65,7 +65,7 @@ class IcebergService:
         self.registry.register_purge_listing(reachable_files)
         # (ident, kind) -> table id: a table and a view may not share a name, but a name looked up as one kind
         # must not find the other
-        self.names: Names[tuple[TableIdent, str]] = Names(self.registry, self._find, _gone)
+        self.names: Names[tuple[TableIdent, str], uuid.UUID] = Names(self.registry, self._find, _gone)
 
     @property
     def warehouse(self) -> str:

@@ -4,7 +4,7 @@ The implementation modules are private in spirit; this is the surface the HTTP l
 the list).
 """
 
-from coordinator.lance.files import object_path
+from coordinator.lance.layout import object_path
 from coordinator.lance.models import (BatchCommitTablesRequest, BatchCreateTableVersionsRequest,
                                       BatchDeleteTableVersionsRequest, CreateNamespaceRequest,
                                       CreateTableVersionRequest, DeclareTableRequest, DeregisterTableRequest,

@@ -4,24 +4,49 @@ and atomically, through the core's multi-table transaction. Planned here with th
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+from storage.records import TableRow
 
 from ..decision import NewTable, Proposal
 from ..errors import BadRequest, NoSuchNamespace, NoSuchTable, NotFound, TableExists
+from ..names import Names
 from . import rules
-from .files import show
-from .proposals import DeleteVersions, RemoveTable, Steps
+from .layout import show
+from .namespaces import LanceNamespaces
+from .proposals import CreateVersion, DeleteVersions, RemoveTable, Steps
 from .rules import Ident
-from .state import LanceTable
-
-if TYPE_CHECKING:
-    from storage.records import TableRow
-
-    from .service import LanceService, TableRef
+from .state import LanceTable, TableRef
 
 
-async def commit_batch(service: LanceService, operations: list[tuple[str, Ident, Any]]) -> list[tuple[str, Any]]:
+class Tables(Protocol):
+    """What a batch is planned and applied with: the Lance service's operations on tables (service.LanceService)."""
+
+    names: Names[Ident, TableRef]
+    namespaces: LanceNamespaces
+
+    async def current_id(self, ident: Ident) -> uuid.UUID | None: ...
+
+    async def describe_namespace(self, ns: Ident) -> dict[str, str]: ...
+
+    def new_table(self, ident: Ident, location: str | None, properties: dict[str, str] | None
+                  ) -> tuple[TableRow, LanceTable]: ...
+
+    async def check_no_namespace_inside(self, location: str) -> None: ...
+
+    async def check_unused(self, location: str) -> None: ...
+
+    async def prepare_version(self, location: str, req: Any) -> CreateVersion: ...
+
+    async def version_deletion(self, ref: TableRef, ranges: list[tuple[int, int]],
+                               earlier: list[tuple[int, int]] = ()) -> DeleteVersions: ...
+
+    async def transact(self, parts: list[tuple[uuid.UUID, Proposal]], creates: list[NewTable]) -> list[Any]: ...
+
+
+async def commit_batch(service: Tables, operations: list[tuple[str, Ident, Any]]) -> list[tuple[str, Any]]:
     """Every operation (kind, table identifier, spec request) applied, or none; (kind, reply) in request order."""
     ops = [Op(kind, tuple(ident), request) for kind, ident, request in operations]
     try:
@@ -29,7 +54,7 @@ async def commit_batch(service: LanceService, operations: list[tuple[str, Ident,
     except _StaleName:
         # A cached name whose table has gone (dropped, maybe declared again): forget and plan once more.
         for op in ops:
-            service.forget(op.ident)
+            service.names.forget(op.ident)
     try:
         return await Batch(service, ops).run()
     except _StaleName:
@@ -78,7 +103,7 @@ class Batch:
       recorded (like every version/create) and staging files are removed after that.
     """
 
-    def __init__(self, service: LanceService, ops: list[Op]):
+    def __init__(self, service: Tables, ops: list[Op]):
         self.service = service
         self.ops = ops
         self.live: dict[Ident, Target | None] = {}
@@ -93,7 +118,7 @@ class Batch:
                                      index, op.label)
             return target
         try:
-            ref = await self.service.resolve(op.ident)
+            ref = await self.service.names.ref(op.ident)
         except NotFound as exc:
             raise rules.labelled(exc, index, op.label)
         target = Target(op.ident, ref=ref)
@@ -177,9 +202,9 @@ class Batch:
             replies.update(r)
         for t in self.targets:
             if t.new is not None:
-                service.remember(t.ident, t.new[0].table_id, t.new[0].location)
+                service.names.remember(t.ident, TableRef(t.new[0].table_id, t.new[0].location))
             elif any(isinstance(p, RemoveTable) for _, _, p in t.steps):
-                service.forget(t.ident)
+                service.names.forget(t.ident)
         for fn in after:
             await fn()   # a Steps chain: it logs and swallows a failed clean-up itself
         return [(op.kind, replies[i]) for i, op in enumerate(self.ops)]

@@ -5,10 +5,11 @@ and Unity Catalog's. A cascading drop drops the tables through the service (thei
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import Any, Awaitable, Callable
 
 from storage import errors as storage_errors
 from storage.files import join, path_segment
+from storage.interface import Store
 from storage.records import join_namespace, split_namespace
 
 from .. import name_limits
@@ -17,13 +18,10 @@ from ..errors import (AlreadyExists, BadRequest, CommitConflict, NamespaceExists
 from ..paging import decode_page_token, one_more, page
 from ..placement import check_namespace_directory_free
 from ..warehouses import DEFAULT as DEFAULT_WAREHOUSE
-from ..warehouses import how_to_create
-from .files import show
+from ..warehouses import Warehouses, how_to_create
+from .layout import show
 from .models import Page, parse_mode
 from .rules import Ident, check_levels
-
-if TYPE_CHECKING:
-    from .service import LanceService
 
 REALM = "lance"
 CATALOG = ""
@@ -32,9 +30,15 @@ CASCADE_ROUNDS = 10   # a cascade drop drops the tables declared while it ran th
 
 
 class LanceNamespaces:
-    def __init__(self, service: LanceService):
-        self.service = service
-        self.store = service.store
+    """`warehouses`: the service's warehouses (coordinator/warehouses.py); `warehouse`: the default one's root;
+    `drop_table`: the service's drop of a table, through its actor (a cascading drop's)."""
+
+    def __init__(self, store: Store, warehouses: Warehouses, warehouse: str,
+                 drop_table: Callable[[Ident], Awaitable[Any]]):
+        self.store = store
+        self.warehouses = warehouses
+        self.warehouse = warehouse
+        self.drop_table = drop_table
         # Namespaces a cascade drop is emptying here: nothing new is created in or below them meanwhile, or
         # steady declares could keep the drop from ever finding them empty (`_drop_cascading`).
         self._dropping: Counter[Ident] = Counter()
@@ -48,7 +52,7 @@ class LanceNamespaces:
         """The root of the warehouse `ns` lies in: the one its top-level namespace names in its `warehouse`
         property (as `learn` found it), else the default one."""
         named = self._warehouse_of.get(ns[0]) if ns else None
-        return (self.service.c.warehouses.root(named) if named else None) or self.service.warehouse
+        return (self.warehouses.root(named) if named else None) or self.warehouse
 
     async def learn(self, ns: Ident) -> None:
         """Find which warehouse `ns`'s top-level namespace names, once: `root` then answers without a lookup."""
@@ -56,7 +60,7 @@ class LanceNamespaces:
             props = await self.store.get_namespace(REALM, CATALOG, join_namespace(ns[:1]))
             named = (props or {}).get(WAREHOUSE_PROPERTY)
             if named:
-                await self.service.c.warehouses.resolve(named)
+                await self.warehouses.resolve(named)
             if props is not None:
                 self._warehouse_of[ns[0]] = named
 
@@ -68,7 +72,7 @@ class LanceNamespaces:
         if len(ns) > 1:
             raise BadRequest(f"only a top-level namespace may name a {WAREHOUSE_PROPERTY!r}: {show(ns)} lies in "
                              f"{show(ns[:1])}'s")
-        if named != DEFAULT_WAREHOUSE and await self.service.c.warehouses.resolve(named) is None:
+        if named != DEFAULT_WAREHOUSE and await self.warehouses.resolve(named) is None:
             raise BadRequest(f"warehouse {named!r} does not exist; {how_to_create(named)}")
 
     def not_being_dropped(self, ns: Ident) -> None:
@@ -92,7 +96,7 @@ class LanceNamespaces:
         if len(ns) == 1:
             self._warehouse_of.pop(ns[0], None)   # whatever an earlier namespace of this name named
             if props.get(WAREHOUSE_PROPERTY):
-                await self.service.c.warehouses.resolve(props[WAREHOUSE_PROPERTY])
+                await self.warehouses.resolve(props[WAREHOUSE_PROPERTY])
             self._warehouse_of[ns[0]] = props.get(WAREHOUSE_PROPERTY)
         await check_namespace_directory_free(self.store, self.directory(ns), show(ns))
         try:
@@ -192,7 +196,7 @@ class LanceNamespaces:
             for child in [path] + await self.store.list_namespaces(REALM, CATALOG, path, recursive=True):
                 for row in await self.store.list_tables(REALM, CATALOG, child):
                     try:
-                        await self.service.drop_table((*split_namespace(row.namespace), row.name))
+                        await self.drop_table((*split_namespace(row.namespace), row.name))
                     except NotFound:
                         pass   # (gone meanwhile, or its namespace: nothing to drop)
             try:

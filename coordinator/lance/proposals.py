@@ -24,9 +24,9 @@ from ..decision import Decision, Proposal
 from ..errors import CoordinatorError
 from ..purges import purge_after_drop
 from . import rules
-from .files import manifest_uri, own_files, own_files_claim
-from .rules import in_ranges
-from .state import LanceTable, TableVersion
+from .files import own_files
+from .layout import manifest_uri, own_files_claim
+from .state import LanceTable, TableVersion, in_ranges
 
 log = logging.getLogger(__name__)
 

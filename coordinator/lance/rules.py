@@ -12,8 +12,8 @@ from storage.files import is_below, is_within, unsafe_location
 
 from ..errors import (BadRequest, CoordinatorError, NoSuchTable, Recount, TableExists, Unsupported,
                       VersionExists)
-from .files import (MANIFEST_MAGIC, NAMING_SCHEMES, VERSIONS_DIR, object_path, show, version_of_manifest_name,
-                    versions_dir)
+from .layout import (MANIFEST_MAGIC, NAMING_SCHEMES, VERSIONS_DIR, object_path, show, version_of_manifest_name,
+                     versions_dir)
 
 if TYPE_CHECKING:
     from .files import FoundManifest
@@ -121,11 +121,6 @@ def check_staged_exists(data: bytes | None, staging_uri: str, version: int) -> b
 
 
 # -- deleting version records (BatchDeleteTableVersions) ---------------------------------------------------------
-
-
-def in_ranges(version: int, ranges: list[tuple[int, int]]) -> bool:
-    """Whether `version` is in one of the [start, end) ranges of a version delete (end -1: through the latest)."""
-    return any(version >= start and (end < 0 or version < end) for start, end in ranges)
 
 
 def check_counted(state: LanceTable, log_below: int, deletes: int) -> None:

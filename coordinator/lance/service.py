@@ -15,7 +15,6 @@ import hashlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import trio
@@ -26,18 +25,19 @@ from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 from ..decision import Compaction, NewTable, PlannedPart, Proposal
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, NoSuchNamespace, NoSuchTable, NoSuchVersion,
                       NotFound, Recount, TableExists, Unavailable)
+from ..names import Names
 from ..paging import decode_page_token, one_more, page
 from ..placement import check_no_namespace_inside
 from ..warehouses import DEFAULT as DEFAULT_WAREHOUSE
 
 from . import files as lance_files, rules, state as lance_state
 from .batch import commit_batch
-from .files import infer_scheme, is_staged, object_path, resolve_path, show
+from .layout import infer_scheme, is_staged, object_path, resolve_path, show
 from .models import CreateTableVersionEntry, CreateTableVersionRequest, Page, parse_mode
 from .namespaces import CATALOG, REALM, LanceNamespaces
 from .proposals import CreateVersion, DeleteVersions, ReadTable, RemoveTable
 from .rules import Ident, check_branch, check_table_ident
-from .state import INT64_MAX, LanceTable, TableVersion
+from .state import INT64_MAX, LanceTable, TableRef, TableVersion
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,12 @@ FORMAT = "lance"
 VersionRequest = CreateTableVersionRequest | CreateTableVersionEntry   # a batch entry is read as a request
 
 
-@dataclass(frozen=True)
-class TableRef:
-    """What a name resolves to. A Lance table is never renamed, so (id, location) is fixed for the row's life."""
+def _gone(ident: Ident) -> NoSuchTable:
+    return NoSuchTable(f"Table does not exist: {show(ident)}")
 
-    table_id: uuid.UUID
-    location: str
+
+def _table_id(ref: TableRef) -> uuid.UUID:
+    return ref.table_id
 
 
 class LanceService:
@@ -62,8 +62,10 @@ class LanceService:
         self.registry.register_format(FORMAT, self._load_state,
                                       Compaction(compact=LanceTable.dormant, expand=lambda row, state: state))
         self.registry.register_purge_listing(lance_files.own_files, names_directory=True)
-        self._refs: dict[Ident, TableRef] = {}
-        self.namespaces = LanceNamespaces(self)
+        # A table's name -> its id and location, cached; a proposal to a table gone meanwhile is handed over once
+        # more under the name resolved afresh (it may have been declared again).
+        self.names: Names[Ident, TableRef] = Names(self.registry, self._find, _gone, table_id=_table_id)
+        self.namespaces = LanceNamespaces(self.store, coordinator.warehouses, self.warehouse, self.drop_table)
 
     @property
     def warehouse(self) -> str:
@@ -108,44 +110,24 @@ class LanceService:
 
     # -- tables: resolution ----------------------------------------------------------------------------------
 
-    async def resolve(self, ident: Ident) -> TableRef:
-        """What a table's name stands for, cached: NoSuchTable, or NoSuchNamespace when that is what is missing."""
-        ref = self._refs.get(ident)
-        if ref is None:
-            ns, name = ident[:-1], ident[-1]
-            row = await self.store.find_table(REALM, CATALOG, join_namespace(ns), name)
-            if row is None:
-                await self.describe_namespace(ns)   # say "namespace" when that is what is missing
-                raise NoSuchTable(f"Table does not exist: {show(ident)}")
-            ref = TableRef(row.table_id, row.location or "")
-            if len(self._refs) > 100_000:
-                self._refs.clear()
-            self._refs[ident] = ref
-        return ref
-
-    def remember(self, ident: Ident, table_id: uuid.UUID, location: str) -> None:
-        self._refs[ident] = TableRef(table_id, location)
-
-    def forget(self, ident: Ident) -> None:
-        self._refs.pop(ident, None)
+    async def _find(self, ident: Ident) -> TableRef:
+        """What a table's name stands for, from the store (`self.names` caches it): NoSuchTable, or NoSuchNamespace
+        when that is what is missing."""
+        ns, name = ident[:-1], ident[-1]
+        row = await self.store.find_table(REALM, CATALOG, join_namespace(ns), name)
+        if row is None:
+            await self.describe_namespace(ns)   # say "namespace" when that is what is missing
+            raise _gone(ident)
+        return TableRef(row.table_id, row.location or "")
 
     async def current_id(self, ident: Ident) -> uuid.UUID | None:
         row = await self.store.find_table(REALM, CATALOG, join_namespace(ident[:-1]), ident[-1])
         return None if row is None else row.table_id
 
     async def _submit(self, ident: Ident, make: Callable[[TableRef], Awaitable[Proposal]]) -> Any:
-        """Resolve the name, build the proposal (it may read files) and hand it to the table's actor. A cached
-        name whose table has since gone is resolved once more (it may have been declared again)."""
+        """Resolve the name, build the proposal (it may read files) and hand it to the table's actor (Names)."""
         check_table_ident(ident)
-        for attempt in (0, 1):
-            ref = await self.resolve(ident)
-            try:
-                return await self.registry.submit(ref.table_id, await make(ref))
-            except NoSuchTable:
-                # The actor's answer that its table is gone: the name may have been declared again.
-                self.forget(ident)
-                if attempt:
-                    raise NoSuchTable(f"Table does not exist: {show(ident)}") from None
+        return await self.names.submit_to(ident, make)
 
     async def _read(self, ident: Ident) -> LanceTable:
         return (await self._read_ref(ident))[1]
@@ -243,7 +225,7 @@ class LanceService:
             raise TableExists(f"Table already exists: {show(ident)}") from None
         except NotFound as exc:
             raise NoSuchNamespace(exc.message) from None
-        self.remember(ident, row.table_id, row.location)
+        self.names.remember(ident, TableRef(row.table_id, row.location))
 
     async def describe_table(self, ident: Ident, version: int | None = None, branch: str | None = None
                              ) -> LanceTable:
@@ -273,7 +255,7 @@ class LanceService:
             # Replace the registration atomically: deregister the old row and insert the new in one transaction.
             await self.registry.transact([(existing.table_id, RemoveTable())],
                                          creates=[NewTable(row, state, state.row_state(), entries)])
-            self.remember(ident, row.table_id, row.location)
+            self.names.remember(ident, TableRef(row.table_id, row.location))
         else:
             await self._create(ident, row, state, entries)
         return state
@@ -282,7 +264,7 @@ class LanceService:
         async def make(_ref: TableRef) -> Proposal:
             return RemoveTable()
         state = await self._submit(ident, make)
-        self.forget(ident)
+        self.names.forget(ident)
         return state
 
     async def drop_table(self, ident: Ident) -> LanceTable:
@@ -294,7 +276,7 @@ class LanceService:
             own = location_key(ref.location) == location_key(self.default_location(ident, ref.table_id))
             return RemoveTable(purge=ref.location, files=self.files, store=self.store, own_location=own)
         state = await self._submit(ident, make)
-        self.forget(ident)
+        self.names.forget(ident)
         return state
 
     async def list_tables(self, ns: Ident | None, page_token: str | None, limit: int | None,
@@ -342,8 +324,8 @@ class LanceService:
         check_table_ident(ident)
         # Resolved afresh, not from the cache: a cross-format commit is not retried here when the table behind a
         # cached name is gone (dropped and declared again elsewhere), so a stale entry would refuse it every time.
-        self.forget(ident)
-        ref = await self.resolve(ident)
+        self.names.forget(ident)
+        ref = await self.names.ref(ident)
         return PlannedPart(ref.table_id, await self.prepare_version(ref.location, req), TableVersion.to_spec)
 
     async def describe_table_version(self, ident: Ident, version: int | None, branch: str | None = None

@@ -9,16 +9,30 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from storage.records import LogEntry, TableRow, split_namespace
 
-from .files import object_path
-from .rules import in_ranges
+from .layout import object_path
 
 INT64_MAX = 2**63 - 1   # a version number, as the commit log stores it
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """What a table's name stands for (coordinator/names.py caches it). A Lance table is never renamed, so (id,
+    location) is fixed for the row's life."""
+
+    table_id: uuid.UUID
+    location: str
+
+
+def in_ranges(version: int, ranges: list[tuple[int, int]]) -> bool:
+    """Whether `version` is in one of the [start, end) ranges of a version delete (end -1: through the latest)."""
+    return any(version >= start and (end < 0 or version < end) for start, end in ranges)
 
 
 @dataclass(frozen=True)

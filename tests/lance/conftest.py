@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from coordinator.service import Coordinator
-from coordinator.lance.files import manifest_name, object_path
+from coordinator.lance.layout import manifest_name, object_path
 
 
 

@@ -14,7 +14,7 @@ from lance_namespace_urllib3_client import (BatchCommitTablesRequest, BatchCreat
                                             MetadataApi, NamespaceApi, TableApi, VersionRange)
 from lance_namespace_urllib3_client.exceptions import ApiException
 
-from coordinator.lance.files import manifest_name
+from coordinator.lance.layout import manifest_name
 
 from .conftest import local, stage
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from lance_namespace import CreateNamespaceRequest, DescribeTableRequest, ListTableVersionsRequest
 
-from coordinator.lance.files import object_path, version_of_manifest_name
+from coordinator.lance.layout import object_path, version_of_manifest_name
 
 from tests.support import ServerProcess
 

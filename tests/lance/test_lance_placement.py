@@ -69,7 +69,7 @@ async def test_a_lance_location_on_the_delta_managed_root_blocks_every_managed_d
 
 def _final_manifest(location: str, version: int) -> None:
     """A final manifest, as a Lance writer leaves it."""
-    from coordinator.lance.files import manifest_name
+    from coordinator.lance.layout import manifest_name
 
     from .conftest import fake_manifest
     d = Path(local_path(location)) / "_versions"
@@ -111,7 +111,7 @@ async def test_a_drop_where_another_table_lives_ends_its_claim_and_deletes_nothi
     ref = await store.find_table("lance", "", "db", "b")
     await store._call(lambda con: con.execute("UPDATE tables SET location=$2, location_key=$3 WHERE table_id=$1",
                                               ref.table_id, place, "file:" + os.path.normpath(local_path(place))))
-    lance._refs.clear()
+    lance.names.forget(("db", "b"))   # (its cached location is stale)
     await lance.drop_table(("db", "a"))
     await trio.sleep(0.5)
     assert os.path.exists(local_path(place) + "/_versions"), "deleted while B lives"
@@ -128,7 +128,7 @@ async def test_a_reload_deletes_no_manifests_through_a_link(coord, tmp_path):
     unrecorded final manifests finds that dataset's manifests and must leave them."""
     from coordinator.errors import CoordinatorError
     from coordinator.lance.models import CreateTableVersionRequest
-    from coordinator.lance.files import manifest_uri
+    from coordinator.lance.layout import manifest_uri
     from storage.files import to_local_path
 
     from .conftest import fake_manifest, stage
@@ -148,7 +148,7 @@ async def test_a_reload_deletes_no_manifests_through_a_link(coord, tmp_path):
     # The client swaps its directory for a link.
     os.rename(wh / "a" / "evil", wh / "a" / "evil.old")
     os.symlink(outside, wh / "a" / "evil")
-    coord.registry.actors[lance._refs[("a", "t")].table_id].loaded = False   # as after a refused write
+    coord.registry.actors[await lance.names.id(("a", "t"))].loaded = False   # as after a refused write
     with pytest.raises(CoordinatorError):   # version 9 is not the next: refused, after the reload
         await lance.create_table_version(("a", "t"),
                                          CreateTableVersionRequest(version=9, manifest_path=stage(t.location, 9)))
@@ -160,7 +160,7 @@ async def test_a_reload_deletes_no_manifests_through_a_versions_link(coord, tmp_
     table's place go through directory descriptors and follow no link, whichever directory it is."""
     from coordinator.errors import CoordinatorError
     from coordinator.lance.models import CreateTableVersionRequest
-    from coordinator.lance.files import manifest_uri
+    from coordinator.lance.layout import manifest_uri
     from storage.files import to_local_path
 
     from .conftest import fake_manifest, stage
@@ -178,7 +178,7 @@ async def test_a_reload_deletes_no_manifests_through_a_versions_link(coord, tmp_
     versions.mkdir(parents=True, exist_ok=True)
     os.rename(versions, versions.with_name("_versions.old"))
     os.symlink(victims[0].parent, versions)
-    coord.registry.actors[lance._refs[("a", "t")].table_id].loaded = False   # as after a refused write
+    coord.registry.actors[await lance.names.id(("a", "t"))].loaded = False   # as after a refused write
     with pytest.raises(CoordinatorError):
         await lance.create_table_version(("a", "t"),
                                          CreateTableVersionRequest(version=9, manifest_path=stage(t.location, 9)))
@@ -192,7 +192,7 @@ async def test_no_link_below_a_table_hands_its_commit_another_datasets_files(coo
     location that looks percent-encoded once checked the place as text and fell back to plain paths)."""
     from coordinator.errors import BadRequest
     from coordinator.lance.models import CreateTableVersionRequest
-    from coordinator.lance.files import manifest_uri, object_path
+    from coordinator.lance.layout import manifest_uri, object_path
     from storage.files import to_local_path
 
     from .conftest import fake_manifest, stage

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from coordinator.errors import NotOwner, Unavailable, Unpublished
-from coordinator.lance.files import manifest_uri, object_path, version_of_manifest_name
+from coordinator.lance.layout import manifest_uri, object_path, version_of_manifest_name
 from storage.files import to_local_path
 from storage.owner import OwnerLock
 from storage.records import Refusal, WriteResult
@@ -132,7 +132,7 @@ async def test_commit_recorded_but_final_manifest_lost_is_repaired_on_load(coord
     lose_writes_of(coord, final(t.location, 2))
     with pytest.raises(Unpublished, match="recorded"):
         await cat.create_table_version(("t",), create(2, staged))
-    table_id = cat._refs[("t",)].table_id
+    table_id = await cat.names.id(("t",))
     assert [e.version for e in await coord.store.read_log(table_id)] == [1, 2]
     assert not final(t.location, 2).exists() and local(staged).exists()
     # Not served while the file it could restore is missing.

@@ -29,7 +29,7 @@ from lance_namespace_urllib3_client import (BatchCommitTablesRequest, CommitTabl
 from lance_namespace_urllib3_client.exceptions import ApiException
 
 from api.server import EmbeddedService
-from coordinator.lance.files import manifest_name, object_path
+from coordinator.lance.layout import manifest_name, object_path
 
 from . import workers
 

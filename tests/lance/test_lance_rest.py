@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from coordinator.lance.files import manifest_name
+from coordinator.lance.layout import manifest_name
 
 from .conftest import fake_manifest, local, stage
 

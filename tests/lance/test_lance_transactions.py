@@ -10,7 +10,7 @@ import coordinator.lance
 from coordinator.errors import CommitConflict, NotFound, Unavailable
 from coordinator.lance.models import BatchDeleteTableVersionsRequest, CreateTableVersionRequest, DeclareTableRequest
 from coordinator.lance.proposals import ReadTable, Steps
-from coordinator.lance.files import manifest_uri
+from coordinator.lance.layout import manifest_uri
 from storage.files import to_local_path
 
 from .conftest import local, stage
@@ -68,7 +68,7 @@ async def test_batch_spans_tables_in_request_order(coord):
         t = await cat.describe_table((name,))
         for v in t.versions:
             assert to_local_path(v.manifest_uri).read_bytes().endswith(b"LANC")
-    assert [e.version for e in await coord.store.read_log(cat._refs[("a",)].table_id)] == [2, 3]
+    assert [e.version for e in await coord.store.read_log(await cat.names.id(("a",)))] == [2, 3]
 
 
 async def test_rejection_in_the_last_table_applies_nothing_and_writes_no_files(coord):
@@ -76,7 +76,8 @@ async def test_rejection_in_the_last_table_applies_nothing_and_writes_no_files(c
     a, b = await table_at(coord, "a", 1), await table_at(coord, "b", 1)
     # The transaction takes tables in id order: make the table that sorts last reject, so that the first
     # table's part has already been accepted when the rejection comes.
-    first, last = sorted([a, b], key=lambda t: cat._refs[tuple(t.ident)].table_id)
+    ids = {t.name: await cat.names.id(tuple(t.ident)) for t in (a, b)}
+    first, last = sorted([a, b], key=lambda t: ids[t.name])
     before = await snapshot(coord, "abc")
     with pytest.raises(CommitConflict, match=r"operation 2 .*the next version is 2"):
         await cat.batch_commit([
@@ -101,7 +102,7 @@ async def test_conflict_is_reported_with_its_operation(coord):
 async def test_cancelled_transaction_does_not_wedge_its_tables(coord):
     cat = coord.lance
     await table_at(coord, "a", 1)
-    table_id = cat._refs[("a",)].table_id
+    table_id = await cat.names.id(("a",))
     # Cancelled right after the part was offered, before the actor took it: the actor must not then hold
     # the table forever waiting for a verdict nobody will give.
     with trio.move_on_after(0):
@@ -114,7 +115,7 @@ async def test_cancelled_transaction_does_not_wedge_its_tables(coord):
 
 async def test_read_only_part_commits(coord):
     await table_at(coord, "a", 1)
-    table_id = coord.lance._refs[("a",)].table_id
+    table_id = await coord.lance.names.id(("a",))
     before = (await coord.store.get_table(table_id)).state
     [state] = await coord.registry.transact([(table_id, ReadTable())])
     assert [v.version for v in state.versions] == [1]
@@ -145,7 +146,7 @@ async def test_manifest_of_an_unrecorded_commit_is_removed_before_serving(coord,
     monkeypatch.setattr(coord.config, "lance_unrecorded_grace_s", 0.0)
     for v in (2, 3):
         to_local_path(manifest_uri(a.location, v, "V2")).write_bytes(b"uncommitted LANC")
-    coord.registry.actors[cat._refs[("a",)].table_id].loaded = False      # next request reloads
+    coord.registry.actors[await cat.names.id(("a",))].loaded = False      # next request reloads
     with pytest.raises(CommitConflict, match="the next version is 2"):
         await cat.create_table_version(("a",), create(4, stage(a.location, 4)))
     for v in (2, 3):

@@ -102,7 +102,7 @@ async def test_two_deletes_in_one_batch_raise_the_counter_once_as_the_row_versio
     await reload(catalog, location)
     await catalog.batch_commit([("delete_table_versions", T, delete(1, 2)),
                                 ("delete_table_versions", T, delete(2, 3))])
-    state, row = await catalog._read(T), await coord.store.get_table(catalog._refs[T].table_id)
+    state, row = await catalog._read(T), await coord.store.get_table(await catalog.names.id(T))
     assert state.deletes <= row.row_version
     meanwhile = meanwhile_delete(monkeypatch, coord, location, [(3, 4)])
     assert await catalog.delete_table_versions(T, [(3, 6)]) == 2   # 4 and 5: 3 was gone already

@@ -6,9 +6,10 @@ import pytest
 
 from coordinator.errors import BadRequest, NoSuchTable, Recount, TableExists, Unsupported, VersionExists
 from coordinator.lance import rules
-from coordinator.lance.files import FoundManifest, MANIFEST_MAGIC, manifest_name, manifest_uri
+from coordinator.lance.files import FoundManifest
+from coordinator.lance.layout import MANIFEST_MAGIC, manifest_name, manifest_uri
 from coordinator.lance.proposals import CreateVersion, DeleteVersions, RemoveTable, Steps
-from coordinator.lance.state import LanceTable, TableVersion
+from coordinator.lance.state import LanceTable, TableVersion, in_ranges
 
 LOC = "s3://bucket/wh/ns/t"
 WAREHOUSE = "s3://bucket/wh"
@@ -157,10 +158,10 @@ def test_a_staged_manifest_must_exist():
 
 
 def test_deletion_ranges_are_half_open_and_minus_one_runs_through_the_latest():
-    assert rules.in_ranges(1, [(1, 3)]) and rules.in_ranges(2, [(1, 3)])
-    assert not rules.in_ranges(3, [(1, 3)])
-    assert rules.in_ranges(10**6, [(5, -1)])
-    assert not rules.in_ranges(4, [(5, -1)])
+    assert in_ranges(1, [(1, 3)]) and in_ranges(2, [(1, 3)])
+    assert not in_ranges(3, [(1, 3)])
+    assert in_ranges(10**6, [(5, -1)])
+    assert not in_ranges(4, [(5, -1)])
 
 
 def test_a_count_made_in_another_state_is_stale():
@@ -218,17 +219,17 @@ def test_a_declared_location_holds_no_manifests_nor_other_files():
 
 
 def test_a_declared_location_may_hold_only_what_a_writer_stages_ahead_of_the_first_version():
-    from coordinator.lance.files import _staged_ahead, is_lances
+    from coordinator.lance.layout import is_lances, staged_ahead
     for own in ("data/a.lance", "data/x/y.lance", "_versions/1.manifest-abc", "_versions/latest_version_hint.json",
                 "_transactions/0-a.txn", "_deletions/0-1-2.arrow", "_indices/u/page_data.lance", "_refs/tags/t.json",
                 "tree/b1/_versions/1.manifest-x", "tree/b1/data/f.lance"):
-        assert is_lances(own) and _staged_ahead(own), own
+        assert is_lances(own) and staged_ahead(own), own
     for final in ("_versions/1.manifest", "_versions/18446744073709551614.manifest", "tree/b/_versions/2.manifest",
                   "_latest.manifest"):
-        assert is_lances(final) and not _staged_ahead(final), final
+        assert is_lances(final) and not staged_ahead(final), final
     for other in ("data/00000-0-a.parquet", "metadata/v1.metadata.json", "_delta_log/0.json", "_versions",
                   "notes.txt", "tree/b1/x.parquet", "tree/_versions", "a.lance"):
-        assert not is_lances(other) and not _staged_ahead(other), other
+        assert not is_lances(other) and not staged_ahead(other), other
 
 
 def test_a_registered_location_holds_a_lance_manifest():

@@ -23,7 +23,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 from unitycatalog.client.models import TemporaryCredentials
 
-from coordinator.lance.files import version_of_manifest_name
+from coordinator.lance.layout import version_of_manifest_name
 from tests.delta.conftest import COLUMNS, FIRST, UC, commit_info, first_commit, table_properties
 from tests.support import ServerProcess
 
