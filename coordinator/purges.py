@@ -26,10 +26,11 @@ from .crossable import crossable
 
 log = logging.getLogger(__name__)
 
-# What a claim that names a file (`PurgeClaim.metadata_location`) deletes: the files within the location that the
-# named file reaches, in deletion order (None: that file is gone, the deletion had ended). Given by the format that
-# writes such claims (Iceberg: its metadata's snapshots, manifests and data files); a claim that names no file
-# deletes its location's whole tree.
+# What a claim that names its table's metadata (`PurgeClaim.metadata_location`) deletes: the files within the
+# location that it reaches, in deletion order (None: it is gone, the deletion had ended). Given by the format that
+# writes such claims: Iceberg names its metadata file (its snapshots, manifests and data files), Lance its
+# `_versions/` directory, a trailing `/` telling it from a file (Lance's own files in the location). A claim that
+# names nothing deletes its location's whole tree.
 Listing = Callable[[Any, str, str], "list[str] | None"]
 
 PURGE_RETRY_S = 600  # a failed deletion of a dropped table's files is retried this often
@@ -57,7 +58,7 @@ async def delete_own_location(store: Store, files: Files, location: str, owner: 
     The drop claimed the location (Decision.purge), so no table can be created there meanwhile; the claim ends
     here, or stays if the deletion failed, to be retried (Resumer.resume_forever). `owner` is the claim's token
     (PurgeClaim.owner, or a member's that took the claim over; None in claims from before drops wrote one). A
-    claim that names a file deletes only what `listing` says that file reaches, else the location's tree."""
+    claim that names its table's metadata deletes only what `listing` says that reaches, else the location's tree."""
     confirmed_at = _clock()   # the database stamps the claim no earlier than this
     ours, metadata = await store.confirm_purge(location, owner)
     if not ours:

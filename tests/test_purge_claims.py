@@ -96,9 +96,9 @@ async def test_claims_waiting_their_turn_stay_renewed_so_no_member_takes_them_ag
 
 
 def _watch_deletions(monkeypatch, rounds):
-    """Deletions of a location (FileIO.delete_tree_sync, delete_listed_sync) that take `rounds(n)` x 50 ms (n: how many began before
-    it), stopping when asked, counted as they run. Returns (locations begun, [most at once], deletions running
-    each time a claim was ended)."""
+    """Deletions of a location (FileIO.delete_tree_sync, delete_listed_sync) that take `rounds(n)` x 50 ms (n: how
+    many began before it), stopping when asked, counted as they run. Returns (locations begun, [most at once],
+    deletions running each time a claim was ended)."""
     import threading
     import time
 

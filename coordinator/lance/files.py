@@ -13,7 +13,7 @@ import hashlib
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 from urllib.parse import urlparse
 
 import trio
@@ -110,50 +110,40 @@ async def cleaned_up(files: FileIO, versions: list[TableVersion], latest: TableV
 
 
 def own_files(files: FileIO, location: str, _named: str | None = None) -> list[str]:
-    """Lance's own files in `location` (`is_lances`), as URIs, from a listing that follows no link: what a drop
-    deletes where the client chose the table's location, which may hold other files too (purges.Listing).
-    Blocking: a worker thread's."""
+    """Lance's own files in `location` (`is_lances`), as URIs: what a drop deletes where the client chose the
+    table's location, which may hold other files too (purges.Listing). Blocking: a worker thread's."""
+    return [uri for relative, uri, _ in _below(files, location) if is_lances(relative)]
+
+
+def foreign_file(files: FileIO, location: str) -> str | None:
+    """A file below `location` that is not one a Lance writer stages ahead of its table's first version (its data
+    files, staged manifests: `staged_ahead`), if there is one: anything else, a final manifest, a link. A
+    declared table's location must hold none. Blocking: a worker thread's."""
+    local = local_path(location)
+    if local is not None and os.path.lexists(local) and not os.path.isdir(local):
+        return location
+    return next((uri for relative, uri, link in _below(files, location) if link or not staged_ahead(relative)),
+                None)
+
+
+def _below(files: FileIO, location: str) -> Iterator[tuple[str, str, bool]]:
+    """(path relative to `location`, URI, whether it is a link) of everything below `location` but directories,
+    from a listing that follows no link (a link to a directory is listed, not entered)."""
     local = local_path(location)
     if local is None:
         import obstore
         store, key = files.object_store(location)
         prefix = key.rstrip("/") + "/"
         root = urlparse(location)
-        return [f"{root.scheme}://{root.netloc}/{meta['path']}" for chunk in obstore.list(store, prefix=prefix)
-                for meta in chunk if is_lances(meta["path"][len(prefix):])]
-    found = []
-    for directory, _, names in os.walk(local):   # (links to directories are not entered: they are no file)
-        below = os.path.relpath(directory, local)
-        for name in names:
-            relative = name if below == "." else f"{below}/{name}"
-            if is_lances(relative):
-                found.append(join(location, relative))
-    return found
-
-
-def foreign_file(files: FileIO, location: str) -> str | None:
-    """A file below `location` that is not one a Lance writer stages ahead of its table's first version (its data
-    files, staged manifests: `is_lances`), if there is one: anything else, a final manifest, a link. A declared
-    table's location must hold none. Blocking: a worker thread's."""
-    local = local_path(location)
-    if local is None:
-        import obstore
-        store, key = files.object_store(location)
-        prefix = key.rstrip("/") + "/"
         for chunk in obstore.list(store, prefix=prefix):
             for meta in chunk:
-                if not staged_ahead(meta["path"][len(prefix):]):
-                    return meta["path"]
-        return None
-    if os.path.lexists(local) and not os.path.isdir(local):
-        return local
+                yield meta["path"][len(prefix):], f"{root.scheme}://{root.netloc}/{meta['path']}", False
+        return
     for directory, dirs, names in os.walk(local):
         below = os.path.relpath(directory, local)
         for name in names + [d for d in dirs if os.path.islink(os.path.join(directory, d))]:
             relative = name if below == "." else f"{below}/{name}"
-            if os.path.islink(os.path.join(directory, name)) or not staged_ahead(relative):
-                return os.path.join(directory, name)
-    return None
+            yield relative, join(location, relative), os.path.islink(os.path.join(directory, name))
 
 
 # -- repairs at load ---------------------------------------------------------------------------------------------
