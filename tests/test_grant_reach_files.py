@@ -396,3 +396,24 @@ async def test_a_staged_manifest_swapped_for_a_fifo_before_it_is_published_stall
         release.cancel()
     assert time.monotonic() - started < 5, "the publication waited for the FIFO's writer"
     assert (place / "_versions" / "1.manifest").read_bytes() == b"checked"
+
+
+def test_a_drop_in_a_named_warehouse_deletes_all_of_the_directory_the_service_gave_the_table(config, tmp_path):
+    """A namespace may place its tables in a warehouse of its own: a table declared there without a location
+    still lives in a directory the service named after its id, and loses all of it, after a restart too."""
+    from tests.test_warehouses import create
+
+    lake = tmp_path / "lake"
+    with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:
+        assert create(base, "lake", lake.as_uri()).status_code == 201
+        http.post("/v1/namespace/sales/create", json={"properties": {"warehouse": "lake"}}).raise_for_status()
+        location = http.post("/v1/table/sales$t/declare", json={}).json()["location"]
+        assert location.startswith(lake.as_uri())
+        assert http.post("/v1/table/sales$t/version/create", json={"version": 1, "manifest_path": stage(location, 1)}
+                         ).status_code == 200
+    place = Path(location.removeprefix("file://"))
+    (place / "notes.txt").write_text("the writer's own")
+    with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:   # (knows nothing yet)
+        assert http.post("/v1/table/sales$t/drop", json={}).status_code == 200
+        purges_ended(config.database_url)
+    assert not place.exists()

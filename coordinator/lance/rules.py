@@ -160,7 +160,7 @@ def check_name_free(ident: Ident, taken: bool) -> None:
 def check_declarable(location: str, manifests: list[FoundManifest], foreign: str | None) -> None:
     """A declared table starts with no versions, so the location a client chose for it holds no manifest (a Lance
     table is there: register it), nor any file (`foreign`: one it holds) but those a Lance writer stages ahead of
-    the first version, empty directories at most. Other files there are someone's: a table living there or moved
+    the first version (empty directories are no files). Other files there are someone's: a table living there or moved
     away from it (Iceberg's `set-location`: its snapshots still read them), one dropped without purge whose files
     were kept, an Iceberg table's data directory (`write.data.path`), a create about to be committed (a
     stage-create's files); a table declared over them would claim them."""
@@ -168,7 +168,7 @@ def check_declarable(location: str, manifests: list[FoundManifest], foreign: str
         raise BadRequest(f"location {location} already holds a Lance table: register it instead of declaring")
     if foreign is not None:
         raise BadRequest(f"location {location} already holds files that are not a new Lance table's ({foreign}): "
-                         f"a declared table starts empty, so choose a location that holds none")
+                         f"a declared table starts with nobody else's files, so choose a location that holds none")
 
 
 def check_registrable(location: str, manifests: list[FoundManifest], latest: bytes | None) -> None:

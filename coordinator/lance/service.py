@@ -268,6 +268,8 @@ class LanceService:
         return state
 
     async def drop_table(self, ident: Ident) -> LanceTable:
+        await self.namespaces.learn(ident[:-1])   # (which warehouse its default location lies in)
+
         async def make(ref: TableRef) -> Proposal:
             # Only what lies in our warehouse is ours to delete; all of it only in the directory the service gave
             # the table (named after its id: nobody's but its own), else only Lance's own files (RemoveTable).
