@@ -62,6 +62,14 @@ class Config:
     lance_unrecorded_grace_s: float = 60.0
     delta_commits_page_size: int = 100        # most commits one GET commits answer returns
 
+    # Metrics reports (Iceberg's `POST .../tables/{table}/metrics`, Unity Catalog's `/delta/metrics`): kept for
+    # observability, never read on the commit path, and bounded, since a client that may only read a table may
+    # send them: a larger report is refused (400), a table keeps its newest `metrics_reports_per_table`, and a
+    # report is deleted `metrics_report_retain_s` after it came.
+    metrics_report_max_bytes: int = 64 * 1024
+    metrics_reports_per_table: int = 100
+    metrics_report_retain_s: float = 7 * 24 * 3600.0
+
     # Storage
     db_pool_size: int = 4
     db_timeout_s: float = 10.0

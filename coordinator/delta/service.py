@@ -29,7 +29,7 @@ from storage.records import TableRow
 from ..auth import CALLER
 from ..credentials import VENDED_KEYS_TTL_S, vendable_s3_keys
 from ..decision import PlannedPart
-from .. import name_limits
+from .. import name_limits, reports
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CatalogExists, CatalogNotEmpty, CommitConflict,
                       CoordinatorError, NamespaceExists, NamespaceNotEmpty, NoSuchCatalog, NoSuchNamespace, NoSuchTable,
                       NotEmpty, NotFound, TableExists, VersionPublished, from_storage)
@@ -458,13 +458,16 @@ class DeltaService:
         return vendable_s3_keys(self.c.warehouses, self.c.auth is not None, rules.normalize_uri(location))
 
     async def write_metrics(self, req: MetricsRequest) -> None:
+        """Keep a commit's metrics (bounded: coordinator/reports.py)."""
         table_id = parse_table_id(req.table_id)
         await self.registry.submit(table_id, CheckMetrics(req))
         report = req.report.commit_report if req.report is not None else None
         if report is None:
             return
         payload = report.model_dump(exclude_none=True)
-        await self.store.add_delta_report(table_id, report.commit_version, payload)
+        reports.check_size(payload, self.config.metrics_report_max_bytes)
+        await self.store.add_delta_report(table_id, report.commit_version, payload,
+                                          self.config.metrics_reports_per_table)
 
 
 def _expiration_ms() -> int:
