@@ -13,7 +13,7 @@ from typing import Any, Awaitable
 from quart import Blueprint, Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
-from coordinator.auth import Privilege
+from coordinator.auth import Privilege, table_securable
 from coordinator.delta import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
                                GetCommitsRequest, MetricsRequest)
 from coordinator.delta.models import (GenerateTemporaryPathCredential, GenerateTemporaryTableCredential,
@@ -144,7 +144,13 @@ def _on(privilege: Privilege, *path: str) -> Needs:
 
 
 def _on_full_name(privilege: Privilege, levels: int, kind: str):
-    return lambda full_name: _on(privilege, *split_full_name(full_name, levels, kind))
+    """The schema (2 levels) or table (3) named by the route's full name."""
+    def needs(full_name: str) -> Needs:
+        names = split_full_name(full_name, levels, kind)
+        if kind == "table":
+            return [(privilege, table_securable(("delta", *names[:-1]), names[-1]))]
+        return _on(privilege, *names)
+    return needs
 
 
 def _on_listed(privilege: Privilege, *args: str):
@@ -284,7 +290,7 @@ async def list_tables() -> Response:
     catalog, schema = _required_arg("catalog_name"), _required_arg("schema_name")
     token, size = _page(MAX_TABLES_PAGE)
     items, nxt = await _service().list_tables(catalog, schema, token, size)
-    items = [t for t in items if visible(("delta", catalog, schema, t["name"]))]
+    items = [t for t in items if visible(table_securable(("delta", catalog, schema), t["name"]))]
     return _listing("tables", items, nxt)
 
 

@@ -1,13 +1,17 @@
 """Who may do what: clients, roles and grants from the auth file; hashed secrets; signed bearer tokens.
 
-Format-neutral. A securable is a path of names, outermost first, and a grant on a path covers everything below
-it (privileges are inherited downward):
+Format-neutral. A securable is a path of names, outermost first. A container's path (a catalog, a namespace, a
+schema) is its names; a table's (or view's) path is its container's path and then its name as a `Table`, never
+equal to a container's name, so that a table and a namespace of the same dotted name (`sales.orders`) are two
+securables, neither within the other:
 
-    ("iceberg", prefix, *namespace levels, table)     Iceberg; the catalog with no prefix is ""
-    ("delta", catalog, schema, table)                 Unity Catalog
-    ("lance", *namespace levels, table)               Lance Namespace
+    ("iceberg", prefix, *namespace levels, Table(name))    Iceberg; the catalog with no prefix is ""
+    ("delta", catalog, schema, Table(name))                Unity Catalog
+    ("lance", *namespace levels, Table(name))              Lance Namespace
 
-The auth file (TOML) names clients, their hashed secrets and roles, and what each role is granted::
+A grant on a container covers everything below it (privileges are inherited downward); a grant on a table covers
+that table only. The auth file (TOML) names clients, their hashed secrets and roles, and what each role is
+granted; a grant names a container (`on`) or a table (`table`), never both::
 
     token_ttl_s = 3600
     [[clients]]
@@ -16,9 +20,9 @@ The auth file (TOML) names clients, their hashed secrets and roles, and what eac
     roles = ["writer"]
     [roles.writer]
     grants = [{ on = "iceberg//sales", privileges = ["read", "write", "create"] },
-              { on = "delta/main", privileges = ["read", "write"] }]
+              { table = "delta/main/default/orders", privileges = ["read"] }]
 
-`on` is a `/`-separated path ("*" is everything); a segment may be percent-encoded (`%2F`).
+Paths are `/`-separated ("*" is everything); a segment may be percent-encoded (`%2F`).
 """
 
 from __future__ import annotations
@@ -44,7 +48,25 @@ import trio
 from .config import ConfigError
 from .errors import Forbidden, InvalidClient, Unauthorized
 
-Resource = tuple[str, ...]
+
+@dataclass(frozen=True)
+class Table:
+    """The last segment of a table's (or an Iceberg view's) securable: unequal to any container's name."""
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+Resource = tuple[str | Table, ...]
+FORMATS = ("iceberg", "delta", "lance")
+
+
+def table_securable(container: Resource, name: str) -> Resource:
+    """The securable of table (or view) `name` in `container`."""
+    return (*container, Table(name))
+
+
 ISSUER = "commit-coordinator"
 # Who sends the request being served (api/access.py sets it once a token is verified), for what records its maker:
 # Unity Catalog's owner / created_by / updated_by. Without authentication everyone is anonymous.
@@ -80,8 +102,8 @@ class Principal:
         return any(g.allows(privilege, resource) for g in self.grants)
 
     def may_see(self, resource: Resource) -> bool:
-        """Whether a listing shows `resource`: the caller may read it, or holds a grant on something within it
-        (so that it can find its way down to what it was granted)."""
+        """Whether a listing shows `resource`: the caller may read it, or holds a grant on it or on something within
+        it (so that it can find its way down to what it was granted)."""
         return self.may(Privilege.READ, resource) or any(g.path[:len(resource)] == resource for g in self.grants)
 
 
@@ -129,6 +151,32 @@ def parse_path(on: str) -> Resource:
     return tuple(unquote(s) for s in on.split("/"))
 
 
+# Where a table's name sits in each format's path: at least this many segments, the format's own name included
+# (Iceberg: format, prefix, a namespace level, the name; Unity Catalog exactly that many: catalog and schema).
+_TABLE_DEPTH = {"iceberg": 4, "delta": 4, "lance": 2}
+TABLE_SHAPES = "iceberg/<prefix>/<namespace levels>/<name>, delta/<catalog>/<schema>/<name>, lance/<namespace levels>/<name>"
+
+
+def parse_grant(spec: Any) -> Resource:
+    """The securable a grant of the auth file names: a container (`on`: a path, or "*") or a table (`table`)."""
+    if not isinstance(spec, dict) or ("on" in spec) == ("table" in spec):
+        raise ValueError("a grant names a container (`on`) or a table (`table`), one of the two")
+    raw = spec.get("on", spec.get("table"))
+    if not isinstance(raw, str) or not raw:
+        raise ValueError("the path must be a non-empty string")
+    path = parse_path(raw)
+    if path and path[0] not in FORMATS:
+        raise ValueError(f"a path starts with the format ({', '.join(FORMATS)}) or is \"*\", got {raw!r}")
+    if "table" in spec:
+        depth = _TABLE_DEPTH[path[0]] if path else 0
+        if not path or len(path) < depth or (path[0] == "delta" and len(path) != depth):
+            raise ValueError(f"table {raw!r} names no table: tables are {TABLE_SHAPES}")
+        return table_securable(path[:-1], path[-1])
+    if path and path[0] == "delta" and len(path) >= _TABLE_DEPTH["delta"]:
+        raise ValueError(f"on = {raw!r} is below a Unity Catalog schema: name a table with `table = {raw!r}`")
+    return path
+
+
 @dataclass
 class AuthConfig:
     clients: dict[str, Client] = field(default_factory=dict)
@@ -156,10 +204,11 @@ class AuthConfig:
             for i, g in enumerate(spec.get("grants", [])):
                 try:
                     privileges = frozenset(Privilege(p) for p in g["privileges"])
-                    grants.append(Grant(parse_path(g["on"]), privileges))
+                    grants.append(Grant(parse_grant(g), privileges))
                 except (KeyError, ValueError, TypeError) as exc:
-                    raise ConfigError(f"{source}: roles.{role}.grants[{i}] needs `on` (a path) and `privileges` "
-                                     f"(of {', '.join(p.value for p in Privilege)}): {exc}") from None
+                    raise ConfigError(f"{source}: roles.{role}.grants[{i}] needs `on` (a container's path) or "
+                                     f"`table` (a table's), and `privileges` (of "
+                                     f"{', '.join(p.value for p in Privilege)}): {exc}") from None
             roles[role] = tuple(grants)
         clients = {}
         for i, c in enumerate(raw.get("clients", [])):
@@ -248,7 +297,9 @@ class Authority:
 
 
 def format_path(resource: Resource) -> str:
-    return "/".join(resource) or "*"
+    """A securable as the auth file names it: `*`, a container's path, or `table <path>`."""
+    path = "/".join(map(str, resource)) or "*"
+    return f"table {path}" if resource and isinstance(resource[-1], Table) else path
 
 
 def new_signing_key() -> bytes:

@@ -16,7 +16,7 @@ from uuid import UUID
 from storage.interface import Store
 from storage.records import NAMESPACE_SEP, TableRow
 
-from .auth import Resource
+from .auth import Resource, table_securable
 from .warehouses import Warehouses
 
 # (realm in the store, format shown, securable's first level): where each protocol keeps its tables' names.
@@ -71,7 +71,7 @@ def securable(row: TableRow) -> Resource:
     levels = row.namespace.split(NAMESPACE_SEP) if row.namespace else []
     first = next(s for realm, _, s in REALMS if realm == row.realm)
     catalog = () if row.realm == "lance" else (row.catalog,)
-    return (first, *catalog, *levels, row.name)
+    return table_securable((first, *catalog, *levels), row.name)
 
 
 def _entry(row: TableRow, fmt: str) -> TableEntry:

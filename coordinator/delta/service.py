@@ -26,7 +26,7 @@ from storage import errors as storage_errors
 from storage.files import join, unsafe_location
 from storage.records import TableRow
 
-from ..auth import CALLER
+from ..auth import CALLER, Resource, table_securable
 from ..credentials import VENDED_KEYS_TTL_S, vendable_s3_keys
 from ..decision import PlannedPart
 from .. import name_limits, reports
@@ -111,7 +111,7 @@ class DeltaService:
         self.store = coordinator.store
         self.registry = coordinator.registry
         self.files = coordinator.files
-        self._securables: dict[uuid.UUID, tuple[str, ...]] = {}
+        self._securables: dict[uuid.UUID, Resource] = {}
         self.registry.register_format(FORMAT, self._load_state)
 
     @property
@@ -394,8 +394,8 @@ class DeltaService:
         table_id = await self._resolve(full)
         await self.registry.submit(table_id, DropTable(full, self.store, self.files))
 
-    async def securable(self, raw_table_id: str) -> tuple[str, ...]:
-        """The table's place for access checks: ("delta", catalog, schema, name). A table's id never changes its
+    async def securable(self, raw_table_id: str) -> Resource:
+        """The table's place for access checks: ("delta", catalog, schema, Table(name)). A table's id never changes its
         name (Unity Catalog has no rename here), so the answer is cached. An unknown id (or another protocol's
         table's: its name must not show in a Delta answer) is placed at the root: only a Delta-wide grant lets such
         a request through (to its 404)."""
@@ -407,9 +407,10 @@ class DeltaService:
                 return ("delta",)
             if row.catalog == STAGING_CATALOG:
                 s = row.state.get("staging", {})
-                found = ("delta", s.get("catalog_name", ""), s.get("schema_name", ""), s.get("name", ""))
+                found = table_securable(("delta", s.get("catalog_name", ""), s.get("schema_name", "")),
+                                        s.get("name", ""))
             else:
-                found = ("delta", row.catalog, row.namespace, row.name)
+                found = table_securable(("delta", row.catalog, row.namespace), row.name)
             if len(self._securables) >= 100_000:
                 self._securables.clear()
             self._securables[table_id] = found
