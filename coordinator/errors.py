@@ -188,6 +188,10 @@ class VersionPublished(CommitConflict):
 class TooManyRequests(CoordinatorError):
     status = 429
 
+    def __init__(self, message: str, *, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
 
 class Unavailable(CoordinatorError):
     """Known not applied, safe to retry: full mailbox, database down before the write began, owner moving."""

@@ -16,7 +16,7 @@ from storage.errors import DatabaseUnreachable, StorageError
 from storage.owner import DatabaseInUse
 from storage.postgres import APPLICATION_NAME, PostgresStore
 
-from .auth import AuthConfig, Authority, new_signing_key
+from .auth import AuthConfig, Authority, Throttle, new_signing_key
 from .config import Config, ConfigError
 from .errors import CoordinatorError
 from .idempotency import RETAIN_S, Idempotency
@@ -87,7 +87,9 @@ class Coordinator:
         """Runs the actors (and background jobs) until cancelled."""
         if self.auth is not None:
             key = self.auth.signing_key or await self.store.signing_key(new_signing_key())
-            self.authority = Authority(self.auth, key)
+            c = self.config
+            self.authority = Authority(self.auth, key, Throttle(c.token_requests_per_s, c.token_requests_burst,
+                                                                c.token_requests_queued))
         await self.warehouses.load()
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registry.run)

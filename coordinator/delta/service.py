@@ -352,11 +352,8 @@ class DeltaService:
         if rules.is_within(join(self.config.warehouse_uri, MANAGED_DIR), location):
             raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must not be inside the managed "
                              f"storage root")
-        if self.c.auth is not None and rules.is_within(self.config.warehouse_uri, location):
-            # The warehouse's places belong to namespaces under their grants (Iceberg's, Lance's); an external
-            # table there would claim one (locations are exclusive) that a Delta grant does not reach.
-            raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must lie outside the warehouse "
-                             f"while authentication is on")
+        if self.c.auth is not None:
+            await self._refuse_in_a_warehouse(location)
         table_id = uuid.uuid4()
         info = table_info(table_id, full, "EXTERNAL", body.data_source_format, columns, location, body.comment,
                           dict(body.properties), now_ms(), CALLER.get())
@@ -370,6 +367,18 @@ class DeltaService:
                 raise NoSuchNamespace(f"Schema does not exist: {full[0]}.{full[1]}") from None
             raise
         return dict(table.info)
+
+    async def _refuse_in_a_warehouse(self, location: str) -> None:
+        """A warehouse's places belong to namespaces and catalogs under their grants (Iceberg's, Lance's, a
+        catalog's storage root); an EXTERNAL table in one, or around one, would claim it (locations are exclusive)
+        though a Delta grant does not reach it. Every warehouse, as the database has them now (in a cluster,
+        another member may have just created one)."""
+        if self.config.cluster:
+            await self.c.warehouses.load()
+        for w in self.c.warehouses.all():
+            if rules.is_within(w.location, location) or rules.is_within(location, w.location):
+                raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must lie outside every "
+                                 f"warehouse while authentication is on (it overlaps warehouse {w.name!r})")
 
     async def _resolve(self, full: FullName) -> uuid.UUID:
         row = await self.store.find_table(REALM, *full)
