@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 import uuid
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -30,6 +31,19 @@ ADMIN = ("admin-secret", [("*", ["admin"])])
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def uc_as(base: str, token: str) -> UC:
+    uc = UC(base)
+    uc.http.headers.update(bearer(token))
+    return uc
+
+
+def create_warehouse(base: str, token: str, name: str, root: Path) -> Path:
+    r = httpx.post(f"{base}/api/coordinator/v1/warehouses", headers=bearer(token),
+                   json={"name": name, "location": root.as_uri()})
+    assert r.status_code == 201, r.text
+    return root
 
 
 @pytest.fixture
@@ -124,8 +138,7 @@ def test_metrics_reports_expire(auth, config, database_url):
 def test_delta_metrics_are_bounded_in_size_and_count(auth, config, database_url):
     config.metrics_reports_per_table = 3
     base, tokens = auth({"admin": ADMIN, "writer": ("writer-secret", [("delta/main", ["read", "write"])])})
-    admin = UC(base)
-    admin.http.headers.update(bearer(tokens["admin"]))
+    admin = uc_as(base, tokens["admin"])
     table = admin.create_managed("t")
     writer = httpx.Client(base_url=base + PREFIX, headers=bearer(tokens["writer"]), timeout=30)
 
@@ -294,12 +307,8 @@ def test_behind_a_tls_proxy_the_console_cookie_is_secure(auth, config):
 
 def test_an_external_delta_table_cannot_claim_a_named_warehouse(auth, tmp_path):
     base, tokens = auth({"admin": ADMIN, "writer": ("writer-secret", [("delta/main", ["admin"])])})
-    lake = tmp_path / "lake"
-    r = httpx.post(f"{base}/api/coordinator/v1/warehouses", headers=bearer(tokens["admin"]),
-                   json={"name": "lake", "location": lake.as_uri()})
-    assert r.status_code == 201, r.text
-    admin = UC(base)
-    admin.http.headers.update(bearer(tokens["admin"]))
+    lake = create_warehouse(base, tokens["admin"], "lake", tmp_path / "lake")
+    admin = uc_as(base, tokens["admin"])
     admin.setup_schema("main", "s")
     writer = httpx.Client(base_url=base + PREFIX, headers=bearer(tokens["writer"]), timeout=30)
     body = {"catalog_name": "main", "schema_name": "s", "table_type": "EXTERNAL", "data_source_format": "PARQUET",
@@ -359,8 +368,7 @@ def test_secret_checks_wait_in_a_bounded_queue(auth, config):
 def test_a_delta_listing_shows_a_table_it_may_not_read_by_name_only(auth):
     base, tokens = auth({"admin": ADMIN,
                          "writer": ("writer-secret", [{"table": "delta/main/s/t", "privileges": ["write"]}])})
-    admin = UC(base)
-    admin.http.headers.update(bearer(tokens["admin"]))
+    admin = uc_as(base, tokens["admin"])
     full = admin.create_managed("t", "main", "s")
     admin.create_managed("other", "main", "s")
     writer = httpx.Client(base_url=base + PREFIX, headers=bearer(tokens["writer"]), timeout=30)
@@ -374,10 +382,7 @@ def test_a_delta_listing_shows_a_table_it_may_not_read_by_name_only(auth):
 
 def test_the_console_shows_a_client_only_the_warehouses_it_uses(auth, tmp_path):
     base, tokens = auth({"admin": ADMIN, "analyst": ("analyst-secret", [("iceberg//db", ["read"])])})
-    lake = tmp_path / "secret-lake"
-    r = httpx.post(f"{base}/api/coordinator/v1/warehouses", headers=bearer(tokens["admin"]),
-                   json={"name": "lake", "location": lake.as_uri()})
-    assert r.status_code == 201, r.text
+    create_warehouse(base, tokens["admin"], "lake", tmp_path / "secret-lake")
     console = httpx.Client(base_url=base, timeout=30)
     assert console.post("/ui/login", data={"client_id": "analyst", "client_secret": "analyst-secret"},
                         headers={"Origin": base}).status_code == 302
