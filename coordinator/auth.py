@@ -327,8 +327,8 @@ class Authority:
         if claims["sub"] not in self.config.clients:
             raise Unauthorized(f"client {claims['sub']!r} is no longer configured")
         if claims.get("gen") != self._generations[claims["sub"]]:
-            raise Unauthorized("the token was revoked (its client was given a new secret): get a new one from "
-                               "POST /v1/oauth/tokens")
+            raise Unauthorized("the token was revoked: its client was given a new secret since (or an older version "
+                               "of this service issued it); get a new one from POST /v1/oauth/tokens")
         return claims
 
     @staticmethod
