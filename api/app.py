@@ -123,8 +123,8 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         req, ctx = request._get_current_object(), g._get_current_object()
         started = getattr(ctx, "started", None)
         elapsed = time.perf_counter() - started if started is not None else 0.0
-        rule = req.url_rule.rule if req.url_rule is not None else "unmatched"
-        metrics.observe_request(protocol_of(req.path), f"{req.method} {rule}", response.status_code, elapsed)
+        rule = req.url_rule.rule if req.url_rule is not None else None
+        metrics.observe_request(protocol_of(req.path), req.method, rule, response.status_code, elapsed)
         request_id = getattr(ctx, "request_id", "")
         response.headers["X-Request-Id"] = request_id
         await log_request(req, response, request_id, elapsed, coordinator.authority is not None)
