@@ -9,10 +9,11 @@ import time
 from importlib import resources
 from urllib.parse import unquote
 
-from quart import Response, g, request
+from quart import Response, g, redirect, request
 from quart_trio import QuartTrio
 
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
+from werkzeug.exceptions import NotFound as NoRoute  # werkzeug's: the 404 of a path no route matches
 
 from coordinator.actor import COMMITTED
 from coordinator.errors import BadRequest, CoordinatorError, NotFound, from_storage
@@ -142,6 +143,15 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         if bearer is not None:
             response.headers["WWW-Authenticate"] = bearer
         return response
+
+    @app.get("/")
+    @public
+    async def root() -> Response:
+        """A browser pointed at the service (it prefers text/html) is sent to the console; an API client gets the
+        JSON 404 of any path the service does not serve (`*/*` or no Accept header prefers neither)."""
+        if request.accept_mimetypes.best_match(("application/json", "text/html")) == "text/html":
+            return redirect("/ui/")
+        raise NoRoute()
 
     @app.get("/healthz")
     @public

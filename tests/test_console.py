@@ -82,7 +82,8 @@ def test_console_shows_every_format_and_a_tables_history(service, browser, tmp_p
     lance.write_dataset(pa.table({"a": [1, 2]}), namespace_client=ns, table_id=["vec", "embeddings"], mode="create")
     lance.write_dataset(pa.table({"a": [3]}), namespace_client=ns, table_id=["vec", "embeddings"], mode="append")
 
-    browser.get(f"{service}/ui/")
+    browser.get(f"{service}/")   # the service's address alone leads to the console
+    assert browser.current_url == f"{service}/ui/"
     warehouses = browser.find_element(By.ID, "warehouses").text
     assert "default" in warehouses and "warehouse" in warehouses
     tree = browser.find_element(By.ID, "tables").text
