@@ -17,6 +17,7 @@ from storage.postgres import APPLICATION_NAME, PostgresStore
 
 from .auth import AuthConfig, Authority, new_signing_key
 from .config import Config, ConfigError
+from .feed import Feed
 from .idempotency import Idempotency
 from .metrics import Metrics
 from .registry import Registry
@@ -62,6 +63,7 @@ class Coordinator:
             raise ConfigError(f"{exc}; check --database-url and that the server is running and accepts "
                               "this user") from None
         self.registry = Registry(self.config, self.store, self.files, self.metrics)
+        self.feed = Feed(self.store, self.config)
         self.idempotency = Idempotency(self.store)
         from .warehouses import Warehouses; self.warehouses = Warehouses(self)  # noqa: E702
         from .iceberg.service import IcebergService; self.iceberg = IcebergService(self)  # noqa: E702
@@ -87,9 +89,11 @@ class Coordinator:
             key = self.auth.signing_key or await self.store.signing_key(new_signing_key())
             self.authority = Authority(self.auth, key)
         await self.warehouses.load()
+        self.feed.attach()
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registry.run)
             if self.cluster is not None:
                 await nursery.start(self.cluster.run)
             nursery.start_soon(self.idempotency.purge_forever)
+            nursery.start_soon(self.feed.prune_forever)
             task_status.started(self)
