@@ -52,10 +52,11 @@ def token(position: Position) -> str:
 
 
 def position(token_: str) -> Position:
-    if not isinstance(token_, str) or not _TOKEN.fullmatch(token_):
+    xid, seq = (int(token_[:16], 16), int(token_[16:], 16)) if _TOKEN.fullmatch(token_) else (-1, -1)
+    if not (0 <= xid < 2**63 and 0 <= seq < 2**31):   # (a transaction's events are numbered in an int)
         raise BadRequest(f"malformed feed token {token_[:80]!r}: pass back a `next` or an event's `sequence` as it "
                          f"was given")
-    return int(token_[:16], 16), int(token_[16:], 16)
+    return xid, seq
 
 
 def cloud_event(e: StoredEvent) -> dict[str, Any]:

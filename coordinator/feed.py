@@ -78,7 +78,7 @@ class Feed:
                     raise EventsExpired(f"the feed no longer holds the events after this token (retention: "
                                         f"{self.config.events_retention_s:g} s, {self.config.events_max} events); "
                                         f"start again without `after`")
-                if at is not None and at[0] >= page.next_xid:
+                if at is not None and at[0] > page.next_xid:
                     raise BadRequest("this token is not from this service's feed")
                 events = [cloud_event(e) for e in page.events if visible(e)]
                 if len(page.events) == limit:

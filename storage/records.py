@@ -199,6 +199,6 @@ class StoredEvent:
 class EventPage:
     events: list[StoredEvent]
     horizon: int        # the snapshot's xmin: every event below it is final
-    next_xid: int       # the snapshot's xmax: no transaction has an id at or above it yet
+    next_xid: int       # the snapshot's xmax: no transaction has an id at or above it yet (a token above it is not ours)
     floor: Position     # retention deleted everything at or before this
     pending: bool       # committed events exist at or above the horizon (visible soon)

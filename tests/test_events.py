@@ -1,0 +1,264 @@
+"""The commit feed (`GET /api/coordinator/v1/events`, docs/events.md): every acknowledged commit of every format
+appears once, in order, with its version and type; a refused one nowhere; a reader resumes exactly, after a
+restart too; a long-poll answers once a commit lands; retention answers 410; a partly granted client sees only
+its tables; the client helpers (`coordinator.client.events`, `wait_for`)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import defaultdict
+
+import asyncpg
+import httpx
+import lance
+import lance_namespace
+import pyarrow as pa
+import pytest
+from lance_namespace import CreateNamespaceRequest
+from pyiceberg.catalog import load_catalog
+
+from api.server import EmbeddedService
+from coordinator.client import CommitRefused, FeedError, commit, events, wait_for
+from storage.events import EventLog
+from tests.delta.conftest import UC
+from tests.support import ServerProcess, fetch_token, write_auth_file
+from tests.test_cross_format_commit import parts, tables  # noqa: F401 - fixture: one table of each format
+from tests.test_iceberg_views import version as view_version
+
+SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
+EVENTS = "/api/coordinator/v1/events"
+
+
+def everything(base: str, **params) -> list[dict]:
+    return list(events(base, follow=False, limit=1000, **params))
+
+
+def by_table(feed: list[dict]) -> dict[str, list[tuple[str, int]]]:
+    """table id -> [(type, version), ...] in feed order."""
+    out = defaultdict(list)
+    for e in feed:
+        out[e["data"]["table-id"]].append((e["type"], e["data"]["version"]))
+    return out
+
+
+def test_every_acknowledged_commit_of_every_format_appears_once_and_a_refused_one_nowhere(service):
+    http = httpx.Client(base_url=service, timeout=30)
+    # Iceberg, through pyiceberg: create, two appends, a rename, a drop; a commit refused with 409.
+    catalog = load_catalog("c", type="rest", uri=service)
+    catalog.create_namespace("ev")
+    table = catalog.create_table("ev.t", schema=pa.schema([("id", pa.int64())]))
+    iceberg_id = str(table.metadata.table_uuid)
+    table.append(pa.table({"id": [1]}))
+    table.append(pa.table({"id": [2]}))
+    stale = http.post("/v1/namespaces/ev/tables/t", json={
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 1}],
+        "updates": [{"action": "set-properties", "updates": {"refused": "1"}}]})
+    assert stale.status_code == 409, stale.text
+    snapshot = catalog.load_table("ev.t").metadata.current_snapshot_id
+    catalog.rename_table("ev.t", "ev.u")
+    catalog.drop_table("ev.u")
+    # An Iceberg view: create, replace, drop.
+    r = http.post("/v1/namespaces/ev/views", json={"name": "v", "schema": SCHEMA, "view-version": view_version("select 1"),
+                                                    "properties": {}})
+    assert r.status_code == 200, r.text
+    view_id = r.json()["metadata"]["view-uuid"]
+    replaced = {**view_version("select 2"), "version-id": 2}
+    r = http.post("/v1/namespaces/ev/views/v", json={"requirements": [], "updates": [
+        {"action": "add-view-version", "view-version": replaced}, {"action": "set-current-view-version", "view-version-id": -1}]})
+    assert r.status_code == 200, r.text
+    assert http.delete("/v1/namespaces/ev/views/v").status_code == 204
+    # Delta, through Unity Catalog's API: a managed table, two commits, one refused (version taken), a drop.
+    uc = UC(service)
+    orders = uc.create_managed("orders")
+    for v in (1, 2):
+        assert uc.commit(orders, v).status_code == 200
+    assert uc.commit(orders, 2).status_code == 409
+    assert uc.http.delete("/tables/main.default.orders").status_code == 200
+    uc.http.close()
+    # Lance, through pylance: a table created with its first version, then an append.
+    ns = lance_namespace.connect("rest", {"uri": service})
+    ns.create_namespace(CreateNamespaceRequest(id=["vec"]))
+    data = pa.table({"id": [1, 2]})
+    lance.write_dataset(data, namespace_client=ns, table_id=["vec", "items"], mode="create")
+    items = lance.write_dataset(data, namespace_client=ns, table_id=["vec", "items"], mode="append")
+    lance_id = None
+
+    feed = everything(service)
+    assert len({e["id"] for e in feed}) == len(feed) and len({e["sequence"] for e in feed}) == len(feed)
+    assert [e["sequence"] for e in feed] == sorted(e["sequence"] for e in feed)
+    for e in feed:
+        assert e["specversion"] == "1.0" and e["source"] and e["time"] and e["id"][14] == "7"   # a UUIDv7
+        assert e["subject"] == ".".join(e["data"]["name"])
+        if e["subject"] == "vec.items":
+            lance_id = e["data"]["table-id"]
+    tables_ = by_table(feed)
+    assert tables_[iceberg_id] == [("iceberg.table.created", 0), ("iceberg.table.committed", 1),
+                                   ("iceberg.table.committed", 2), ("iceberg.table.renamed", 2),
+                                   ("iceberg.table.dropped", 2)]
+    assert tables_[view_id] == [("iceberg.view.created", 0), ("iceberg.view.committed", 1),
+                                ("iceberg.view.dropped", 1)]
+    assert tables_[orders["table_id"]] == [("delta.table.created", 0), ("delta.table.committed", 1),
+                                           ("delta.table.committed", 2), ("delta.table.dropped", 2)]
+    assert tables_[lance_id][-1] == ("lance.table.committed", items.version)
+    assert [v for t, v in tables_[lance_id] if t == "lance.table.committed"] == list(range(1, items.version + 1))
+    assert tables_[lance_id][0][0] == "lance.table.created"
+    assert len(tables_) == 4
+    # What each format adds.
+    iceberg = [e["data"] for e in feed if e["data"]["table-id"] == iceberg_id]
+    assert iceberg[2]["snapshot-id"] == snapshot and iceberg[2]["metadata-location"].endswith(".metadata.json")
+    assert "snapshot-id" not in iceberg[0] and iceberg[3]["previous-name"] == ["ev", "t"]
+    assert [e["subject"] for e in feed if e["data"]["table-id"] == iceberg_id] == ["ev.t"] * 3 + ["ev.u"] * 2
+    delta = [e["data"] for e in feed if e["data"]["table-id"] == orders["table_id"]]
+    assert "/_delta_log/_staged_commits/00000000000000000001." in delta[1]["commit-file"]
+    assert all(e["data"]["manifest"].endswith(".manifest") for e in feed
+               if e["data"]["table-id"] == lance_id and e["type"] == "lance.table.committed")
+    assert not any("refused" in str(e) for e in feed)
+
+
+def test_the_events_of_one_commit_across_formats_share_its_commit_id(service, tables):
+    before = everything(service)
+    body, _ = parts(tables)
+    commit(service, body)
+    new = everything(service, after=before[-1]["sequence"])
+    assert sorted(e["type"] for e in new) == ["delta.table.committed", "iceberg.table.committed",
+                                              "lance.table.committed"]
+    assert len({e["data"]["commit-id"] for e in new}) == 1
+    assert len({e["data"]["commit-id"] for e in before}) == len(before)   # creations: one commit each
+    # A cross-format commit refused (the Delta version is taken now) leaves nothing.
+    body, _ = parts(tables, iceberg_parent=1001, delta_version=1, lance_version=2)
+    with pytest.raises(CommitRefused):
+        commit(service, body)
+    assert everything(service, after=new[-1]["sequence"]) == []
+
+
+def test_filters_by_format_and_table(service, tables):
+    commit(service, parts(tables)[0])
+    assert {e["type"] for e in everything(service, format="delta")} == {"delta.table.created", "delta.table.committed"}
+    assert {e["subject"] for e in everything(service, table=["xf.events", "xf.vectors"])} == {"xf.events",
+                                                                                                "xf.vectors"}
+    assert everything(service, format="lance", table="xf.events") == []
+
+
+def test_a_reader_resumes_exactly_after_a_restart_of_the_service(database_url, tmp_path):
+    server = ServerProcess(database_url, tmp_path)
+    server.start()
+    try:
+        http = httpx.Client(base_url=server.base_url, timeout=30)
+        assert http.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
+        for name in ("a", "b", "c"):
+            assert http.post("/v1/namespaces/db/tables", json={"name": name, "schema": SCHEMA}).status_code == 200
+        seen, after = [], None
+        for _ in range(2):   # read part of the feed, one event at a time
+            page = http.get(EVENTS, params={"limit": 1, **({"after": after} if after else {})}).json()
+            seen += page["events"]
+            after = page["next"]
+        server.stop()
+        server.start()
+        http = httpx.Client(base_url=server.base_url, timeout=30)
+        for i in range(3):
+            assert http.post("/v1/namespaces/db/tables/a", json={"requirements": [], "updates": [
+                {"action": "set-properties", "updates": {f"k{i}": "v"}}]}).status_code == 200
+        seen += everything(server.base_url, after=after)
+        assert seen == everything(server.base_url)
+        assert [e["data"]["version"] for e in seen if e["subject"] == "db.a"] == [0, 1, 2, 3]
+    finally:
+        server.stop()
+
+
+def test_a_long_poll_answers_once_a_commit_lands(service):
+    http = httpx.Client(base_url=service, timeout=60)
+    assert http.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
+    after = http.get(EVENTS).json()["next"]
+    answer = {}
+
+    def poll() -> None:
+        started = time.monotonic()
+        answer["page"] = httpx.get(service + EVENTS, params={"after": after, "wait": 30}, timeout=60).json()
+        answer["s"] = time.monotonic() - started
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    time.sleep(1.0)
+    assert "page" not in answer   # nothing committed yet: still waiting
+    assert http.post("/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).status_code == 200
+    reader.join(30)
+    assert [e["type"] for e in answer["page"]["events"]] == ["iceberg.table.created"]
+    assert answer["s"] < 20   # answered by the commit, not by the end of the wait
+    # With nothing committed, a wait ends empty with the same position.
+    page = http.get(EVENTS, params={"after": answer["page"]["next"], "wait": 0.2}).json()
+    assert page == {"events": [], "next": answer["page"]["next"]}
+
+
+def test_a_token_older_than_retention_is_410(service, database_url):
+    http = httpx.Client(base_url=service, timeout=30)
+    assert http.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
+    for name in ("a", "b", "c", "d"):
+        assert http.post("/v1/namespaces/db/tables", json={"name": name, "schema": SCHEMA}).status_code == 200
+    first = http.get(EVENTS, params={"limit": 1}).json()
+
+    async def prune() -> int:
+        con = await asyncpg.connect(database_url)
+        try:
+            return await EventLog._prune_batch(con, 3600, 2)   # keep the newest 2
+        finally:
+            await con.close()
+    assert asyncio.run(prune()) == 2
+    r = http.get(EVENTS, params={"after": first["next"]})
+    assert r.status_code == 410
+    error = r.json()["error"]
+    assert error["code"] == 410 and error["type"] == "EventsExpired" and "retention" in error["message"]
+    assert [e["subject"] for e in everything(service)] == ["db.c", "db.d"]
+    with pytest.raises(FeedError) as gone:
+        everything(service, after=first["next"])
+    assert gone.value.status == 410
+
+
+@pytest.mark.parametrize("params", [{"after": "not-a-token"}, {"after": "f" * 32}, {"limit": 0}, {"limit": 1001},
+                                    {"limit": "x"}, {"wait": 61}, {"wait": "nan"}, {"format": "parquet"}])
+def test_a_malformed_request_is_400(service, params):
+    r = httpx.get(service + EVENTS, params=params)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == 400
+
+
+def test_a_partly_granted_client_sees_only_its_tables(config, tmp_path):
+    config.auth_file = write_auth_file(tmp_path / "auth.toml", {
+        "admin": ("admin-secret", [("*", ["admin"])]),
+        "reader": ("reader-secret", [("iceberg//shared", ["read"]), ("delta/main/default/orders", ["read"])])})
+    with EmbeddedService(config) as base:
+        admin = {"Authorization": f"Bearer {fetch_token(base, 'admin', 'admin-secret')}"}
+        http = httpx.Client(base_url=base, timeout=30, headers=admin)
+        for ns in ("shared", "private"):
+            assert http.post("/v1/namespaces", json={"namespace": [ns]}).status_code == 200
+            r = http.post(f"/v1/namespaces/{ns}/tables", json={"name": "t", "schema": SCHEMA})
+            assert r.status_code == 200, r.text
+        uc = UC(base)
+        uc.http.headers.update(admin)
+        for name in ("orders", "secrets"):
+            uc.create_managed(name)
+        reader = fetch_token(base, "reader", "reader-secret")
+        assert httpx.get(base + EVENTS).status_code == 401
+        assert {e["subject"] for e in everything(base, token=reader)} == {"shared.t", "main.default.orders"}
+        assert len(everything(base, token=fetch_token(base, "admin", "admin-secret"))) == 4
+
+
+def test_wait_for_returns_once_the_table_reaches_the_version(service):
+    http = httpx.Client(base_url=service, timeout=30)
+    assert http.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
+    assert http.post("/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).status_code == 200
+    assert wait_for(service, "db.t", 0, timeout_s=5)["type"] == "iceberg.table.created"   # already there
+
+    def commit_later() -> None:
+        time.sleep(0.5)
+        for i in range(2):
+            httpx.post(service + "/v1/namespaces/db/tables/t", json={"requirements": [], "updates": [
+                {"action": "set-properties", "updates": {"k": str(i)}}]}, timeout=30).raise_for_status()
+    writer = threading.Thread(target=commit_later)
+    writer.start()
+    event = wait_for(service, "db.t", 2, format="iceberg", timeout_s=30)
+    writer.join()
+    assert event["type"] == "iceberg.table.committed" and event["data"]["version"] == 2
+    with pytest.raises(TimeoutError):
+        wait_for(service, "db.t", 3, timeout_s=0.5)
