@@ -262,3 +262,97 @@ def test_wait_for_returns_once_the_table_reaches_the_version(service):
     assert event["type"] == "iceberg.table.committed" and event["data"]["version"] == 2
     with pytest.raises(TimeoutError):
         wait_for(service, "db.t", 3, timeout_s=0.5)
+
+
+def hold_row(dsn: str, table: str, seconds: float) -> None:
+    async def run() -> None:
+        con = await asyncpg.connect(dsn)
+        try:
+            async with con.transaction():
+                await con.execute("SELECT 1 FROM tables WHERE namespace = 'db' AND name = $1 FOR UPDATE", table)
+                await asyncio.sleep(seconds)
+        finally:
+            await con.close()
+    asyncio.run(run())
+
+
+def test_two_members_under_concurrent_commits_a_following_reader_misses_and_repeats_nothing(database_url, tmp_path):
+    """Each member has its own writer, so transactions commit in another order than they took their ids: the feed
+    hands out only what no open transaction can still precede. A reader polling both members in turn while four
+    writers commit through both gets every acknowledged commit once, each table's in version order. To make the
+    inversion certain, a session holds one table's row locked for a while: the write that waits for it took its
+    transaction id (at the shard lease's FOR SHARE) before the other member's commits that pass it meanwhile."""
+    from tests.test_cluster import create_tables, start_cluster, stop_all, wait_balanced
+    members = start_cluster(database_url, tmp_path, n=2)
+    try:
+        wait_balanced(database_url, members)
+        urls = [m.base_url for m in members]
+        names = [f"t{i}" for i in range(8)]
+        create_tables(urls[0], names)
+        acked, unknown, stop, done = [], [], threading.Event(), threading.Event()
+
+        def write(writer: int) -> None:
+            """Writers 0 and 1 create tables (several statements in a savepoint: long transactions), the others
+            commit to existing ones (one statement), through both members."""
+            clients = [httpx.Client(base_url=u, timeout=30) for u in urls]
+            n = 0
+            while not stop.is_set():
+                table, http = names[(writer + n) % len(names)], clients[(writer + n) % 2]
+                n += 1
+                try:
+                    if writer < 2:
+                        table = f"w{writer}n{n}"
+                        r = http.post("/v1/namespaces/db/tables", json={"name": table, "schema": SCHEMA})
+                    else:
+                        r = http.post(f"/v1/namespaces/db/tables/{table}", json={"requirements": [], "updates": [
+                            {"action": "set-properties", "updates": {f"w{writer}": str(n)}}]})
+                except httpx.HTTPError:
+                    unknown.append(table)
+                    continue
+                if r.status_code == 200:
+                    location = r.json()["metadata-location"]
+                    acked.append((f"db.{table}", int(location.rsplit("/", 1)[1].split("-")[0])))
+                elif r.status_code not in (503,):
+                    unknown.append((table, r.status_code, r.text[:200]))
+
+        seen: list[dict] = []
+
+        def read() -> None:
+            after, i = None, 0
+            while True:
+                finishing = done.is_set()
+                page = httpx.get(urls[i % 2] + EVENTS, params={"limit": 50, "wait": 0,
+                                                               "format": "iceberg", **({"after": after} if after else {})},
+                                 timeout=60).json()
+                seen.extend(page["events"])
+                after, i = page["next"], i + 1
+                if finishing and not page["events"]:
+                    return
+
+        initial = {f"db.{name}" for name in names}   # created before the writers started
+        reader = threading.Thread(target=read)
+        writers = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+        reader.start()
+        for t in writers:
+            t.start()
+        for table in ("t0", "t1"):
+            time.sleep(2)
+            hold_row(database_url, table, 1.5)
+        time.sleep(2)
+        stop.set()
+        for t in writers:
+            t.join()
+        done.set()
+        reader.join(120)
+        assert not unknown, unknown[:5]
+        assert len(acked) > 50
+        assert len({e["sequence"] for e in seen}) == len(seen), "an event was handed out twice"
+        committed = [(e["subject"], e["data"]["version"]) for e in seen
+                     if not (e["type"] == "iceberg.table.created" and e["subject"] in initial)]
+        assert sorted(committed) == sorted(acked), "the feed differs from what was acknowledged"
+        for name in names:
+            versions = [v for s, v in committed if s == f"db.{name}"]
+            assert versions == sorted(versions), f"db.{name}'s events out of order"
+        assert seen == everything(urls[1], format="iceberg")
+    finally:
+        stop_all(members)
