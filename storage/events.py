@@ -32,16 +32,18 @@ LISTEN_CHECK_S = 10.0        # how often an idle listening connection is checked
 
 
 _READ_SQL = """
-WITH s AS (SELECT pg_snapshot_xmin(c) AS xmin, pg_snapshot_xmax(c) AS xmax FROM pg_current_snapshot() c),
-     f AS (SELECT xid, seq FROM events_floor),
-     b AS (SELECT coalesce($1::text::xid8, f.xid) AS xid, CASE WHEN $1::text IS NULL THEN f.seq ELSE $2 END AS seq
-           FROM f)
-SELECT s.xmin::text AS horizon, s.xmax::text AS next_xid, f.xid::text AS floor_xid, f.seq AS floor_seq,
-       EXISTS (SELECT 1 FROM events WHERE xid >= s.xmin) AS pending,
+WITH s AS MATERIALIZED (
+    SELECT pg_snapshot_xmin(c) AS xmin, pg_snapshot_xmax(c) AS xmax,
+           (SELECT f.xid FROM events_floor f) AS floor_xid, (SELECT f.seq FROM events_floor f) AS floor_seq
+    FROM pg_current_snapshot() c)
+SELECT s.xmin::text AS horizon, s.xmax::text AS next_xid, s.floor_xid::text, s.floor_seq,
+       coalesce((SELECT e.xid FROM events e ORDER BY e.xid DESC, e.seq DESC LIMIT 1) >= s.xmin, false) AS pending,
        p.xid::text AS xid, p.seq, p.id, p.type, p.subject, p.catalog, p.data, p.time
-FROM s CROSS JOIN f CROSS JOIN b LEFT JOIN LATERAL (
+FROM s LEFT JOIN LATERAL (
     SELECT e.* FROM events e
-    WHERE (e.xid, e.seq) > (b.xid, b.seq) AND e.xid < s.xmin
+    WHERE (e.xid, e.seq) > (coalesce($1::text::xid8, s.floor_xid), CASE WHEN $1::text IS NULL THEN s.floor_seq
+                                                                          ELSE $2 END)
+      AND e.xid < s.xmin
       AND ($3::text[] IS NULL OR split_part(e.type, '.', 1) = ANY($3::text[]))
       AND ($4::text[] IS NULL OR e.subject = ANY($4::text[]))
     ORDER BY e.xid, e.seq LIMIT $5) p ON true
