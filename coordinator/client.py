@@ -113,9 +113,9 @@ def events(base_url: str, after: str | None = None, *, format: str | list[str] |
     dicts. It long-polls for more (`wait_s` per request) until the caller stops, or (`follow=False`) until it has
     caught up. Each event's `sequence` is the token to resume right after it; nothing is missed or repeated. While
     the service cannot be reached (a restart, a 5xx) it retries from where it was; FeedError otherwise."""
-    filters = _filters(format, table, limit)
     while True:
-        page = _page(base_url, filters, after, wait_s if follow else 0.0, token, None)
+        page = events_page(base_url, after, format=format, table=table, limit=limit,
+                           wait_s=wait_s if follow else 0.0, token=token)
         yield from page["events"]
         after = page["next"]
         if not follow and not page["events"]:
@@ -129,10 +129,10 @@ def wait_for(base_url: str, table: str, version: int, *, format: str | None = No
     version, for Iceberg the number in the metadata file's name. It looks from `after` (None: the oldest event
     kept, so a commit made before the call counts too). TimeoutError after `timeout_s`."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    filters = _filters(format, table, 1000)
     while True:
         wait = 30.0 if deadline is None else max(0.0, min(30.0, deadline - time.monotonic()))
-        page = _page(base_url, filters, after, wait, token, deadline)
+        page = events_page(base_url, after, format=format, table=table, limit=1000, wait_s=wait, token=token,
+                           deadline=deadline)
         for event in page["events"]:
             if event["type"].endswith((".created", ".committed")) and (event["data"].get("version") or 0) >= version:
                 return event
@@ -141,16 +141,16 @@ def wait_for(base_url: str, table: str, version: int, *, format: str | None = No
             raise TimeoutError(f"{table} did not reach version {version} within {timeout_s:g} s")
 
 
-def _filters(format: str | list[str] | None, table: str | list[str] | None, limit: int) -> list[tuple[str, Any]]:
+def events_page(base_url: str, after: str | None = None, *, format: str | list[str] | None = None,
+                table: str | list[str] | None = None, limit: int = 100, wait_s: float = 0.0,
+                token: str | None = None, deadline: float | None = None) -> dict[str, Any]:
+    """One answer of the feed, `{"events": [...], "next": token}`: for a caller that keeps its own position,
+    such as an orchestrator's sensor with a cursor. While the service cannot be reached or answers 5xx (reading
+    changes nothing, so it is safe to repeat) it tries again, until `deadline` (time.monotonic(); None: for ever,
+    TimeoutError then)."""
     listed = lambda v: [] if v is None else [v] if isinstance(v, str) else list(v)   # noqa: E731
-    return [("limit", limit)] + [("format", f) for f in listed(format)] + [("table", t) for t in listed(table)]
-
-
-def _page(base_url: str, filters: list[tuple[str, Any]], after: str | None, wait_s: float, token: str | None,
-          deadline: float | None) -> dict[str, Any]:
-    """One answer of the feed. While the service cannot be reached or answers 5xx (the request changes nothing,
-    so it is safe to repeat), it tries again, until `deadline` (monotonic; None: for ever)."""
-    query = filters + [("wait", wait_s)] + ([("after", after)] if after else [])
+    query = ([("limit", limit), ("wait", wait_s)] + [("format", f) for f in listed(format)]
+             + [("table", t) for t in listed(table)] + ([("after", after)] if after else []))
     url = base_url.rstrip("/") + EVENTS_PATH + "?" + urllib.parse.urlencode(query)
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     pause = 0.5

@@ -46,12 +46,17 @@ _IDEMPOTENCY_CTE = """idem AS (
 
 
 # The commit feed's outbox (migration 013): each applied row's events, in the same statement as the row.
+_EVENTS_COLUMNS = "seq, table_id, id, type, subject, catalog, data"
+
+
+def _events_unnest(first: int) -> str:
+    types = ("int", "uuid", "uuid", "text", "text", "text", "jsonb")
+    return f"unnest({', '.join(f'${first + i}::{t}[]' for i, t in enumerate(types))}) AS e({_EVENTS_COLUMNS})"
+
+
 def _events_cte(first: int) -> str:
-    p = [f"${first + i}" for i in range(7)]
     return f"""ev AS (
-    INSERT INTO events (seq, table_id, id, type, subject, catalog, data)
-    SELECT e.* FROM unnest({p[0]}::int[], {p[1]}::uuid[], {p[2]}::uuid[], {p[3]}::text[], {p[4]}::text[],
-                           {p[5]}::text[], {p[6]}::jsonb[]) AS e(seq, table_id, id, type, subject, catalog, data)
+    INSERT INTO events ({_EVENTS_COLUMNS}) SELECT e.* FROM {_events_unnest(first)}
     WHERE e.table_id IN (SELECT table_id FROM upd)
 )"""
 
@@ -106,9 +111,7 @@ SELECT u.table_id, upd.table_id IS NOT NULL AS applied,
 FROM u LEFT JOIN upd ON upd.table_id = u.table_id
 """
 
-_EVENTS_COLUMNS = "seq, table_id, id, type, subject, catalog, data"
-_INSERT_EVENTS_SQL = (f"INSERT INTO events ({_EVENTS_COLUMNS}) SELECT * FROM unnest($1::int[], $2::uuid[], $3::uuid[],"
-                      " $4::text[], $5::text[], $6::text[], $7::jsonb[])")
+_INSERT_EVENTS_SQL = f"INSERT INTO events ({_EVENTS_COLUMNS}) SELECT e.* FROM {_events_unnest(1)}"
 _INSERT_EVENTS_NOTIFY_SQL = f"WITH ev AS ({_INSERT_EVENTS_SQL}) SELECT {_NOTIFY}"
 
 

@@ -356,3 +356,52 @@ def test_two_members_under_concurrent_commits_a_following_reader_misses_and_repe
         assert seen == everything(urls[1], format="iceberg")
     finally:
         stop_all(members)
+
+
+@pytest.mark.parametrize("fenced", [False, True], ids=["alone", "cluster"])
+def test_the_writer_inserts_events_only_for_rows_that_applied(database_url, fenced):
+    """Straight against the group-commit writer: in one flush, a stale compare-and-set beside an applied one
+    (one statement), and a create refused for its taken name beside one that applies (savepoints): only the
+    applied ones' events are there, numbered in their transaction."""
+    import uuid
+
+    from coordinator.events import records
+    from coordinator.decision import Change
+    from storage.postgres import PostgresStore
+    from storage.records import TableRow, TableWrite, WriteGroup
+    from tests.support import sql
+
+    store = PostgresStore(database_url, fenced=fenced)
+    store.open()
+    try:
+        if fenced:   # this writer holds every shard's lease at epoch 1
+            sql(database_url, "UPDATE shard_leases SET owner = $1, epoch = 1, expires_at = now() + interval '1 hour'",
+                uuid.uuid4())
+        epoch = 1 if fenced else 0
+
+        def event(table_id, name, what):
+            return records(table_id, ("", "", name), [Change(f"iceberg.table.{what}", {"format": "iceberg"})])
+
+        def flush(*writes: TableWrite):
+            async def go():
+                futures = [store.writer.submit(WriteGroup([w])) for w in writes]
+                return [await f for f in futures]
+            return [r.applied for r in store.thread.run_blocking(go)]
+
+        a, b, c, d = (uuid.uuid4() for _ in range(4))
+        row = lambda tid, name: TableRow(tid, "iceberg", "", "", name, "iceberg", None)   # noqa: E731
+        assert flush(*(TableWrite(t, 0, epoch, state={}, insert=row(t, n), events=event(t, n, "created"))
+                       for t, n in ((a, "a"), (b, "b")))) == [True, True]
+        assert flush(TableWrite(a, 1, epoch, state={"v": 1}, events=event(a, "a", "committed")),
+                     TableWrite(b, 0, epoch, state={"v": 1}, events=event(b, "b", "committed")),   # stale
+                     TableWrite(c, 0, epoch, state={}, insert=row(c, "a"), events=event(c, "a", "created")),  # taken
+                     TableWrite(d, 0, epoch, state={}, insert=row(d, "d"), events=event(d, "d", "created"))
+                     ) == [True, False, False, True]
+        rows = sql(database_url, "SELECT xid::text, seq, table_id, type FROM events ORDER BY xid, seq")
+        assert [(r["table_id"], r["type"]) for r in rows] == [
+            (a, "iceberg.table.created"), (b, "iceberg.table.created"),
+            (a, "iceberg.table.committed"), (d, "iceberg.table.created")]
+        assert len({r["xid"] for r in rows[2:]}) == 1   # the second flush: one transaction
+        assert [r["seq"] for r in rows[2:]] == [1, 4]   # numbered in it (the refused ones' numbers unused)
+    finally:
+        store.close()
