@@ -1,8 +1,8 @@
 """The commit feed over HTTP: `GET /api/coordinator/v1/events` (docs/events.md).
 
 Query: `after` (a token from an earlier answer's `next` or an event's `sequence`; none: the oldest event kept),
-`limit` (1..1000, default 100), `wait` (seconds, 0..60: with nothing to answer, hold the request until an event
-arrives), `format` and `table` (repeatable filters: `iceberg`/`delta`/`lance`, and a table's full dotted name as
+`limit` (default 100, at most 1000), `wait` (seconds, at most 60: with nothing to answer, hold the request until
+an event arrives), `format` and `table` (repeatable filters: `iceberg`/`delta`/`lance`, and a table's full dotted name as
 the events' `subject` spells it). Answers 200 `{"events": [...CloudEvents...], "next": token}`; 410 when `after`
 is older than retention kept; 400 for a malformed token or query. Errors are the service's own
 (`{"error": {"code", "type", "message"}}`).

@@ -59,10 +59,11 @@ class Feed:
                    visible: Callable[[StoredEvent], bool] = lambda e: True) -> dict[str, Any]:
         """`{"events": [...], "next": token}`: the events after `after` (None: the oldest kept) that pass the
         filters and `visible`. With `wait_s`, an empty answer waits up to that long for one."""
-        if not 1 <= limit <= MAX_LIMIT:
-            raise BadRequest(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
-        if not 0 <= wait_s <= MAX_WAIT_S:
-            raise BadRequest(f"wait must be between 0 and {MAX_WAIT_S:g} seconds, got {wait_s:g}")
+        if not limit >= 1:
+            raise BadRequest(f"limit must be at least 1, got {limit}")
+        if not wait_s >= 0:
+            raise BadRequest(f"wait must be 0 or more seconds, got {wait_s:g}")
+        limit, wait_s = min(limit, MAX_LIMIT), min(wait_s, MAX_WAIT_S)   # more is served at the cap, as pages are
         for fmt in formats or ():
             if fmt not in FORMATS:
                 raise BadRequest(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
