@@ -64,6 +64,7 @@ class Coordinator:
                               "this user") from None
         self.registry = Registry(self.config, self.store, self.files, self.metrics)
         self.feed = Feed(self.store, self.config)
+        self.metrics.add_gauges(lambda: {"coordinator_feed_waiting_readers": self.feed.waiting})
         self.idempotency = Idempotency(self.store)
         from .warehouses import Warehouses; self.warehouses = Warehouses(self)  # noqa: E702
         from .iceberg.service import IcebergService; self.iceberg = IcebergService(self)  # noqa: E702

@@ -410,3 +410,37 @@ def test_the_writer_inserts_events_only_for_rows_that_applied(database_url, fenc
         assert [r["seq"] for r in rows[2:]] == [1, 4]   # numbered in it (the refused ones' numbers unused)
     finally:
         store.close()
+
+
+def test_the_dagster_sensor_of_the_docs_requests_one_run_per_commit(service):
+    """docs/events.md's sensor, with Dagster: one RunRequest per commit, none twice as its cursor moves on."""
+    import os
+
+    from tests.test_docs import DOC_URL, ROOT, blocks_of
+    if not os.environ.get("CI"):   # CI installs the dagster extra: there it must run
+        pytest.importorskip("dagster")
+    sensor_code = next(b for b in blocks_of(ROOT / "docs" / "events.md") if b.needs_dagster).code
+    namespace: dict = {"__name__": "sensor_doc"}
+    exec(compile(sensor_code.replace(DOC_URL, service), "docs/events.md", "exec", dont_inherit=True), namespace)
+    dg, sensor = namespace["dg"], namespace["orders_committed"]
+    http = httpx.Client(base_url=service, timeout=30)
+    assert http.post("/v1/namespaces", json={"namespace": ["feed_demo"]}).status_code == 200
+    assert http.post("/v1/namespaces/feed_demo/tables", json={"name": "orders", "schema": SCHEMA}).status_code == 200
+
+    def commit_once(i: int) -> None:
+        r = http.post("/v1/namespaces/feed_demo/tables/orders", json={"requirements": [], "updates": [
+            {"action": "set-properties", "updates": {"i": str(i)}}]})
+        assert r.status_code == 200, r.text
+
+    def evaluate(cursor):
+        context = dg.build_sensor_context(cursor=cursor)
+        runs = list(sensor(context))
+        return [r.run_config["ops"]["refresh_report"]["config"]["version"] for r in runs], context.cursor, runs
+
+    commit_once(1)
+    commit_once(2)
+    versions, cursor, runs = evaluate(None)
+    assert versions == [1, 2] and len({r.run_key for r in runs}) == 2
+    assert evaluate(cursor)[0] == []
+    commit_once(3)
+    assert evaluate(cursor)[0] == [3]
