@@ -88,12 +88,16 @@ def commit(base_url: str, parts: list[dict[str, Any]], *, token: str | None = No
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return json.loads(response.read())["results"]
     except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        try:
-            error = json.loads(raw).get("error") or {}
-        except ValueError:
-            error = {"message": raw.decode(errors="replace")[:500]}
-        raise CommitRefused(exc.code, error) from None
+        raise CommitRefused(exc.code, _error_of(exc)) from None
+
+
+def _error_of(exc: urllib.error.HTTPError) -> dict[str, Any]:
+    """The service's `{"error": {...}}` of an error answer (its text as the message, if it is not that)."""
+    raw = exc.read()
+    try:
+        return json.loads(raw).get("error") or {}
+    except ValueError:
+        return {"message": raw.decode(errors="replace")[:500]}
 
 
 class FeedError(Exception):
@@ -161,12 +165,7 @@ def events_page(base_url: str, after: str | None = None, *, format: str | list[s
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
             if exc.code < 500:
-                raw = exc.read()
-                try:
-                    error = json.loads(raw).get("error") or {}
-                except ValueError:
-                    error = {"message": raw.decode(errors="replace")[:500]}
-                raise FeedError(exc.code, error) from None
+                raise FeedError(exc.code, _error_of(exc)) from None
             problem: Exception = exc
         except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
             problem = exc

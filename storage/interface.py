@@ -171,7 +171,7 @@ class Store(TableRows, Namespaces, IdempotencyRecords, PurgeClaims, Protocol):
 
     leases: Leases
     events: Events
-    # Called on the store's own thread whenever new events may be readable (set before `open`).
+    # Called on the store's own thread whenever new events may be readable (the feed sets it to wake readers).
     on_events: Callable[[], None] | None
 
     def open(self) -> None:
