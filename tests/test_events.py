@@ -198,13 +198,13 @@ def test_a_token_older_than_retention_is_410(service, database_url):
         assert http.post("/v1/namespaces/db/tables", json={"name": name, "schema": SCHEMA}).status_code == 200
     first = http.get(EVENTS, params={"limit": 1}).json()
 
-    async def prune() -> int:
+    async def prune(max_age_s: float, max_count: int) -> int:
         con = await asyncpg.connect(database_url)
         try:
-            return await EventLog._prune_batch(con, 3600, 2)   # keep the newest 2
+            return await EventLog._prune_batch(con, max_age_s, max_count)
         finally:
             await con.close()
-    assert asyncio.run(prune()) == 2
+    assert asyncio.run(prune(3600, 2)) == 2   # by count: the newest 2 stay
     r = http.get(EVENTS, params={"after": first["next"]})
     assert r.status_code == 410
     error = r.json()["error"]
@@ -213,6 +213,10 @@ def test_a_token_older_than_retention_is_410(service, database_url):
     with pytest.raises(FeedError) as gone:
         everything(service, after=first["next"])
     assert gone.value.status == 410
+    # By age: every event is older than 0 s. A reader that had read them all resumes without a 410.
+    caught_up = http.get(EVENTS, params={"after": http.get(EVENTS).json()["events"][0]["sequence"]}).json()["next"]
+    assert asyncio.run(prune(0, 1000)) == 2
+    assert everything(service) == [] and http.get(EVENTS, params={"after": caught_up}).status_code == 200
 
 
 @pytest.mark.parametrize("params", [{"after": "not-a-token"}, {"after": "f" * 32}, {"limit": 0}, {"limit": "x"},
