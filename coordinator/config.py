@@ -63,7 +63,7 @@ class Config:
     delta_commits_page_size: int = 100        # most commits one GET commits answer returns
 
     # The commit feed (GET /api/coordinator/v1/events, docs/events.md) keeps events this long and at most this
-    # many, whichever deletes more. An event takes about 0.5 KB in the database: 1,000,000 are about 0.5 GB.
+    # many, whichever deletes more. An event takes about 0.6 KB in the database: 1,000,000 are about 0.6 GB.
     events_retention_s: float = 7 * 24 * 3600.0
     events_max: int = 1_000_000
 
