@@ -20,7 +20,7 @@ from coordinator.errors import BadRequest, CoordinatorError, NotFound, from_stor
 from coordinator.service import Coordinator
 from storage.errors import StorageError
 
-from . import commits, console, delta, iceberg, lance, oauth, warehouses
+from . import commits, console, delta, events, iceberg, lance, oauth, warehouses
 from .access import challenge, enforce, public
 from .common import framework_error_message, json_response, protocol_of
 from .request_log import log_request
@@ -89,6 +89,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     app.register_blueprint(lance.bp)
     app.register_blueprint(commits.bp)
     app.register_blueprint(warehouses.bp)
+    app.register_blueprint(events.bp)
     app.register_blueprint(console.bp)
     metrics = coordinator.metrics
 
