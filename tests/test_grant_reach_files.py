@@ -22,7 +22,6 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
-import trio
 from pyiceberg.catalog import load_catalog
 
 from api.server import EmbeddedService

@@ -16,7 +16,7 @@ from ..names import Names
 from . import rules
 from .layout import show
 from .namespaces import LanceNamespaces
-from .proposals import CreateVersion, DeleteVersions, RemoveTable, Steps
+from .proposals import CreateVersion, DeleteVersions, RemoveTable, Steps, feed_change
 from .rules import Ident
 from .state import LanceTable, TableRef
 
@@ -184,7 +184,8 @@ class Batch:
             d = Steps(t.steps).decide(initial)   # pure; raises (nothing applied) like an actor would
             replies.update(d.reply)
             replies[t.declared_by] = d.state
-            creates.append(NewTable(row, d.state, d.state.row_state(), d.log, published=d.published))
+            creates.append(NewTable(row, d.state, d.state.row_state(), d.log, published=d.published,
+                                    changes=[feed_change("created", initial), *d.changes]))
             if d.after_durable is not None:
                 after.append(d.after_durable)
         try:
