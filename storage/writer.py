@@ -110,6 +110,7 @@ class GroupCommitWriter:
         self._pending: list[tuple[WriteGroup, asyncio.Future]] = []
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._con: asyncpg.Connection | None = None   # see _connection
         # Figures for /metrics and the benchmark.
         self.flushes = 0
         self.groups_written = 0
@@ -127,6 +128,9 @@ class GroupCommitWriter:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        con, self._con = self._con, None
+        if con is not None:
+            await self.pool.release(con)
 
     def submit(self, group: WriteGroup) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
@@ -155,9 +159,21 @@ class GroupCommitWriter:
             if self.on_flush is not None:
                 self.on_flush(time.perf_counter() - started)
 
+    async def _connection(self) -> asyncpg.Connection:
+        """The writer's connection: kept from one flush to the next (a pool's acquire and release cost ~23 us of
+        this thread's CPU per flush), taken from the pool again once it is closed or a write failed on it."""
+        con, self._con = self._con, None
+        if con is not None:
+            if not con.is_closed():
+                self._con = con
+                return con
+            await self.pool.release(con)   # (the pool replaces a closed connection on its next acquire)
+        self._con = await asyncio.wait_for(self.pool.acquire(), self.resolve_timeout_s)
+        return self._con
+
     async def _flush(self, items: list[tuple[WriteGroup, asyncio.Future]]) -> None:
         try:
-            con = await asyncio.wait_for(self.pool.acquire(), self.resolve_timeout_s)
+            con = await self._connection()
         except (*CONNECTION_ERRORS, asyncpg.PostgresError, asyncpg.exceptions.InternalClientError) as exc:
             # Nothing was sent: every group is known NOT applied.
             err = StoreUnavailable(f"database unavailable: {why(exc)}")
@@ -169,6 +185,7 @@ class GroupCommitWriter:
         except asyncpg.InterfaceError as exc:
             # The connection died between the pool handing it out and now (the pool took it back): nothing was
             # sent on it, so every group is known NOT applied.
+            self._con = None
             await self._discard(con)
             err = StoreUnavailable(f"database connection lost: {why(exc)}; nothing applied")
             for _, fut in items:
@@ -177,13 +194,10 @@ class GroupCommitWriter:
         try:
             results = await self._write(con, [g for g, _ in items])
         except Exception as exc:
-            failed, con = con, None   # released or discarded by _after_failed_write
-            results = await self._after_failed_write(failed, backend, items, exc)
+            self._con = None   # released or discarded by _after_failed_write
+            results = await self._after_failed_write(con, backend, items, exc)
             if results is None:
                 return
-        finally:
-            if con is not None:
-                await self.pool.release(con)
         for (_, fut), result in zip(items, results):
             fut.set_result(result)
 
