@@ -31,15 +31,23 @@ class LeaseStore:
         self._run = run
 
     async def renew(self, member_id: UUID, address: str, ttl_s: float) -> LeaseRound:
-        """One round's reads and renewals, in one statement (one round trip, every 0.5 s per member): heartbeat
-        the member (its row made if missing), extend every lease it holds to now() + ttl, and read how many
-        members are live and who owns every shard."""
-        rows = await self._run(lambda con: con.fetch(_ROUND_SQL, member_id, ttl_s, address, os.getpid(),
-                                                     socket.gethostname()))
-        return LeaseRound({r["shard"]: r["epoch"] for r in rows if r["renewed"]},
-                          rows[0]["live_members"] if rows else 1,
-                          [ShardLeaseRow(r["shard"], r["owner"], r["epoch"], r["address"], r["live"], r["orphaned"])
-                           for r in rows])
+        """One round's reads and renewals: heartbeat the member (its row made if missing), extend every lease it
+        holds to now() + ttl, and read how many members are live and who owns every shard."""
+        async def pass_(con: asyncpg.Connection) -> LeaseRound:
+            await _heartbeat(con, member_id, address)
+            renewed = await con.fetch(
+                "UPDATE shard_leases l SET expires_at = now() + make_interval(secs => $2)"
+                " FROM (SELECT shard FROM shard_leases WHERE owner = $1 ORDER BY shard FOR UPDATE) s"
+                " WHERE l.shard = s.shard AND l.owner = $1 RETURNING l.shard, l.epoch", member_id, ttl_s)
+            live = await _count_live(con, ttl_s)
+            rows = await con.fetch(
+                "SELECT l.shard, l.owner, l.epoch, l.expires_at > now() AS live,"
+                " l.expires_at < now() - make_interval(secs => $1) AS orphaned, m.address"
+                " FROM shard_leases l LEFT JOIN cluster_members m ON m.member_id = l.owner ORDER BY l.shard", ttl_s)
+            return LeaseRound({r["shard"]: r["epoch"] for r in renewed}, live,
+                              [ShardLeaseRow(r["shard"], r["owner"], r["epoch"], r["address"], r["live"],
+                                             r["orphaned"]) for r in rows])
+        return await self._run(pass_)
 
     async def take(self, member_id: UUID, shards: list[int], ttl_s: float) -> dict[int, int]:
         """Take over those of `shards` whose lease has expired, each under a new epoch (one statement conditioned
@@ -78,25 +86,14 @@ class LeaseStore:
         await self._run(q)
 
 
-# A lease round. The statement's reads see the rows as they were before its own writes (one snapshot), so this
-# member's renewed shards are taken from `renewed`, and this member counts itself live whatever its row said.
-_ROUND_SQL = """
-WITH heartbeat AS (
-    INSERT INTO cluster_members (member_id, address, pid, hostname) VALUES ($1, $3, $4, $5)
-    ON CONFLICT (member_id) DO UPDATE SET heartbeat_at = now(), address = EXCLUDED.address
-), renewed AS (
-    UPDATE shard_leases l SET expires_at = now() + make_interval(secs => $2)
-    FROM (SELECT shard FROM shard_leases WHERE owner = $1 ORDER BY shard FOR UPDATE) s
-    WHERE l.shard = s.shard AND l.owner = $1 RETURNING l.shard, l.epoch
-), live AS (
-    SELECT count(*) + 1 AS n FROM cluster_members
-    WHERE heartbeat_at > now() - make_interval(secs => $2) AND member_id <> $1
-)
-SELECT l.shard, l.owner, coalesce(r.epoch, l.epoch) AS epoch, r.shard IS NOT NULL AS renewed,
-       r.shard IS NOT NULL OR l.expires_at > now() AS live,
-       r.shard IS NULL AND l.expires_at < now() - make_interval(secs => $2) AS orphaned,
-       CASE WHEN l.owner = $1 THEN $3 ELSE m.address END AS address, live.n AS live_members
-FROM shard_leases l LEFT JOIN renewed r ON r.shard = l.shard LEFT JOIN cluster_members m ON m.member_id = l.owner
-     CROSS JOIN live
-ORDER BY l.shard
-"""
+async def _heartbeat(con: asyncpg.Connection, member_id: UUID, address: str) -> None:
+    await con.execute(
+        "INSERT INTO cluster_members (member_id, address, pid, hostname) VALUES ($1, $2, $3, $4)"
+        " ON CONFLICT (member_id) DO UPDATE SET heartbeat_at = now(), address = EXCLUDED.address",
+        member_id, address, os.getpid(), socket.gethostname())
+
+
+async def _count_live(con: asyncpg.Connection, ttl_s: float) -> int:
+    """How many members share the shards (each member's fair share is SHARDS / this)."""
+    return await con.fetchval("SELECT count(*) FROM cluster_members"
+                              " WHERE heartbeat_at > now() - make_interval(secs => $1)", ttl_s)

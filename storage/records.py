@@ -160,7 +160,7 @@ class ShardLeaseRow:
 
 @dataclass(frozen=True)
 class LeaseRound:
-    """What one member's lease round found, in one statement."""
+    """What one member's lease round found, all in one transaction-free pass on one connection."""
 
     renewed: dict[int, int]        # shard -> epoch of every lease this member held and renewed
     live_members: int              # members whose heartbeat is within the ttl (this one included)
