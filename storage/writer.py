@@ -251,6 +251,8 @@ class GroupCommitWriter:
             applied, fenced = await self._write_simple(con, simple)
         else:
             async with con.transaction():
+                if self.fenced:
+                    await self._share_leases(con, groups)
                 applied, fenced = await self._write_simple(con, simple) if simple else (set(), set())
                 for g in groups:
                     if not g.is_simple:
@@ -326,6 +328,17 @@ class GroupCommitWriter:
         commits, so two cannot both pass."""
         await con.execute("SELECT pg_advisory_xact_lock($1)", LOCATIONS_LOCK)
         return await location_in_use(con, key, exclude)
+
+    @staticmethod
+    async def _share_leases(con: asyncpg.Connection, groups: list[WriteGroup]) -> None:
+        """Every lease row the transaction's statements will hold FOR SHARE, taken first and in shard order. Each
+        statement takes its own in shard order, but one group after another they came in any order, and a member's
+        lease renewal (FOR UPDATE of its rows, in shard order) then deadlocked with them: holding shard 10 and
+        waiting for 40 while this transaction held 40 and waited for 10."""
+        shards = sorted({shard_of(w.table_id) for g in groups for w in g.writes if w.epoch != UNFENCED})
+        if shards:
+            await con.execute("SELECT 1 FROM shard_leases WHERE shard = ANY($1::int[]) ORDER BY shard FOR SHARE",
+                              shards)
 
     async def _check_leases(self, con: asyncpg.Connection, writes: list[TableWrite]) -> None:
         """Every written table's shard lease must still carry its writer's epoch, held FOR SHARE until commit
