@@ -8,8 +8,8 @@ A call crosses twice. Into the loop: the job goes on a queue and the loop is wok
 watches, written with `os.eventfd_write`, which lets go of the GIL for the system call. (uvloop's
 `call_soon_threadsafe` holds the GIL while it wakes the loop's thread; that thread then wakes only to wait for the
 GIL, and the caller, often descheduled in favour of it on a busy machine, holds up every other thread meanwhile: a
-fifth of the trio thread's time in a profile at 250 commits/s.) Back: the awaiting trio task is rescheduled with
-the result from trio's own entry queue (`TrioToken.run_sync_soon`), no Event in between.
+fifth of the trio thread's time in a profile at 250 commits/s.) Back: the awaiting trio task is rescheduled from
+trio's own entry queue (`TrioToken.run_sync_soon`), no Event in between, and reads the asyncio future's result.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import os
 import threading
 from typing import Any, Awaitable, Callable, TypeVar
 
-import outcome
 import trio
 
 try:
@@ -101,12 +100,12 @@ class AsyncioThread:
         started: list[asyncio.Future] = []
         abandoned = False
 
-        def deliver(result: outcome.Outcome) -> None:   # on the trio thread
+        def deliver() -> None:   # on the trio thread
             if not abandoned:
-                trio.lowlevel.reschedule(task, result)
+                trio.lowlevel.reschedule(task)
 
         def on_done(fut: asyncio.Future) -> None:
-            token.run_sync_soon(deliver, outcome.capture(fut.result))
+            token.run_sync_soon(deliver)
 
         def begin() -> None:
             fut = asyncio.ensure_future(factory())
@@ -121,4 +120,5 @@ class AsyncioThread:
             return trio.lowlevel.Abort.SUCCEEDED
 
         self._submit(begin)
-        return await trio.lowlevel.wait_task_rescheduled(abort)
+        await trio.lowlevel.wait_task_rescheduled(abort)
+        return started[0].result()   # (done: read once its callback ran)

@@ -12,7 +12,6 @@ import queue
 import threading
 from typing import Any, Callable, TypeVar
 
-import outcome
 import trio
 
 T = TypeVar("T")
@@ -30,25 +29,36 @@ class WorkerThread:
     async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on this thread. Not cancellable, like `trio.to_thread.run_sync`: a thread cannot be
         interrupted, so the caller waits for the outcome."""
-        self._jobs.put((fn, args, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task()))
+        outcome: list = []   # [value], or [None, error]
+        self._jobs.put((fn, args, outcome, trio.lowlevel.current_trio_token(), trio.lowlevel.current_task()))
         with self._lock:
             if not self._running:
                 self._running = True
                 threading.Thread(target=self._work, name=self.name, daemon=True).start()
-        return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        if len(outcome) == 2:
+            error = outcome.pop()
+            try:
+                raise error
+            finally:
+                del error   # (no reference cycle through the traceback)
+        return outcome[0]
 
     def _work(self) -> None:
         while True:
             try:
-                fn, args, token, task = self._jobs.get(timeout=IDLE_S)
+                fn, args, outcome, token, task = self._jobs.get(timeout=IDLE_S)
             except queue.Empty:
                 with self._lock:   # (a caller queues first, then looks here: it sees us running or starts anew)
                     if self._jobs.empty():
                         self._running = False
                         return
                 continue
-            result = outcome.capture(fn, *args)
             try:
-                token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+                outcome.append(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller's task
+                outcome += [None, exc]
+            try:
+                token.run_sync_soon(trio.lowlevel.reschedule, task)
             except trio.RunFinishedError:
                 pass   # its trio run ended while this ran: nobody is waiting
