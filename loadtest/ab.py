@@ -73,8 +73,9 @@ def start_service(name: str, checkout: Path, pg: EmbeddedPostgres, tmp: Path, pr
     for i in range(1 if one_port else processes):
         port = free_port()
         extra = ["--workers", str(processes)] if one_port and processes > 1 else []
-        child = procs.service(port, dsn, tmp / f"{name}-{i}", tmp / f"{name}-{i}.log", warehouse=tmp / name / "warehouse",
-                              cluster=processes > 1 and not one_port, env=env, extra_args=extra)
+        child = procs.service(port, dsn, tmp / f"{name}-{i}", tmp / f"{name}-{i}.log",
+                              warehouse=tmp / name / "warehouse", cluster=processes > 1 and not one_port, env=env,
+                              extra_args=extra)
         children.append(launch(child, checkout))
         bases.append(f"http://127.0.0.1:{port}")
     for child, base in zip(children, bases):
@@ -201,7 +202,8 @@ def table(rows: list[dict], flows: list[str], args) -> None:
             cells, ratios = [], []
             for k, _ in FIELDS:
                 for s in "AB":
-                    v = [at[flow, n, r, s][k] for r in rounds if (flow, n, r, s) in at and at[flow, n, r, s][k] is not None]
+                    found = [at.get((flow, n, r, s), {}).get(k) for r in rounds]
+                    v = [x for x in found if x is not None]
                     medians[flow, n, s, k] = statistics.median(v) if v else None
                 cells += [f"{medians[flow, n, s, k]:g}" if medians[flow, n, s, k] is not None else "" for s in "AB"]
                 a, b = medians[flow, n, "A", k], medians[flow, n, "B", k]

@@ -108,8 +108,9 @@ def main() -> None:
                     where = dict(warehouse=f"s3://{s3.bucket()}/wh", env=s3.env, extra_args=s3.serve_args)
                 if args.one_port and n > 1:
                     port = free_port()
+                    workers = where.get("extra_args", []) + ["--workers", str(n)]
                     child = procs.service(port, dsn, tmp / f"w{n}-{warehouse}", tmp / f"w{n}-{warehouse}.log",
-                                          **{**where, "extra_args": where.get("extra_args", []) + ["--workers", str(n)]})
+                                          **{**where, "extra_args": workers})
                     children.append((child.launch(), f"http://127.0.0.1:{port}"))
                 else:
                     for i in range(n):
