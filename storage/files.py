@@ -31,6 +31,7 @@ from .localfs import (NOT_A_FILE, DeletionStopped, FileWrite, _descend, _opened_
                       _remove_tree, _unlink_beneath, file_write, sync_existing, write_durably)
 from .paths import (is_below, is_within, join, local_path, location_key, path_segment, to_local_path,
                     unsafe_location)
+from .worker import WorkerThread
 
 __all__ = ["FileIO", "FileWrite", "file_write", "DeletionStopped", "NOT_A_FILE", "MAX_READ_BYTES", "READ_TIMEOUT_S",
            "is_below", "is_within", "join", "local_path", "location_key", "path_segment", "to_local_path",
@@ -44,14 +45,15 @@ log = logging.getLogger(__name__)
 # service hold.
 MAX_READ_BYTES = 256 << 20
 # How long a read may take before it is answered as unavailable (503, nothing changed). A thread cannot be
-# cancelled: the one still reading is abandoned, and holds one of READ_THREADS until the file system answers, so
-# that stalled reads never take the threads writes go through, nor hold up reads that have threads to run on.
+# cancelled: the one still reading is abandoned until the file system answers, so that stalled reads never hold up
+# the threads writes go through, nor other reads (READ_THREADS: the pool of reads off the commit path).
 READ_TIMEOUT_S = 30.0
 READ_THREADS = 16
 
 
-def _in_worker_thread(run_batch: Callable[[list[Any]], list[Any]]) -> GroupedCall:
-    return GroupedCall(functools.partial(trio.to_thread.run_sync, run_batch),
+def _in_worker_thread(name: str, run_batch: Callable[[list[Any]], list[Any]]) -> GroupedCall:
+    """Batches of `run_batch`, one at a time, on a thread of their own (storage/worker.py)."""
+    return GroupedCall(functools.partial(WorkerThread(name).run_sync, run_batch),
                        interrupted=lambda: OSError("the file operation was interrupted"))
 
 
@@ -80,22 +82,23 @@ class FileIO:
         # The commit path's file work, one worker-thread hop per moment for all tables (storage/grouped.py):
         # writes before or after a commit's row, reads of staged Lance manifests, deletes of what commits made
         # obsolete.
-        self._writes = _in_worker_thread(self._write_batches_sync)
+        self._writes = _in_worker_thread("file-writes", self._write_batches_sync)
         # CPU seconds spent making files durable (the kernel's copy into the page cache and fsync, mostly):
         # /metrics shows it, so a commit's cost can be told apart from the cost of the file it must write.
         self.write_cpu_s = 0.0
         # Told each batch's wall time in seconds (the service's latency histogram); called on a worker thread.
         self.on_write: Callable[[float], None] | None = None
-        # Reads: on threads of their own (READ_THREADS), each ended at READ_TIMEOUT_S. Lance's staged manifests,
-        # read on the commit path, are read a batch per moment (one thread hop for many commits); any other read
-        # (rare: a register, a table's load) on a thread of its own, so that a read that stalls holds up no other.
+        # Reads. Lance's staged manifests, read on the commit path, a batch per moment on a thread of their own,
+        # abandoned at READ_TIMEOUT_S (storage/worker.py) so that the next batch goes on; any other read (rare: a
+        # register, a table's load) on a thread of its own from a pool of READ_THREADS, ended there too, so that a
+        # read that stalls holds up no other.
         self._read_threads = trio.CapacityLimiter(READ_THREADS)
         self._durable_reads = GroupedCall(
-            functools.partial(trio.to_thread.run_sync, _each(lambda item: self._read_durable_sync(*item)),
-                              abandon_on_cancel=True, limiter=self._read_threads),
+            functools.partial(WorkerThread("file-durable-reads", abandon_on_cancel=True).run_sync,
+                              _each(lambda item: self._read_durable_sync(*item))),
             interrupted=lambda: OSError("the file operation was interrupted"),
             timeout_s=READ_TIMEOUT_S, timed_out=lambda: _read_timed_out("a staged file"))
-        self._deletes = _in_worker_thread(_each(lambda item: self.delete_within_sync(*item)))
+        self._deletes = _in_worker_thread("file-deletes", _each(lambda item: self.delete_within_sync(*item)))
 
     # -- public, awaited from trio (blocking work runs in a worker thread) ----------------------------------
 

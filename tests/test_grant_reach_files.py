@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
+import trio
 from pyiceberg.catalog import load_catalog
 
 from api.server import EmbeddedService
@@ -416,3 +417,37 @@ def test_a_drop_in_a_named_warehouse_deletes_all_of_the_directory_the_service_ga
         assert http.post("/v1/table/sales$t/drop", json={}).status_code == 200
         purges_ended(config.database_url)
     assert not place.exists()
+
+
+async def test_a_read_that_stalls_ends_at_its_timeout_and_holds_up_no_other(tmp_path, monkeypatch):
+    """A read the file system does not answer (a hung mount, an object store that stops talking) is a 503 at
+    READ_TIMEOUT_S, and the reads after it go on: any other read at once, on a thread of its own; a staged manifest
+    (read in batches on the commit path) once the stalled batch is abandoned, at that timeout."""
+    from storage.errors import FileUnavailable
+
+    monkeypatch.setattr(files_module, "READ_TIMEOUT_S", 0.5)
+    place = tmp_path / "t"
+    (place / "_versions").mkdir(parents=True)
+    for name in ("stalled", "fine"):
+        (place / "_versions" / name).write_bytes(name.encode())
+    stuck = threading.Event()
+    real = FileIO.read_within_sync
+
+    def hanging(self, uri, within=None):
+        if uri.endswith("stalled"):
+            stuck.wait(10)
+        return real(self, uri, within)
+    monkeypatch.setattr(FileIO, "read_within_sync", hanging)
+    files = FileIO()
+    try:
+        for read, at_most_s in ((files.read, 0.3), (files.read_durable, 0.5 + 0.3)):
+            async with trio.open_nursery() as nursery:
+                async def stalled() -> None:
+                    with pytest.raises(FileUnavailable, match="took longer than 0.5 s"):
+                        await read(str(place / "_versions" / "stalled"), str(place))
+                nursery.start_soon(stalled)
+                await trio.sleep(0.1)   # (stalled by now)
+                with trio.fail_after(at_most_s):
+                    assert await read(str(place / "_versions" / "fine"), str(place)) == b"fine"
+    finally:
+        stuck.set()
