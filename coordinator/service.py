@@ -37,6 +37,7 @@ class Coordinator:
         self.iceberg = None
         self.lance = None
         self.delta = None
+        self.uniform = None     # Delta tables read as Iceberg (coordinator/uniform)
         self.auth: AuthConfig | None = None
         # Set once running if auth is configured; None means every request is anonymous and allowed.
         self.authority: Authority | None = None
@@ -67,6 +68,7 @@ class Coordinator:
         from .iceberg.service import IcebergService; self.iceberg = IcebergService(self)  # noqa: E702
         from .delta.service import DeltaService; self.delta = DeltaService(self)  # noqa: E702
         from .lance.service import LanceService; self.lance = LanceService(self)  # noqa: E702
+        from .uniform import UniformCatalog; self.uniform = UniformCatalog(self)  # noqa: E702
         self.cluster = None
         if self.config.cluster:
             from .cluster import Cluster

@@ -25,6 +25,7 @@ from coordinator.warehouses import DEFAULT as DEFAULT_WAREHOUSE
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import CommitPart, empty_response, json_response, parse_model, query_flag, read_json, read_model
+from . import uniform
 from .endpoints import ENDPOINTS
 from .errors import error_type
 from .idempotency import idempotent, request_key as _key
@@ -39,12 +40,18 @@ RESERVED_PREFIXES = {"namespace", "table", "transaction", "config", "oauth"}
 # -- helpers -------------------------------------------------------------------------------------------------
 
 
+def _uniform() -> bool:
+    """The request reads Unity Catalog's Delta tables as Iceberg (`uniform.py`'s mount), not this catalog."""
+    return request.blueprint == uniform.bp.name
+
+
 def _catalog():
-    return current_app.config["COORDINATOR"].iceberg
+    coordinator = current_app.config["COORDINATOR"]
+    return coordinator.uniform if _uniform() else coordinator.iceberg
 
 
 def _prefix(prefix: str) -> str:
-    if prefix in RESERVED_PREFIXES:
+    if prefix in RESERVED_PREFIXES and not _uniform():   # (the mount's prefixes are `catalogs/<UC catalog>`)
         raise BadRequest(f"prefix {prefix!r} is reserved")
     return prefix
 
@@ -75,7 +82,9 @@ def _check_body_identifier(identifier: TableIdentifier | None, ident: TableIdent
 
 
 def _securable(prefix: str, namespace: str | None = None, *name: str) -> Resource:
-    return ("iceberg", _prefix(prefix), *(_namespace(namespace) if namespace else ()), *name)
+    """Read through the Unity Catalog mount, a table is the Delta table it shows: the same grants reach it."""
+    realm = "delta" if _uniform() else "iceberg"
+    return (realm, _prefix(prefix), *(_namespace(namespace) if namespace else ()), *name)
 
 
 def _on_namespace(privilege: Privilege):
@@ -198,12 +207,15 @@ def _etags(header: str | None) -> set[str]:
     return {t.strip().removeprefix("W/") for t in header.split(",")}
 
 
-def routes(rule: str, methods: list[str]):
-    """Register a handler under both `/v1/{prefix}/...` and `/v1/...` (prefix "")."""
+def routes(rule: str, methods: list[str], reads: bool = False):
+    """Register a handler under both `/v1/{prefix}/...` and `/v1/...` (prefix ""); a read (`reads`) also under the
+    Unity Catalog mount, whose prefix is `catalogs/{UC catalog}` (`uniform.py`)."""
     def wrap(fn):
         bp.add_url_rule("/v1/<prefix>" + rule, view_func=fn, methods=methods, endpoint=fn.__name__ + "_p")
         bp.add_url_rule("/v1" + rule, view_func=fn, methods=methods, endpoint=fn.__name__,
                         defaults={"prefix": ""})
+        if reads:
+            uniform.bp.add_url_rule("/v1/catalogs/<prefix>" + rule, view_func=fn, methods=methods)
         return fn
     return wrap
 
@@ -240,7 +252,7 @@ async def get_config() -> Response:
 # -- namespaces ----------------------------------------------------------------------------------------------
 
 
-@routes("/namespaces", ["GET"])
+@routes("/namespaces", ["GET"], reads=True)
 @guard(listing(_list_namespaces_needs))
 async def list_namespaces(prefix: str) -> Response:
     parent = request.args.get("parent")
@@ -259,7 +271,7 @@ async def create_namespace(prefix: str) -> Response:
                                                            body.properties, _key()))
 
 
-@routes("/namespaces/<namespace>", ["GET", "HEAD"])
+@routes("/namespaces/<namespace>", ["GET", "HEAD"], reads=True)
 @guard(_on_namespace(READ))
 async def load_namespace(prefix: str, namespace: str) -> Response:
     ns = _namespace(namespace)
@@ -289,7 +301,7 @@ async def update_namespace_properties(prefix: str, namespace: str) -> Response:
 # -- tables --------------------------------------------------------------------------------------------------
 
 
-@routes("/namespaces/<namespace>/tables", ["GET"])
+@routes("/namespaces/<namespace>/tables", ["GET"], reads=True)
 @guard(listing(_on_namespace(READ)))
 async def list_tables(prefix: str, namespace: str) -> Response:
     return await _list_identifiers(prefix, namespace, "table")
@@ -329,7 +341,7 @@ async def register_table(prefix: str, namespace: str) -> Response:
     return _load_response(table)
 
 
-@routes("/namespaces/<namespace>/tables/<table>", ["GET", "HEAD"])
+@routes("/namespaces/<namespace>/tables/<table>", ["GET", "HEAD"], reads=True)
 @guard(_on_object(READ))
 async def load_table(prefix: str, namespace: str, table: str) -> Response:
     ident = _ident(prefix, namespace, table)
@@ -388,7 +400,7 @@ async def drop_table(prefix: str, namespace: str, table: str) -> Response:
     return empty_response(204)
 
 
-@routes("/namespaces/<namespace>/tables/<table>/metrics", ["POST"])
+@routes("/namespaces/<namespace>/tables/<table>/metrics", ["POST"], reads=True)
 @guard(_on_object(READ))
 async def report_metrics(prefix: str, namespace: str, table: str) -> Response:
     raw = await read_json()
@@ -397,7 +409,7 @@ async def report_metrics(prefix: str, namespace: str, table: str) -> Response:
     return empty_response(204)
 
 
-@routes("/namespaces/<namespace>/tables/<table>/credentials", ["GET"])
+@routes("/namespaces/<namespace>/tables/<table>/credentials", ["GET"], reads=True)
 @guard(_on_object(READ))
 async def load_credentials(prefix: str, namespace: str, table: str) -> Response:
     return json_response({"storage-credentials": await _catalog().credentials(_ident(prefix, namespace, table))})
