@@ -99,7 +99,13 @@ class UniformCatalog:
 
     async def load_table(self, ident: TableIdent) -> IcebergTable:
         table = await self._delta_table(ident)
+        if self.c.converter is not None:
+            self.c.converter.written(table.table_id, table)   # (a table created on another member, say)
         return await self._read(ident, table, served(table))
+
+    def remember(self, location: str, data: bytes) -> None:
+        """A metadata file just written (by the converter): served without reading it back."""
+        self._keep(location, orjson.loads(data), data)
 
     def _keep(self, location: str, metadata: dict, data: bytes) -> tuple[dict, bytes]:
         kept = self._metadata[location] = (metadata, data)

@@ -91,7 +91,7 @@ def served(table: DeltaTable) -> Served:
         converted = table.converted or {}
         refused = converted.get("refused")
         if refusal is None and refused is not None:
-            refusal = f"Delta version {refused['version']} cannot be converted: {refused['reason']}"
+            refusal = f"Delta version {refused['version']} cannot be converted to Iceberg: {refused['reason']}"
         if refusal is not None:
             raise Unsupported(f"{name} cannot be read as Iceberg: {refusal}. The Delta table itself is unaffected; "
                               f"read it through Unity Catalog's Delta API")

@@ -21,3 +21,22 @@ def uc(service) -> UC:
     yield client
     client.http.close()
 
+
+def wait_converted(catalog: RestCatalog, name: str, version: int, timeout_s: float = 60.0):
+    """The Iceberg table once it shows Delta version `version` (the service converts after the commit)."""
+    import time
+
+    from pyiceberg.exceptions import NoSuchTableError, RESTError
+    deadline = time.monotonic() + timeout_s
+    seen = None
+    while time.monotonic() < deadline:
+        try:
+            table = catalog.load_table(name)
+            seen = int(table.properties.get("delta-version", -1))
+            if seen >= version:
+                assert seen == version, f"{name} shows Delta version {seen}, beyond {version}"
+                return table
+        except (NoSuchTableError, RESTError) as exc:   # not converted yet; or an earlier version was refused
+            seen = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.1)
+    raise AssertionError(f"{name} did not reach Delta version {version} in {timeout_s} s (last seen: {seen})")

@@ -262,8 +262,23 @@ class ManagedDelta:
 
     def mirror(self) -> int:
         """The source's next version, committed to the managed table through the service (see the module doc)."""
+        return self.commit(self._managed_actions(self.version + 1))
+
+    def _managed_actions_of(self, version: int) -> list[dict]:
+        """The managed table's version as committed (its staged or published file)."""
+        f = self.path / "_delta_log" / log_name(version)
+        if not f.exists():
+            f = next((self.path / "_delta_log" / "_staged_commits").glob(f"{version:020d}.*.json"))
+        return read_actions(f)
+
+    def commit(self, actions: list[dict], schema: list[dict] | None = None) -> int:
+        """`actions` committed as the managed table's next version (staged, ratified, published later); with
+        `schema`, the commit's catalog metadata carries it (a metaData change)."""
         version = self.version + 1
-        actions = self._managed_actions(version)
+        if "commitInfo" not in actions[0]:
+            ict = self._now()
+            self.last_ict = ict
+            actions = [{"commitInfo": {"inCommitTimestamp": ict, "timestamp": ict, "operation": "WRITE"}}, *actions]
         data = actions_bytes(actions)
         staged = f"{version:020d}.{uuid.uuid4()}.json"
         path = self.path / "_delta_log" / "_staged_commits" / staged
@@ -276,7 +291,7 @@ class ManagedDelta:
         metadata = next((a["metaData"] for a in actions if "metaData" in a), None)
         if metadata is not None:
             body["metadata"] = {"properties": {**table_properties(self.info["table_id"]), **self.properties},
-                                "schema": json.loads(metadata["schemaString"])["fields"]}
+                                "schema": schema or json.loads(metadata["schemaString"])["fields"]}
         if self.uniform is not None:
             self.version = version
             body["uniform"] = self.uniform(self, version)
@@ -298,10 +313,7 @@ class ManagedDelta:
         staged commits of the versions not yet published (which the catalog holds)."""
         live: set[str] = set()
         for v in range(self.version + 1):
-            f = self.path / "_delta_log" / log_name(v)
-            if not f.exists():
-                f = next((self.path / "_delta_log" / "_staged_commits").glob(f"{v:020d}.*.json"))
-            for a in read_actions(f):
+            for a in self._managed_actions_of(v):
                 if "add" in a:
                     live.add(a["add"]["path"])
                 elif "remove" in a:
