@@ -17,15 +17,13 @@ and manifest-list writers).
   and the metadata files that fell off the metadata log are handed back as `obsolete`, for the service to delete
   once no reader can still be planning with them. Data files are the Delta table's: never among them.
 
-`convert(job)` runs in a worker process (the service's event loop never waits on it; `converter.py`): it reads
+`convert(job)` runs in a worker process (`worker.py`; the service's event loop never waits on it): it reads
 through a file IO of its own, writes nothing, and returns the new files' bytes for the service to write durably.
 """
 
 from __future__ import annotations
 
 import io
-import os
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -89,23 +87,8 @@ class Refused:
     reason: str
 
 
-def worker_started(service_pid: int) -> None:
-    """A worker process's start: it yields the CPU to the service and its database (nice), and ends when the
-    service does, however that ended (a SIGKILL sends it nothing: it notices it has a new parent)."""
-    try:
-        os.nice(10)
-    except OSError:
-        pass
-
-    def watch() -> None:
-        while os.getppid() == service_pid:
-            time.sleep(1)
-        os._exit(0)
-    threading.Thread(target=watch, name="uniform-worker-watchdog", daemon=True).start()
-
-
 def convert(job: Job) -> Converted | Refused:
-    """The worker's entry point (see the module doc)."""
+    """One conversion (see the module doc); a worker process runs it (`worker.py`)."""
     try:
         return Conversion(job, FileIO(job.s3_options)).run()
     except Refusal as exc:

@@ -4,8 +4,8 @@ writers send no Iceberg metadata (`tables.service_converts`): kept up with the D
 - After each applied write to a Delta table its actor tells `written` (the registry's watch hook): a dictionary
   lookup or two, no waiting. A table behind its Delta version is queued once, however many commits arrive.
 - `uniform_workers` tasks take queued tables one at a time each, a table never in two at once. A conversion reads
-  the table's state from its actor (`Current`), runs `conversion.convert` in a worker process (niced, so the
-  event loop and PostgreSQL keep the CPU they need), writes the new metadata files durably, and records the
+  the table's state from its actor (`Current`), runs `conversion.convert` in a worker process (`worker.py`:
+  niced, so that the event loop and PostgreSQL keep the CPU they need), writes the new metadata files durably, and records the
   result with the table (`RecordConversion`, a compare-and-set on the metadata it started from). Commits that
   arrive meanwhile make the table due once more: the next conversion takes them all, to the latest version.
 - A refusal (`conversion.Refused`) is recorded too: the Iceberg endpoint answers it to readers, with its reason,
@@ -20,15 +20,11 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 import uuid
 from collections import deque
 from typing import Any
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 
 import trio
 
@@ -40,8 +36,9 @@ from coordinator.delta.state import catalog_view
 from coordinator.errors import CommitConflict, NotFound
 
 from .catalog import UC_REALM
-from .conversion import Converted, Job, Refused, convert, worker_started
+from .conversion import Converted, Job, Refused
 from .tables import service_converts, why_not_convertible
+from .worker import Workers
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +73,7 @@ class Converter:
         self.obsolete: deque[tuple[float, str, list[str]]] = deque()   # (when, table location, files)
         self.counts = {"conversions": 0, "refusals": 0, "failures": 0}
         self._send, self._receive = trio.open_memory_channel[uuid.UUID](math.inf)
-        self._pool: ProcessPoolExecutor | None = None
+        self.workers = Workers(self.config.uniform_workers)
         self._nursery: trio.Nursery | None = None
         if self.config.uniform_workers > 0:
             self.registry.watch("delta", self.written)
@@ -104,19 +101,17 @@ class Converter:
             self._send.send_nowait(table_id)
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        workers = self.config.uniform_workers
-        self._pool = self._new_pool()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                if workers > 0:
-                    for _ in range(workers):
+                if self.config.uniform_workers > 0:
+                    for _ in range(self.config.uniform_workers):
                         nursery.start_soon(self._work)
                     nursery.start_soon(self._sweep)
                 nursery.start_soon(self._delete_obsolete)
                 task_status.started()
         finally:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self.workers.close()
 
     async def _sweep(self) -> None:
         """Queue every table this member owns that is behind (at start: what a restart left to do)."""
@@ -183,7 +178,7 @@ class Converter:
                   # after a refusal, rebuild from the snapshot: the refused commit may have been undone since
                   base_version=None if "refused" in converted else converted.get("delta_version"),
                   base_location=base, base_metadata=base_metadata)
-        outcome = await self._in_worker(job)
+        outcome = await self.workers.run(job)
         if isinstance(outcome, Refused):
             record = {k: v for k, v in converted.items() if k != "refused"}
             record["refused"] = {"version": outcome.version, "reason": outcome.reason}
@@ -193,28 +188,6 @@ class Converter:
             await self._record(table_id, base, record)
             return
         await self._install(table, base, outcome)
-
-    def _new_pool(self) -> ProcessPoolExecutor:
-        # Worker processes started afresh ("spawn"), not forked from this one, whose threads (the database's event
-        # loop, say) a fork would copy in whatever state they were.
-        return ProcessPoolExecutor(max(1, self.config.uniform_workers),
-                                   mp_context=multiprocessing.get_context("spawn"), initializer=worker_started,
-                                   initargs=(os.getpid(),))
-
-    async def _in_worker(self, job: Job) -> Converted | Refused:
-        """`convert(job)` in a worker process; this task waits in a thread meanwhile (one per worker at most). A
-        worker that died (killed, out of memory) breaks the pool: a new one serves the retry."""
-        pool = self._pool
-        future = pool.submit(convert, job)
-        try:
-            return await trio.to_thread.run_sync(future.result, abandon_on_cancel=True)
-        except BrokenProcessPool:
-            if self._pool is pool:
-                self._pool = self._new_pool()
-                pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        finally:
-            future.cancel()
 
     async def _install(self, table: DeltaTable, base: str | None, outcome: Converted) -> None:
         """Make the new files durable, then record them with the table: only then may a reader be served them."""

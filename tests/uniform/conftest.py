@@ -40,3 +40,20 @@ def wait_converted(catalog: RestCatalog, name: str, version: int, timeout_s: flo
             seen = f"{type(exc).__name__}: {exc}"
         time.sleep(0.1)
     raise AssertionError(f"{name} did not reach Delta version {version} in {timeout_s} s (last seen: {seen})")
+
+
+def duckdb_catalog(base_url: str, warehouse: str = "main"):
+    """DuckDB 1.4 with its iceberg extension attached to the mount as `uc`: the extensions come from the PyPI wheels
+    (`duckdb-ext-*`), installed under site-packages/duckdb_ext/extensions; nothing is downloaded."""
+    import importlib.util
+
+    import duckdb
+    extensions = list(importlib.util.find_spec("duckdb_ext").submodule_search_locations)[0] + "/extensions"
+    con = duckdb.connect()
+    con.execute(f"SET extension_directory = '{extensions}'")
+    con.execute("SET autoinstall_known_extensions = false")
+    for extension in ("parquet", "avro", "httpfs", "iceberg"):
+        con.execute(f"LOAD {extension}")
+    con.execute(f"ATTACH '{warehouse}' AS uc (TYPE iceberg, ENDPOINT '{base_url}{MOUNT}', "
+                f"AUTHORIZATION_TYPE 'none')")
+    return con

@@ -131,7 +131,10 @@ class ManagedDelta:
     def add_column(self, data: pa.Table) -> int:
         """An append whose data has a column the table lacks, adding it to the schema (a metaData action with the
         new column's column-mapping id and physical name), as Delta's writer does with schema evolution; delta-rs
-        does not evolve column-mapped schemas."""
+        evolves only schemas without column mapping."""
+        if "delta.columnMapping.mode" not in self.properties:
+            write_deltalake(self.source, data, mode="append", schema_mode="merge", partition_by=self.partition_by)
+            return self.mirror()
         metadata = [a["metaData"] for f in sorted((Path(self.source) / "_delta_log").glob("*.json"))
                     for a in read_actions(f) if "metaData" in a][-1]
         schema = json.loads(metadata["schemaString"])
