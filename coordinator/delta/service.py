@@ -379,11 +379,8 @@ class DeltaService:
         return row.table_id
 
     async def get_table(self, full: FullName) -> dict[str, Any]:
-        return dict((await self.table(full)).info)
-
-    async def table(self, full: FullName) -> DeltaTable:
-        """The table as its actor holds it (catalog entry, versions, conversion to Iceberg)."""
-        return await self.registry.submit(await self._resolve(full), LoadTable(full))
+        table = await self.registry.submit(await self._resolve(full), LoadTable(full))
+        return dict(table.info)
 
     async def list_tables(self, catalog: str, schema: str, page_token: str | None,
                           limit: int) -> tuple[list[dict], str | None]:

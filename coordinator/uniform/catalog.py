@@ -8,6 +8,7 @@ answers them the way `IcebergService` does. Writes go through Unity Catalog's De
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import OrderedDict
 from typing import Any
 
@@ -18,15 +19,21 @@ from storage.records import TableRow
 
 from coordinator.credentials import vendable_s3_keys
 from coordinator.delta import DeltaTable
+from coordinator.delta.proposals import LoadTable
 from coordinator.delta.state import catalog_view
 from coordinator.errors import BadRequest, NoSuchNamespace, NoSuchTable, Unavailable
 from coordinator.iceberg.service import storage_credentials
 from coordinator.iceberg.state import IcebergTable, TableIdent
+from coordinator.names import Names
 from coordinator.paging import decode_page_token, page
 
 from .tables import Served, has_iceberg, served
 
 log = logging.getLogger(__name__)
+
+
+def _gone(full: tuple[str, str, str]) -> NoSuchTable:
+    return NoSuchTable(f"Table does not exist: {full[1]}.{full[2]}")
 
 UC_REALM = "uc"             # where coordinator.delta keeps Unity Catalog's tables
 PREFIX_BASE = "catalogs/"   # Unity Catalog OSS: the prefix of catalog `c` is `catalogs/c`
@@ -39,6 +46,8 @@ class UniformCatalog:
         self.store = coordinator.store
         self.files = coordinator.files
         self._metadata: OrderedDict[str, tuple[dict, bytes]] = OrderedDict()
+        # (catalog, schema, table) -> the Delta table's id, cached: readers poll tables
+        self.names: Names[tuple[str, str, str]] = Names(coordinator.registry, self._find, _gone)
 
     @property
     def delta(self):
@@ -115,10 +124,14 @@ class UniformCatalog:
 
     async def _delta_table(self, ident: TableIdent) -> DeltaTable:
         full = (ident.catalog, self._schema(ident.namespace), ident.name)
-        try:
-            return await self.delta.table(full)
-        except NoSuchTable:
-            raise NoSuchTable(f"Table does not exist: {ident}") from None
+        return await self.names.submit(full, lambda: LoadTable(full))
+
+    async def _find(self, full: tuple[str, str, str]) -> uuid.UUID:
+        row = await self.store.find_table(UC_REALM, *full)
+        if row is None or row.kind != "table":
+            await self.load_namespace(full[0], (full[1],))   # (which level is missing)
+            raise _gone(full)
+        return row.table_id
 
     async def _read(self, ident: TableIdent, table: DeltaTable, view: Served) -> IcebergTable:
         """The served metadata file, parsed once (a metadata file never changes), read only from within the table's

@@ -65,7 +65,7 @@ class Job:
     location: str                     # the Delta table's root
     s3_options: dict[str, str]        # for reading `location` from a worker of its own
     target: int                       # the version to convert
-    staged: dict[int, str]            # unpublished ratified versions -> their staged commit file names
+    staged: dict[int, str]            # ratified versions -> their staged commit files (the catalog's log)
     base_version: int | None = None   # the last converted version, and its metadata file and bytes
     base_location: str | None = None
     base_metadata: bytes | None = None

@@ -172,9 +172,15 @@ class Converter:
         converted = table.converted or {}
         base = converted.get("metadata_location")
         base_metadata = await self.files.read(base, within=table.location) if base else None
+        # Every version to convert as the catalog ratified it: the log files a writer publishes are copies of these
+        # staged commits, and it may have reported them published before (or without) copying them.
+        start = converted.get("delta_version", -1) + 1 if "refused" not in converted else 0
+        ratified = await self.c.store.read_log(table_id, start=start, end=table.published) \
+            if start <= table.published else []
+        staged = {e.version: e.payload["file_name"] for e in ratified if e.version > 0}
+        staged.update((c["version"], c["file_name"]) for c in table.unpublished)
         job = Job(table_id=str(table_id), location=table.location,
-                  s3_options=dict(self.files.s3_options_for(table.location)), target=table.last,
-                  staged={c["version"]: c["file_name"] for c in table.unpublished},
+                  s3_options=dict(self.files.s3_options_for(table.location)), target=table.last, staged=staged,
                   # after a refusal, rebuild from the snapshot: the refused commit may have been undone since
                   base_version=None if "refused" in converted else converted.get("delta_version"),
                   base_location=base, base_metadata=base_metadata)

@@ -4,7 +4,7 @@ from (PROTOCOL.md "Delta Log Entries", "Checkpoints", "Action Reconciliation"; t
 A version the catalog has ratified but the writer has not yet published (backfilled) lives only in its staged
 commit, `_delta_log/_staged_commits/<file_name>`, whose name the catalog's commit log holds; a published version
 is `_delta_log/<v>.json` (and its staged file may be gone). So each version is looked for where it is, staged
-first: once published the two hold the same actions. A snapshot starts from the last checkpoint at or below the
+first: once published the two hold the same actions. (Version 0, the create, is `_delta_log/0.json` only.) A snapshot starts from the last checkpoint at or below the
 version (`_last_checkpoint`; classic single-file or multi-part Parquet checkpoints) and replays the commits after
 it. Everything is read through the service's file IO, from within the table's location.
 """
@@ -87,7 +87,7 @@ class DeltaLog:
     def __init__(self, files, location: str, staged: dict[int, str]):
         self.files = files
         self.location = location.rstrip("/")
-        self.staged = staged   # unpublished ratified versions -> staged commit file name
+        self.staged = staged   # ratified versions -> staged commit file names (tried before the published copy)
         self.log = join(self.location, "_delta_log")
 
     def _read(self, uri: str) -> bytes | None:
