@@ -550,7 +550,7 @@ def check_uniform(base: str, states: list[TableState], s3: MotoS3 | None) -> str
     state.anomalies += found
     latest = max(v for v, _ in state.entries)
     return (f"UniForm table {chaos_uniform.TABLE}: Delta at version {latest}; its Iceberg side "
-            + (f"caught up, every snapshot holding exactly its versions' files" if not found else "WRONG"))
+            + ("caught up, every snapshot holding exactly its versions' files" if not found else "WRONG"))
 
 
 def read_iceberg(http: httpx.Client, table: str) -> TableState:

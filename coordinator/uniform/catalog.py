@@ -112,6 +112,11 @@ class UniformCatalog:
             self.c.converter.written(table.table_id, table)   # (a table created on another member, say)
         return await self._read(ident, table, served(table))
 
+    async def metadata_file(self, location: str, within: str) -> bytes:
+        """A metadata file's bytes (the converter's starting point), from memory if it was served or written."""
+        kept = self._metadata.get(location)
+        return kept[1] if kept is not None else await self.files.read(location, within=within)
+
     def remember(self, location: str, data: bytes) -> None:
         """A metadata file just written (by the converter): served without reading it back."""
         self._keep(location, orjson.loads(data), data)

@@ -27,18 +27,18 @@ import io
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
-import orjson
 from pyiceberg.io import FileIO as IcebergFileIO, InputFile, OutputFile
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import MetadataLogEntry, TableMetadataUtil, TableMetadataV2
-from pyiceberg.table.snapshots import Operation, Summary
+from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
+from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
-from pyiceberg.table.update import (AddSchemaUpdate, RemoveSnapshotsUpdate, SetCurrentSchemaUpdate,
-                                    SetPropertiesUpdate, update_table_metadata)
+from pyiceberg.table.update import (AddSchemaUpdate, AddSnapshotUpdate, RemoveSnapshotsUpdate,
+                                    SetCurrentSchemaUpdate, SetPropertiesUpdate, SetSnapshotRefUpdate,
+                                    update_table_metadata)
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from storage.files import FileIO, join
@@ -203,7 +203,7 @@ class Conversion:
                     if added.pop(path, None) is None:
                         removed.add(path)
         timestamp = self._timestamp(commits)
-        current = self._current_files(meta)
+        current = self._current_files(meta) if removed else {}   # (every manifest is read: only when needed)
         gone = [current[self._path(p)] for p in sorted(removed) if self._path(p) in current]
         if len(gone) != len(removed):
             raise LogGap("a removed file is not in the converted snapshot: rebuild")
@@ -280,28 +280,16 @@ class Conversion:
         tracking = {DELTA_VERSION: str(version), DELTA_TIMESTAMP: str(timestamp)}
         if job.base_version is not None:
             tracking[BASE_DELTA_VERSION] = str(job.base_version)
-        table = Table(("uniform", job.table_id), meta, job.base_location or "", self.io, None)
-        txn = Transaction(table)
+        updates: list = [SetPropertiesUpdate(updates=tracking)]
         if operation is not None:
-            if operation is Operation.APPEND and not gone:
-                producer = txn.update_snapshot(snapshot_properties=tracking).merge_append()
-            else:
-                # (a `replace` is produced as an overwrite and relabelled: `_as_replace`)
-                producer = _OverwriteFiles(operation=Operation.OVERWRITE if operation is Operation.REPLACE
-                                           else operation, transaction=txn, io=self.io,
-                                           snapshot_properties=tracking)
-                for f in gone:
-                    producer.delete_data_file(f)
-            for f in new:
-                producer.append_data_file(f)
-            producer.commit()
-        txn.set_properties(tracking)
-        result = txn.table_metadata
-        if operation is Operation.REPLACE:
-            result = _as_replace(result)
-        expired = [s.snapshot_id for s in result.snapshots[:-SNAPSHOTS_KEPT]]
-        if expired:
-            result = update_table_metadata(result, (RemoveSnapshotsUpdate(snapshot_ids=expired),))
+            snapshot = self._snapshot(meta, operation, new, gone, tracking)
+            expired = [s.snapshot_id for s in [*meta.snapshots, snapshot][:-SNAPSHOTS_KEPT]]
+            updates += [AddSnapshotUpdate(snapshot=snapshot),
+                        SetSnapshotRefUpdate(ref_name=MAIN_BRANCH, type=SnapshotRefType.BRANCH,
+                                             snapshot_id=snapshot.snapshot_id)]
+            if expired:
+                updates.append(RemoveSnapshotsUpdate(snapshot_ids=expired))
+        result = update_table_metadata(meta, tuple(updates))
         if job.base_location is not None and self.base is not None:
             entry = MetadataLogEntry(metadata_file=job.base_location, timestamp_ms=self.base.last_updated_ms)
             result = result.model_copy(update={"metadata_log": [*self.base.metadata_log, entry][-METADATA_LOG_KEPT:]})
@@ -310,6 +298,35 @@ class Conversion:
         data = result.model_dump_json().encode()
         files = [*self.io.written.items(), (location, data)]
         return Converted(location, data, version, timestamp, files, self._obsolete(self.base, result))
+
+    def _snapshot(self, meta: TableMetadataV2, operation: Operation, new: list[DataFile], gone: list[DataFile],
+                  tracking: dict[str, str]) -> Snapshot:
+        """The snapshot pyiceberg's producer makes of `new` and `gone` (its manifests and manifest list written to
+        `self.io`). pyiceberg's transaction copies the whole metadata each time it is looked at, a dozen times a
+        snapshot: the producer works on the metadata reduced to what it reads (the current snapshot, schemas,
+        specs, properties), and its snapshot is added to the whole metadata once, by the caller."""
+        current = meta.current_snapshot()
+        reduced = meta.model_copy(update={
+            "snapshots": [current] if current else [], "snapshot_log": [], "metadata_log": [],
+            "refs": {MAIN_BRANCH: meta.refs[MAIN_BRANCH]} if current else {}})
+        txn = Transaction(Table(("uniform", self.job.table_id), reduced, self.job.base_location or "", self.io, None))
+        if operation is Operation.APPEND:
+            producer = txn.update_snapshot(snapshot_properties=tracking).merge_append()
+        else:
+            # (a `replace` is produced as an overwrite and relabelled below: pyiceberg 0.12 makes no `replace`)
+            producer = _OverwriteFiles(operation=Operation.OVERWRITE if operation is Operation.REPLACE else operation,
+                                       transaction=txn, io=self.io, snapshot_properties=tracking)
+            for f in gone:
+                producer.delete_data_file(f)
+        for f in new:
+            producer.append_data_file(f)
+        producer.commit()
+        snapshot = txn.table_metadata.current_snapshot()
+        if operation is Operation.REPLACE:
+            # Files rewritten, table data unchanged (OPTIMIZE): readers of changes (streaming) skip a `replace`.
+            snapshot = snapshot.model_copy(update={
+                "summary": Summary(Operation.REPLACE, **snapshot.summary.additional_properties)})
+        return snapshot
 
     def _obsolete(self, before: TableMetadataV2 | None, after: TableMetadataV2) -> list[str]:
         """What `after` no longer needs of `before`: expired snapshots' manifest lists and the manifests no kept
@@ -320,23 +337,15 @@ class Conversion:
         expired = [s for s in before.snapshots if s.snapshot_id not in kept_ids]
         if not expired and len(after.metadata_log) >= len(before.metadata_log):
             return []
-        kept_manifests = {m.manifest_path for s in after.snapshots for m in s.manifests(self.io)}
+        # A snapshot's manifests are its parent's, less those it rewrote, plus new ones (never an older one again):
+        # whatever an expired snapshot names that the oldest kept one does not, no kept snapshot names.
+        kept_manifests = {m.manifest_path for m in after.snapshots[0].manifests(self.io)} if after.snapshots else set()
         out = [s.manifest_list for s in expired]
         out += [m.manifest_path for s in expired for m in s.manifests(self.io) if m.manifest_path not in kept_manifests]
         logged = {e.metadata_file for e in after.metadata_log}
         out += [e.metadata_file for e in before.metadata_log if e.metadata_file not in logged]
         own = join(self.location, "metadata") + "/"
         return sorted({uri for uri in out if uri.startswith(own)})
-
-
-def _as_replace(meta: TableMetadataV2) -> TableMetadataV2:
-    """The current snapshot as a `replace` (files rewritten, table data unchanged: OPTIMIZE), which pyiceberg 0.12's
-    summaries do not produce themselves; readers of changes (streaming) skip such a snapshot."""
-    snapshot = meta.current_snapshot()
-    summary = Summary(Operation.REPLACE, **snapshot.summary.additional_properties)
-    snapshots = [s.model_copy(update={"summary": summary}) if s.snapshot_id == snapshot.snapshot_id else s
-                 for s in meta.snapshots]
-    return meta.model_copy(update={"snapshots": snapshots})
 
 
 def _same_schema(a: Schema, b: Schema) -> bool:

@@ -5,8 +5,8 @@ writers send no Iceberg metadata (`tables.service_converts`): kept up with the D
   lookup or two, no waiting. A table behind its Delta version is queued once, however many commits arrive.
 - `uniform_workers` tasks take queued tables one at a time each, a table never in two at once. A conversion reads
   the table's state from its actor (`Current`), runs `conversion.convert` in a worker process (`worker.py`:
-  niced, so that the event loop and PostgreSQL keep the CPU they need), writes the new metadata files durably, and records the
-  result with the table (`RecordConversion`, a compare-and-set on the metadata it started from). Commits that
+  niced, so that the event loop and PostgreSQL keep the CPU they need), writes the new metadata files durably,
+  and records the result with the table (`RecordConversion`, a compare-and-set on the metadata it started from). Commits that
   arrive meanwhile make the table due once more: the next conversion takes them all, to the latest version.
 - A refusal (`conversion.Refused`) is recorded too: the Iceberg endpoint answers it to readers, with its reason,
   until a later version converts (rebuilt from the snapshot). A failure is retried, later and later.
@@ -24,7 +24,6 @@ import time
 import uuid
 from collections import deque
 from typing import Any
-
 
 import trio
 
@@ -171,19 +170,18 @@ class Converter:
             return
         converted = table.converted or {}
         base = converted.get("metadata_location")
-        base_metadata = await self.files.read(base, within=table.location) if base else None
-        # Every version to convert as the catalog ratified it: the log files a writer publishes are copies of these
-        # staged commits, and it may have reported them published before (or without) copying them.
-        start = converted.get("delta_version", -1) + 1 if "refused" not in converted else 0
-        ratified = await self.c.store.read_log(table_id, start=start, end=table.published) \
-            if start <= table.published else []
-        staged = {e.version: e.payload["file_name"] for e in ratified if e.version > 0}
-        staged.update((c["version"], c["file_name"]) for c in table.unpublished)
+        base_metadata = await self.c.uniform.metadata_file(base, table.location) if base else None
+        # After a refusal, rebuild from the snapshot: the refused commit may have been undone since.
+        base_version = None if "refused" in converted else converted.get("delta_version")
+        staged = {c["version"]: c["file_name"] for c in table.unpublished}
+        if base_version is not None and base_version < table.published:
+            # The versions to convert as the catalog ratified them: the log files a writer publishes are copies of
+            # these staged commits, and it may have reported them published before (or without) copying them.
+            ratified = await self.c.store.read_log(table_id, start=base_version + 1, end=table.published)
+            staged.update((e.version, e.payload["file_name"]) for e in ratified)
         job = Job(table_id=str(table_id), location=table.location,
                   s3_options=dict(self.files.s3_options_for(table.location)), target=table.last, staged=staged,
-                  # after a refusal, rebuild from the snapshot: the refused commit may have been undone since
-                  base_version=None if "refused" in converted else converted.get("delta_version"),
-                  base_location=base, base_metadata=base_metadata)
+                  base_version=base_version, base_location=base, base_metadata=base_metadata)
         outcome = await self.workers.run(job)
         if isinstance(outcome, Refused):
             record = {k: v for k, v in converted.items() if k != "refused"}

@@ -4,9 +4,10 @@ from (PROTOCOL.md "Delta Log Entries", "Checkpoints", "Action Reconciliation"; t
 A version the catalog has ratified but the writer has not yet published (backfilled) lives only in its staged
 commit, `_delta_log/_staged_commits/<file_name>`, whose name the catalog's commit log holds; a published version
 is `_delta_log/<v>.json` (and its staged file may be gone). So each version is looked for where it is, staged
-first: once published the two hold the same actions. (Version 0, the create, is `_delta_log/0.json` only.) A snapshot starts from the last checkpoint at or below the
-version (`_last_checkpoint`; classic single-file or multi-part Parquet checkpoints) and replays the commits after
-it. Everything is read through the service's file IO, from within the table's location.
+first: once published the two hold the same actions (version 0, the create, is only `_delta_log/0.json`). A
+snapshot starts from the last checkpoint at or below the version (`_last_checkpoint`; classic single-file or
+multi-part Parquet checkpoints) and replays the commits after it. Everything is read through the service's file
+IO, from within the table's location.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import StaticTable
@@ -235,8 +234,8 @@ def write_checkpoint(root: Path, version: int, adds: list[dict], metadata: dict,
                    "id": metadata["id"], "schemaString": metadata["schemaString"],
                    "partitionColumns": metadata["partitionColumns"],
                    "configuration": list(metadata["configuration"].items())}}]
-    records += [{"metaData": None, "protocol": None, "add": {**a, "partitionValues": list(a["partitionValues"].items())}}
-                for a in adds]
+    records += [{"metaData": None, "protocol": None,
+                 "add": {**a, "partitionValues": list(a["partitionValues"].items())}} for a in adds]
     pq.write_table(pa.Table.from_pylist(records, schema=schema),
                    root / "_delta_log" / f"{version:020d}.checkpoint.parquet")
     (root / "_delta_log" / "_last_checkpoint").write_text(json.dumps({"version": version, "size": len(records)}))
