@@ -26,7 +26,7 @@ from coordinator.warehouses import DEFAULT as DEFAULT_WAREHOUSE
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import CommitPart, empty_response, json_response, parse_model, query_flag, read_json, read_model
 from . import uniform
-from .endpoints import ENDPOINTS
+from .endpoints import ENDPOINTS, config_defaults
 from .errors import error_type
 from .idempotency import idempotent, request_key as _key
 
@@ -235,9 +235,7 @@ async def _know_warehouse() -> None:
 @guard(authenticated)
 async def get_config() -> Response:
     coordinator = current_app.config["COORDINATOR"]
-    defaults = {}
-    if coordinator.authority is not None:
-        defaults["oauth2-server-uri"] = request.host_url + "v1/oauth/tokens"
+    defaults = config_defaults(coordinator)
     # The separator is a /config override (spec, `parent`), where Java and pyiceberg read it: not a top-level key.
     overrides = {"namespace-separator": "%1F"}
     named = request.args.get("warehouse")

@@ -2,10 +2,10 @@
 `/api/2.1/unity-catalog/iceberg`. Clients connect with `uri=http://<host>/api/2.1/unity-catalog/iceberg` and
 `warehouse=<UC catalog>`; `/v1/config` answers that catalog's prefix, `catalogs/<catalog>`.
 
-The read routes are `routes.py`'s own handlers, registered here too (`routes(..., reads=True)`), each reading
-`coordinator.uniform` instead of the Iceberg catalog and needing the Delta table's grants. This module adds what
-differs: the config, and the refusal of every write (a Delta table is committed through Unity Catalog's Delta
-API, never through Iceberg).
+The read routes are `routes.py`'s own handlers, registered here too (`routes(..., reads=True)`; the config
+advertises them, `endpoints.READ_ENDPOINTS`), each reading `coordinator.uniform` instead of the Iceberg catalog
+and needing the Delta table's grants. This module adds what differs: the config, and the refusal of every write
+(a Delta table is committed through Unity Catalog's Delta API, never through Iceberg).
 """
 
 from __future__ import annotations
@@ -16,19 +16,11 @@ from coordinator.errors import NoSuchRoute, Unsupported
 
 from ..access import authenticated, guard
 from ..common import json_response
+from .endpoints import READ_ENDPOINTS, config_defaults
 
 MOUNT = "/api/2.1/unity-catalog/iceberg"
 bp = Blueprint("uniform", __name__, url_prefix=MOUNT)
 
-# What the config advertises: the read routes (routes.py registers them here with `reads=True`).
-ENDPOINTS = [
-    "GET /v1/{prefix}/namespaces", "GET /v1/{prefix}/namespaces/{namespace}",
-    "HEAD /v1/{prefix}/namespaces/{namespace}", "GET /v1/{prefix}/namespaces/{namespace}/tables",
-    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
-    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials",
-]
 READ_ONLY = ("this Iceberg catalog is read-only: its tables are Delta tables, committed through Unity Catalog's "
              "Delta API (POST /api/2.1/unity-catalog/delta/commit, as Delta's catalog-managed clients do); "
              "write with a Delta client, and read the result here")
@@ -38,11 +30,9 @@ READ_ONLY = ("this Iceberg catalog is read-only: its tables are Delta tables, co
 @guard(authenticated)
 async def get_config() -> Response:
     coordinator = current_app.config["COORDINATOR"]
-    defaults = {}
-    if coordinator.authority is not None:
-        defaults["oauth2-server-uri"] = request.host_url + MOUNT.lstrip("/") + "/v1/oauth/tokens"
     prefix = await coordinator.uniform.prefix(request.args.get("warehouse"))
-    return json_response({"defaults": defaults, "overrides": {"prefix": prefix}, "endpoints": ENDPOINTS})
+    return json_response({"defaults": config_defaults(coordinator, MOUNT), "overrides": {"prefix": prefix},
+                          "endpoints": READ_ENDPOINTS})
 
 
 @bp.route("/<path:rest>", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"])

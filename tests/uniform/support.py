@@ -95,7 +95,7 @@ class ManagedDelta:
         """The Delta snapshot's rows as delta-rs reads them (logical column names), sorted. Through its query
         engine: deltalake 1.6's `to_pyarrow_table` reads a column-mapped table's columns as nulls."""
         reader = QueryBuilder().register("t", DeltaTable(self.source, version=version)).execute("SELECT * FROM t")
-        return sorted(pa.table(reader).to_pylist(), key=lambda r: json.dumps(r, sort_keys=True, default=str))
+        return ordered(pa.table(reader).to_pylist())
 
     def create(self, data: pa.Table) -> "ManagedDelta":
         """The source's version 0 (delta-rs, column mapping `name`), then the managed table from its staging
@@ -335,6 +335,21 @@ def stats_of(table: pa.Table) -> dict:
             if mm["min"] is not None:
                 mins[name], maxs[name] = mm["min"], mm["max"]
     return {"numRecords": table.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+
+
+def batch(ids: range, tag: str = "a") -> pa.Table:
+    """Rows (id, name) to write."""
+    return pa.table({"id": pa.array(list(ids), pa.int64()), "name": [f"{tag}{i}" for i in ids]})
+
+
+def ordered(rows: list[dict]) -> list[dict]:
+    """Rows in one order whatever order a reader gave them in, to compare readers."""
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
+def iceberg_rows(table) -> list[dict]:
+    """The rows of a pyiceberg table, ordered."""
+    return ordered(table.scan().to_arrow().to_pylist())
 
 
 def iso_now() -> str:

@@ -4,21 +4,11 @@ table whose writer converts to Iceberg itself and sends `uniform.iceberg` with i
 from __future__ import annotations
 
 import httpx
-import pyarrow as pa
 import pytest
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from .conftest import MOUNT, iceberg_catalog
-from .support import ManagedDelta, PyicebergWriter
-
-
-def _rows(table) -> list[dict]:
-    import json
-    return sorted(table.scan().to_arrow().to_pylist(), key=lambda r: json.dumps(r, sort_keys=True, default=str))
-
-
-def batch(ids: range, tag: str = "a") -> pa.Table:
-    return pa.table({"id": pa.array(list(ids), pa.int64()), "name": [f"{tag}{i}" for i in ids]})
+from .support import ManagedDelta, PyicebergWriter, batch, iceberg_rows
 
 
 @pytest.fixture
@@ -54,7 +44,7 @@ def test_a_writer_converted_table_reads_as_iceberg_after_each_kind_of_commit(ser
         version = step()
         table = catalog.load_table("default.events")
         assert table.properties["delta-version"] == str(version)
-        assert _rows(table) == md.rows(version)
+        assert iceberg_rows(table) == md.rows(version)
     assert table.metadata_location.startswith(md.location + "/metadata/")
 
 
@@ -90,7 +80,7 @@ def test_writes_are_refused_in_icebergs_format_naming_the_delta_api(service, wri
         catalog.create_namespace("x")
     with pytest.raises(NotImplementedError, match="does not support endpoint"):
         catalog.drop_table("default.events")
-    assert _rows(catalog.load_table("default.events")) == md.rows()
+    assert iceberg_rows(catalog.load_table("default.events")) == md.rows()
 
 
 def test_with_authentication_the_delta_tables_grants_apply(config, tmp_path):
@@ -115,7 +105,7 @@ def test_with_authentication_the_delta_tables_grants_apply(config, tmp_path):
             tables[name].append(batch(range(3, 5)))
         reader = iceberg_catalog(base, credential="reader:reader-secret")
         assert reader.list_tables("default") == [("default", "events")]
-        assert _rows(reader.load_table("default.events")) == tables["events"].rows()
+        assert iceberg_rows(reader.load_table("default.events")) == tables["events"].rows()
         r = httpx.get(base + MOUNT + "/v1/catalogs/main/namespaces/default/tables/hidden",
                       headers={"Authorization": "Bearer " + fetch_token(base, "reader", "reader-secret")})
         assert r.status_code == 403 and r.json()["error"]["type"] == "ForbiddenException", r.text
@@ -127,3 +117,25 @@ def test_with_authentication_the_delta_tables_grants_apply(config, tmp_path):
         assert r.status_code == 401 and r.json()["error"]["type"] == "NotAuthorizedException"
         assert r.headers["WWW-Authenticate"].startswith("Bearer")
         uc.http.close()
+
+
+def test_head_etags_snapshots_refs_and_credentials_work_as_on_the_iceberg_catalog(service, writer_table):
+    md = writer_table
+    md.append(batch(range(3, 6)))
+    path = service + MOUNT + "/v1/catalogs/main/namespaces/default/tables/events"
+    assert httpx.head(path).status_code == 204
+    assert httpx.head(service + MOUNT + "/v1/catalogs/main/namespaces/default/tables/nope").status_code == 404
+    assert httpx.head(service + MOUNT + "/v1/catalogs/main/namespaces/default").status_code == 204
+    r = httpx.get(path)
+    assert r.status_code == 200 and r.headers["ETag"]
+    assert r.json()["metadata-location"].startswith(md.location + "/metadata/")
+    assert httpx.get(path, headers={"If-None-Match": r.headers["ETag"]}).status_code == 304
+    refs = httpx.get(path, params={"snapshots": "refs"})
+    assert refs.status_code == 200 and refs.headers["ETag"] != r.headers["ETag"]
+    md.append(batch(range(6, 9)))   # a new version: a new metadata file, a new ETag
+    assert httpx.get(path, headers={"If-None-Match": r.headers["ETag"]}).status_code == 200
+    r = httpx.get(path + "/credentials")
+    assert r.status_code == 200 and r.json() == {"storage-credentials": []}   # a local warehouse: none needed
+    scan = {"report-type": "scan-report", "table-name": "default.events", "snapshot-id": 1, "metrics": {},
+            "filter": True, "schema-id": 0, "projected-field-ids": [1], "projected-field-names": ["id"]}
+    assert httpx.post(path + "/metrics", json=scan).status_code == 204

@@ -6,26 +6,16 @@ the service converts."""
 
 from __future__ import annotations
 
-import json
-import uuid
 
 import pyarrow as pa
 import pytest
 
-from tests.conftest import TEMPLATE, _psql, _with_db
+from tests.conftest import fresh_database
 from tests.delta.conftest import UC
 from tests.spark.test_spark_iceberg import spark_jars  # noqa: F401 (the fixture: skipped without the runtime)
 
 from .conftest import MOUNT, duckdb_catalog, iceberg_catalog, wait_converted
-from .support import ManagedDelta, PyicebergWriter
-
-
-def ordered(rows: list[dict]) -> list[dict]:
-    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
-
-
-def batch(ids: range, tag: str) -> pa.Table:
-    return pa.table({"id": pa.array(list(ids), pa.int64()), "name": [f"{tag}{i}" for i in ids]})
+from .support import ManagedDelta, PyicebergWriter, batch, ordered
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +23,12 @@ def module_service(pg_admin_dsn, tmp_path_factory):
     """One service for the module (Spark's session, like its JVM, is started once)."""
     from api.server import EmbeddedService
     from coordinator.config import Config
-    name = "uniform_" + uuid.uuid4().hex[:12]
-    _psql(pg_admin_dsn, f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
     data_dir = tmp_path_factory.mktemp("uniform-clients")
-    config = Config(database_url=_with_db(pg_admin_dsn, name), data_dir=data_dir, port=0,
-                    warehouse=str(data_dir / "warehouse"), shutdown_grace_s=0.5)
-    try:
+    with fresh_database(pg_admin_dsn, "uniform_") as database_url:
+        config = Config(database_url=database_url, data_dir=data_dir, port=0, warehouse=str(data_dir / "warehouse"),
+                        shutdown_grace_s=0.5)
         with EmbeddedService(config) as base_url:
             yield base_url
-    finally:
-        _psql(pg_admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture(scope="module")

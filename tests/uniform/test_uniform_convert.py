@@ -9,15 +9,7 @@ import pyarrow as pa
 import pytest
 
 from .conftest import iceberg_catalog, wait_converted
-from .support import ManagedDelta
-
-
-def _rows(table) -> list[dict]:
-    return sorted(table.scan().to_arrow().to_pylist(), key=lambda r: json.dumps(r, sort_keys=True, default=str))
-
-
-def batch(ids: range, tag: str = "a") -> pa.Table:
-    return pa.table({"id": pa.array(list(ids), pa.int64()), "name": [f"{tag}{i}" for i in ids]})
+from .support import ManagedDelta, batch, iceberg_rows
 
 
 @pytest.fixture
@@ -29,7 +21,7 @@ def test_each_kind_of_commit_reads_as_the_delta_snapshot(service, table):
     md = table
     catalog = iceberg_catalog(service)
     t = wait_converted(catalog, "default.events", 0)
-    assert _rows(t) == md.rows(0)
+    assert iceberg_rows(t) == md.rows(0)
     steps = [("append", lambda: md.append(batch(range(3, 6)))),
              ("append", lambda: md.append(batch(range(6, 9), "b"))),
              ("delete", lambda: md.delete_file(0)),
@@ -41,7 +33,7 @@ def test_each_kind_of_commit_reads_as_the_delta_snapshot(service, table):
     for operation, step in steps:
         version = step()
         t = wait_converted(catalog, "default.events", version)
-        assert _rows(t) == md.rows(version), operation
+        assert iceberg_rows(t) == md.rows(version), operation
         assert t.current_snapshot().summary.operation.value == operation
         assert t.current_snapshot().summary["delta-version"] == str(version)
         assert {f.file_path for task in t.scan().plan_files() for f in [task.file]} == \
@@ -121,7 +113,7 @@ def test_old_snapshots_expire_and_their_metadata_goes_but_never_a_data_file(quic
         wait_converted(catalog, "default.events", version)   # one conversion (one snapshot) per commit
     t = catalog.load_table("default.events")
     assert len(t.metadata.snapshots) == 10 and len(t.metadata.metadata_log) == 10
-    assert _rows(t) == md.rows(version)
+    assert iceberg_rows(t) == md.rows(version)
     referenced = {t.metadata_location, *(e.metadata_file for e in t.metadata.metadata_log),
                   *(s.manifest_list for s in t.metadata.snapshots),
                   *(m.manifest_path for s in t.metadata.snapshots for m in s.manifests(t.io))}

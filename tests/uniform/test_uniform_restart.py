@@ -3,26 +3,20 @@ while conversion was off), without waiting for a new commit; and a killed worker
 
 from __future__ import annotations
 
-import json
+import os
+import signal
+import time
+from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from tests.delta.conftest import UC
 from tests.support import ServerProcess
 
 from .conftest import iceberg_catalog, wait_converted
-from .support import ManagedDelta
+from .support import ManagedDelta, batch, iceberg_rows
 
 pytestmark = pytest.mark.crash
-
-
-def _rows(table) -> list[dict]:
-    return sorted(table.scan().to_arrow().to_pylist(), key=lambda r: json.dumps(r, sort_keys=True, default=str))
-
-
-def batch(ids: range) -> pa.Table:
-    return pa.table({"id": pa.array(list(ids), pa.int64()), "name": [f"n{i}" for i in ids]})
 
 
 def test_a_restart_converts_what_was_committed_meanwhile(database_url, tmp_path):
@@ -46,7 +40,45 @@ def test_a_restart_converts_what_was_committed_meanwhile(database_url, tmp_path)
         server.extra_env = {"COORDINATOR_UNIFORM_WORKERS": "1"}
         server.start()
         table = wait_converted(iceberg_catalog(server.base_url), "default.events", version)
-        assert _rows(table) == md.rows(version)
+        assert iceberg_rows(table) == md.rows(version)
+        uc.http.close()
+    finally:
+        server.stop()
+
+
+def _workers(pid: int) -> list[int]:
+    """The service's conversion worker processes (`python -m coordinator.uniform`)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid \
+                    and b"coordinator.uniform" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def test_a_killed_worker_is_replaced_and_none_outlives_the_service(database_url, tmp_path):
+    server = ServerProcess(database_url, tmp_path / "service")
+    server.start()
+    try:
+        uc = UC(server.base_url)
+        md = ManagedDelta(uc, "events", tmp_path).create(batch(range(3)))
+        catalog = iceberg_catalog(server.base_url)
+        wait_converted(catalog, "default.events", md.append(batch(range(3, 5))))
+        [worker] = _workers(server.proc.pid)
+        os.kill(worker, signal.SIGKILL)
+        version = md.append(batch(range(5, 7)))
+        assert iceberg_rows(wait_converted(catalog, "default.events", version)) == md.rows(version)
+        [replacement] = _workers(server.proc.pid)
+        assert replacement != worker
+        server.kill()   # a crash: the worker's stdin closes, and it ends
+        for _ in range(100):
+            if not Path(f"/proc/{replacement}").exists():
+                break
+            time.sleep(0.1)
+        assert not Path(f"/proc/{replacement}").exists(), "a conversion worker outlived the service"
         uc.http.close()
     finally:
         server.stop()
