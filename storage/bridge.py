@@ -69,7 +69,10 @@ class AsyncioThread:
 
         def on_done(fut: asyncio.Future) -> None:
             box.append(fut)
-            token.run_sync_soon(done.set)
+            try:
+                token.run_sync_soon(done.set)
+            except trio.RunFinishedError:
+                pass   # the caller was cancelled and its trio run has ended since (a shutdown): nobody waits
 
         def begin() -> None:
             task = asyncio.ensure_future(factory())

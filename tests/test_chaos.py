@@ -510,7 +510,7 @@ class Tables:
     lance: dict[str, str]           # name -> location
 
 
-def set_up(base: str, uniform: bool) -> Tables:
+def set_up(base: str, uniform: bool = False) -> Tables:
     with httpx.Client(base_url=base, timeout=30) as http:
         assert http.post("/v1/namespaces", json={"namespace": [ICEBERG_NS]}).status_code == 200
         for t in TABLES:

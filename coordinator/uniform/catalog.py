@@ -108,7 +108,7 @@ class UniformCatalog:
 
     async def load_table(self, ident: TableIdent) -> IcebergTable:
         table = await self._delta_table(ident)
-        if self.c.converter is not None:
+        if self.c.converter is not None and self.c.registry.owns(table.table_id):
             self.c.converter.written(table.table_id, table)   # (a table created on another member, say)
         return await self._read(ident, table, served(table))
 

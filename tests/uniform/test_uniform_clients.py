@@ -18,6 +18,9 @@ from .conftest import MOUNT, duckdb_catalog, iceberg_catalog, wait_converted
 from .support import ManagedDelta, PyicebergWriter, batch, ordered
 
 
+CATALOG = "uniform_clients"
+
+
 @pytest.fixture(scope="module")
 def module_service(pg_admin_dsn, tmp_path_factory):
     """One service for the module (Spark's session, like its JVM, is started once)."""
@@ -35,8 +38,10 @@ def module_service(pg_admin_dsn, tmp_path_factory):
 def spark(module_service, spark_jars):  # noqa: F811
     from coordinator.spark import spark_session
     # No catalog cache: each read loads the table, as a fresh query of another engine would.
-    session = spark_session(module_service + MOUNT, "uc", warehouse="main", jars=spark_jars,
-                            app_name="uniform-clients", conf={"spark.sql.catalog.uc.cache-enabled": "false"})
+    # A catalog name of its own: a session another module started is handed back (getOrCreate), and the catalogs
+    # it initialized keep their own service's URI.
+    session = spark_session(module_service + MOUNT, CATALOG, warehouse="main", jars=spark_jars,
+                            app_name="uniform-clients", conf={f"spark.sql.catalog.{CATALOG}.cache-enabled": "false"})
     yield session
     session.stop()
 
@@ -76,7 +81,7 @@ def test_pyiceberg_duckdb_and_spark_read_the_delta_snapshot(module_service, tmp_
         got = duck.execute(f"SELECT * FROM uc.default.{name}").fetch_arrow_table().to_pylist()
         assert ordered(got) == delta, (kind, what, "duckdb")
         if spark is not None:
-            got = [row.asDict() for row in spark.table(f"uc.default.{name}").collect()]
+            got = [row.asDict() for row in spark.table(f"{CATALOG}.default.{name}").collect()]
             assert ordered(got) == delta, (kind, what, "spark")
     uc.http.close()
 
