@@ -5,12 +5,14 @@
 
 Starts its own PostgreSQL and the service (this checkout), creates one Delta table the service converts to Iceberg
 (the `delta-uniform` flow: real staged commits with an add action each, and their backfilled copies), and commits
-to it at each rate (open loop, one writer, Poisson arrivals). Meanwhile a reader polls the table through the
+to it at each rate (open loop, one writer, Poisson arrivals); and the same against a second service, side by side
+on the same PostgreSQL, that does not convert (`uniform_workers` 0), for the commits' own latency and CPU. Meanwhile a reader polls the table through the
 Iceberg endpoint (`If-None-Match`: a 304 costs nothing while the metadata is unchanged) for the Delta version its
 metadata shows (`delta-version`). A commit's delay is from its acknowledgement to the first poll showing it; the
 poller looks every `--poll-ms`, so a delay is known to within that. Prints one table: per rate, the commits, their
 p50/p99, the delay p50/p99, the conversions and commits per conversion, the service's CPU (the reader's polls
-included) and its conversion workers' CPU per commit.
+included: both services are polled alike, the one that does not convert answering 404) and its conversion
+workers' CPU per commit.
 
 What conversion costs the commit path itself is the same-run A/B of the `delta-uniform` flow against a checkout
 without it (`python -m loadtest.ab OLD NEW --flows delta,delta-uniform --rate 250`; loadtest/README.md).
@@ -39,7 +41,8 @@ MOUNT = "/api/2.1/unity-catalog/iceberg/v1/catalogs/bench/namespaces/{schema}/ta
 CATCH_UP_S = 60
 
 
-async def measure(base: str, server_pid: int, rate: float, duration_s: float, poll_s: float, tag: str) -> dict:
+async def measure(base: str, server_pid: int, rate: float, duration_s: float, poll_s: float, tag: str,
+                  converting: bool) -> dict:
     flow = FLOWS["delta-uniform"]
     [table] = await flow.prepare(base, 1, tag)
     stats = Stats()
@@ -47,6 +50,12 @@ async def measure(base: str, server_pid: int, rate: float, duration_s: float, po
     await writer.start()
     seen: dict[int, float] = {}   # Delta version -> when the Iceberg side first showed it
     done = trio.Event()
+    if converting:   # a first conversion before the window: the worker process is started, its imports done
+        await writer.commit(time.perf_counter() + 30)
+        deadline = time.perf_counter() + CATCH_UP_S
+        while not await _shown(base, tag, writer.last) and time.perf_counter() < deadline:
+            await trio.sleep(0.05)
+        writer.acked_at.clear()
 
     async def poll() -> None:
         conn, etag, shown = HttpConnection(base), None, -1
@@ -55,7 +64,7 @@ async def measure(base: str, server_pid: int, rate: float, duration_s: float, po
             while not done.is_set():
                 status, body = await conn.request("GET", path, None, {"If-None-Match": etag} if etag else None)
                 now = time.perf_counter()
-                if status == 200:
+                if status == 200 and converting:
                     etag = conn.headers.get("etag")
                     version = int(orjson.loads(body)["metadata"]["properties"].get("delta-version", -1))
                     for v in range(shown + 1, version + 1):
@@ -68,7 +77,7 @@ async def measure(base: str, server_pid: int, rate: float, duration_s: float, po
     before = await scrape(base)
     meter = procs.CpuMeter(server_pid, None)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(poll)
+        nursery.start_soon(poll)   # (the service that does not convert answers 404: the same reader's load)
         meter.start()
         rng = random.Random(7)
         t0 = time.perf_counter()
@@ -83,7 +92,7 @@ async def measure(base: str, server_pid: int, rate: float, duration_s: float, po
         elapsed = time.perf_counter() - t0
         last = max(writer.acked_at, default=0)
         deadline = time.perf_counter() + CATCH_UP_S
-        while last not in seen and time.perf_counter() < deadline:
+        while converting and last not in seen and time.perf_counter() < deadline:
             await trio.sleep(0.05)
         cpu = meter.stop()
         done.set()
@@ -92,17 +101,26 @@ async def measure(base: str, server_pid: int, rate: float, duration_s: float, po
     delays = [seen[v] - at for v, at in writer.acked_at.items() if v in seen]
     conversions = after["coordinator_uniform_conversions_total"] - before["coordinator_uniform_conversions_total"]
     commits = len(writer.acked_at)
-    return {"rate": rate, "commits": commits, "commits_per_s": round(commits / elapsed, 1),
+    return {"conversion": "on" if converting else "off", "rate": rate, "commits": commits, "commits_per_s": round(commits / elapsed, 1),
             "commit_p50_ms": round(pct(latencies, 50) * 1000, 2), "commit_p99_ms": round(pct(latencies, 99) * 1000, 2),
             "delay_p50_ms": round(pct(delays, 50) * 1000, 1), "delay_p99_ms": round(pct(delays, 99) * 1000, 1),
-            "not_shown": commits - len(delays), "conversions": int(conversions),
+            "not_shown": commits - len(delays) if converting else None, "conversions": int(conversions),
             "commits_per_conversion": round(commits / conversions, 2) if conversions else None,
             "server_cpu_pct": round(100 * cpu.server_s / elapsed, 1),
             "workers_cpu_ms_per_commit": round(1000 * cpu.workers_s / max(commits, 1), 3),
             "errors": stats.errors}
 
 
-COLUMNS = (("rate", "commits/s offered"), ("commits_per_s", "commits/s"), ("commit_p50_ms", "commit p50 ms"),
+async def _shown(base: str, schema: str, version: int) -> bool:
+    conn = HttpConnection(base)
+    try:
+        status, body = await conn.request("GET", MOUNT.format(schema=schema, table="t0"))
+    finally:
+        await conn.close()
+    return status == 200 and int(orjson.loads(body)["metadata"]["properties"].get("delta-version", -1)) >= version
+
+
+COLUMNS = (("conversion", "conversion"), ("rate", "commits/s offered"), ("commits_per_s", "commits/s"), ("commit_p50_ms", "commit p50 ms"),
            ("commit_p99_ms", "commit p99 ms"), ("delay_p50_ms", "delay to Iceberg p50 ms"),
            ("delay_p99_ms", "delay p99 ms"), ("conversions", "conversions"),
            ("commits_per_conversion", "commits/conversion"), ("server_cpu_pct", "service CPU % (with the polls)"),
@@ -118,29 +136,41 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="uniform-bench-"))
     tmp.chmod(0o755)
-    pg = child = None
+    pg = None
+    services: dict[bool, tuple[procs.Child, str]] = {}
     rows = []
     try:
         print("starting PostgreSQL ...", flush=True)
         pg = EmbeddedPostgres(tmp / "pg")
-        dsn = pg.start()
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        print("starting the service ...", flush=True)
-        child = procs.service(port, dsn, tmp / "service", tmp / "service.log").start(base + "/readyz")
+        pg.start()
+        for converting in (False, True):
+            # Two services side by side on one PostgreSQL (a database each): one converts, one does not.
+            name = "on" if converting else "off"
+            pg._psql("-c", f"CREATE DATABASE uniform_{name}")
+            port = free_port()
+            base = f"http://127.0.0.1:{port}"
+            print(f"starting the service with conversion {name} ...", flush=True)
+            child = procs.service(port, f"postgresql://coordinator@127.0.0.1:{pg.port}/uniform_{name}",
+                                  tmp / name, tmp / f"{name}.log",
+                                  env={"COORDINATOR_UNIFORM_WORKERS": "1" if converting else "0"})
+            services[converting] = (child.start(base + "/readyz"), base)
         for i, rate in enumerate(float(r) for r in args.rates.split(",")):
-            print(f"committing at {rate:g}/s to one table for {args.duration:g} s ...", flush=True)
-            row = trio.run(measure, base, child.pid, rate, args.duration, args.poll_ms / 1000, f"u{i}")
-            print(f"  -> {row}", flush=True)
-            rows.append(row)
+            for converting, (child, base) in services.items():
+                print(f"committing at {rate:g}/s to one table for {args.duration:g} s, conversion "
+                      f"{'on' if converting else 'off'} ...", flush=True)
+                row = trio.run(measure, base, child.pid, rate, args.duration, args.poll_ms / 1000, f"u{i}",
+                               converting)
+                print(f"  -> {row}", flush=True)
+                rows.append(row)
     finally:
-        if child is not None:
+        for child, _ in services.values():
             child.stop()
         if pg is not None:
             pg.destroy()
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"\none Delta table converted to Iceberg by the service, one writer, {args.duration:g} s per rate; delay "
-          f"measured by polling every {args.poll_ms:g} ms\n")
+    print(f"\none Delta table (UniForm on) per rate and service, one writer, {args.duration:g} s each; the services "
+          f"side by side, one converting, one not (the same flow); delay measured by polling every "
+          f"{args.poll_ms:g} ms\n")
     print("| " + " | ".join(label for _, label in COLUMNS) + " |")
     print("|" + "|".join("---:" for _ in COLUMNS) + "|")
     for r in rows:
