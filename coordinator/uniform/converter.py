@@ -3,11 +3,12 @@ writers send no Iceberg metadata (`tables.service_converts`): kept up with the D
 
 - After each applied write to a Delta table its actor tells `written` (the registry's watch hook): a dictionary
   lookup or two, no waiting. A table behind its Delta version is queued once, however many commits arrive.
-- `uniform_workers` tasks take queued tables one at a time each, a table never in two at once. A conversion reads
-  the table's state from its actor (`Current`), runs `conversion.convert` in a worker process (`worker.py`:
-  niced, so that the event loop and PostgreSQL keep the CPU they need), writes the new metadata files durably,
-  and records the result with the table (`RecordConversion`, a compare-and-set on the metadata it started from). Commits that
-  arrive meanwhile make the table due once more: the next conversion takes them all, to the latest version.
+- `TASKS_PER_WORKER` tasks per worker take queued tables one at a time each, a table never in two at once (their
+  waits overlap; the workers run the CPU parts one at a time each). A conversion reads the table's state from its
+  actor (`Current`), runs `conversion.convert` in a worker process (`worker.py`: niced, so that the event loop
+  and PostgreSQL keep the CPU they need), writes the new metadata files durably, and records the result with the
+  table (`RecordConversion`, a compare-and-set on the metadata it started from). Commits that arrive meanwhile
+  make the table due once more: the next conversion takes them all, to the latest version.
 - A refusal (`conversion.Refused`) is recorded too: the Iceberg endpoint answers it to readers, with its reason,
   until a later version converts (rebuilt from the snapshot). A failure is retried, later and later.
 - At start every table that is behind is queued (a restart, or a conversion cut short by a crash, resumes from
@@ -42,6 +43,10 @@ from .worker import Workers
 log = logging.getLogger(__name__)
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 60.0
+# Conversions under way at once per worker process. Most of a conversion's time is waiting (its table's state, its
+# files made durable, its record written), which several overlap: their files share fsync rounds, their records
+# database transactions; the workers take the CPU parts one at a time each.
+TASKS_PER_WORKER = 4
 SWEEP_PAGE = 500
 DELETE_EVERY_S = 5.0
 
@@ -104,7 +109,7 @@ class Converter:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 if self.config.uniform_workers > 0:
-                    for _ in range(self.config.uniform_workers):
+                    for _ in range(self.config.uniform_workers * TASKS_PER_WORKER):
                         nursery.start_soon(self._work)
                     nursery.start_soon(self._sweep)
                 nursery.start_soon(self._delete_obsolete)
