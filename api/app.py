@@ -9,17 +9,18 @@ import time
 from importlib import resources
 from urllib.parse import unquote
 
-from quart import Response, g, request
+from quart import Response, g, redirect, request
 from quart_trio import QuartTrio
 
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
+from werkzeug.exceptions import NotFound as NoRoute  # werkzeug's: the 404 of a path no route matches
 
 from coordinator.actor import COMMITTED
 from coordinator.errors import BadRequest, CoordinatorError, NotFound, from_storage
 from coordinator.service import Coordinator
 from storage.errors import StorageError
 
-from . import commits, console, delta, iceberg, lance, oauth, warehouses
+from . import commits, console, delta, events, iceberg, lance, oauth, warehouses
 from .access import challenge, enforce, public
 from .common import framework_error_message, json_response, protocol_of
 from .request_log import log_request
@@ -89,6 +90,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     app.register_blueprint(lance.bp)
     app.register_blueprint(commits.bp)
     app.register_blueprint(warehouses.bp)
+    app.register_blueprint(events.bp)
     app.register_blueprint(console.bp)
     metrics = coordinator.metrics
 
@@ -124,8 +126,8 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         req, ctx = request._get_current_object(), g._get_current_object()
         started = getattr(ctx, "started", None)
         elapsed = time.perf_counter() - started if started is not None else 0.0
-        rule = req.url_rule.rule if req.url_rule is not None else "unmatched"
-        metrics.observe_request(protocol_of(req.path), f"{req.method} {rule}", response.status_code, elapsed)
+        rule = req.url_rule.rule if req.url_rule is not None else None
+        metrics.observe_request(protocol_of(req.path), req.method, rule, response.status_code, elapsed)
         request_id = getattr(ctx, "request_id", "")
         response.headers["X-Request-Id"] = request_id
         await log_request(req, response, request_id, elapsed, coordinator.authority is not None)
@@ -143,6 +145,15 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         if bearer is not None:
             response.headers["WWW-Authenticate"] = bearer
         return response
+
+    @app.get("/")
+    @public
+    async def root() -> Response:
+        """A browser pointed at the service (it prefers text/html) is sent to the console; an API client gets the
+        JSON 404 of any path the service does not serve (`*/*` or no Accept header prefers neither)."""
+        if request.accept_mimetypes.best_match(("application/json", "text/html")) == "text/html":
+            return redirect("/ui/")
+        raise NoRoute()
 
     @app.get("/healthz")
     @public

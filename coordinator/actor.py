@@ -33,7 +33,7 @@ from storage.files import file_write
 from storage.interface import Files, Store
 from storage.records import TableRow, TableWrite
 
-from . import commit
+from . import commit, events
 from .commit import Commit, Part, written_row
 from .config import Config
 from .decision import Decision, Proposal
@@ -379,7 +379,12 @@ class TableActor:
         w = TableWrite(table_id=self.table_id, expected_version=row.row_version,
                        epoch=row.epoch if self.epoch is None else self.epoch, bump=len(decisions))
         part = Part(w)
+        name = (row.catalog, row.namespace, row.name)
         for d in decisions:
+            if d.rename is not None:
+                name = d.rename
+            if d.changes:   # one commit per request, named as that request leaves the table
+                w.events.extend(events.records(self.table_id, name, d.changes))
             if d.row_state is not None:
                 w.state = d.row_state
             w.log.extend(d.log)
@@ -409,8 +414,11 @@ class TableActor:
             except CoordinatorError as exc:
                 error = exc
             except Exception as exc:
+                # Not one of the errors commit.write raises to say what happened: it may come after the store
+                # applied the commit, so "not applied" (Unavailable) would be a guess. The table is reloaded.
                 log.exception("writing table %s failed", self.table_id)
-                error = Unavailable(f"could not write table {self.table_id}: {exc}")
+                error = OutcomeUnknown(f"writing table {self.table_id} failed unexpectedly ({exc}); whether it "
+                                       f"applied is unknown")
         applied = error is None or isinstance(error, Unpublished)
         if isinstance(error, OutcomeUnknown):
             log.error("outcome unknown for %d requests on table %s: %s", len(seg.requests), self.table_id, error)

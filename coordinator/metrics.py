@@ -21,12 +21,19 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # answer was lost: it may or may not have applied).
 OUTCOMES = ("applied", "conflict", "rejected", "unknown")
 FORMATS = ("iceberg", "delta", "lance")
+# Every label value of a request's series comes from a closed set: a client picks the method token (HTTP allows
+# any token, and h11 takes one of up to 64 KiB) and the path, and each new label value would be a new series kept
+# in memory and in every scrape for the life of the process. The route is the matched rule's pattern (or
+# "unmatched"), the protocol one of api.common.protocol_of's names, the status its class; the method is one of
+# these, or "other".
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 # HELP of the figures sampled at scrape time, by metric name. A name missing here is a programming error.
 SAMPLED_HELP = {
     "coordinator_active_actors": "Tables with a running actor (a task holding the table in memory) now",
     "coordinator_mailbox_depth": "Requests queued in all actors' mailboxes, waiting to be decided, now",
     "coordinator_dormant_tables": "Idle tables kept in memory in compact form, ready to serve without a reload",
+    "coordinator_feed_waiting_readers": "Commit feed readers in a long-poll, waiting for a commit, now",
     "coordinator_db_flushes_total": "Database transactions of the group-commit writer (each writes many commits)",
     "coordinator_db_groups_total": "Commits (groups of table rows) written by the group-commit writer",
     "coordinator_db_fenced_writes_total": "Commits refused by the database because their member lost the "
@@ -79,9 +86,11 @@ class Metrics:
         self._latency_by_route: dict[tuple[str, str, int], Any] = {}
         self.registry.register(self)
 
-    def observe_request(self, protocol: str, route: str, status: int, seconds: float) -> None:
+    def observe_request(self, protocol: str, method: str, rule: str | None, status: int, seconds: float) -> None:
+        """One request: `rule` is the pattern of the route that matched it (None: none did)."""
         # One histogram child per (protocol, route, status class), looked up here rather than through
         # `labels()`, which validates and locks on every request.
+        route = f"{method if method in METHODS else 'other'} {rule or 'unmatched'}"
         key = (protocol, route, status // 100)
         child = self._latency_by_route.get(key)
         if child is None:

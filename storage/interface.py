@@ -16,7 +16,7 @@ from typing import Callable, Protocol
 from uuid import UUID
 
 from .localfs import FileWrite
-from .records import IdempotencyRecord, LeaseRound, LogEntry, TableRow, WriteGroup, WriteResult
+from .records import EventPage, IdempotencyRecord, LeaseRound, LogEntry, Position, TableRow, WriteGroup, WriteResult
 
 
 class TableRows(Protocol):
@@ -61,15 +61,18 @@ class TableRows(Protocol):
         """How many entries below version `below` lie in one of the [start, end) `ranges` (end < 0: through the
         latest) and in none of the `excluding` ranges."""
 
-    # Metric reports kept beside a table (format-named for now).
-    async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict) -> None:
-        """Keep an Iceberg metrics report."""
+    # Metric reports kept beside a table (format-named for now), each table's newest `keep` of each kind.
+    async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict, keep: int) -> None:
+        """Keep an Iceberg metrics report, and the table's newest `keep` (this one among them)."""
 
-    async def add_delta_report(self, table_id: UUID, commit_version: int, report: dict) -> None:
-        """Keep a Delta commit report, only while the table's row exists."""
+    async def add_delta_report(self, table_id: UUID, commit_version: int, report: dict, keep: int) -> None:
+        """Keep a Delta commit report, only while the table's row exists, and the table's newest `keep`."""
 
     async def delete_delta_reports(self, table_id: UUID) -> None:
         """Forget a table's Delta commit reports."""
+
+    async def purge_reports(self, older_than_s: float) -> int:
+        """Forget every report older than `older_than_s`; returns how many."""
 
 
 class Namespaces(Protocol):
@@ -155,10 +158,24 @@ class Leases(Protocol):
         """Release all of the member's leases at once and remove its member row."""
 
 
+class Events(Protocol):
+    """The commit feed: the events the writer inserted with each commit (storage/events.py)."""
+
+    async def read(self, after: Position | None, limit: int, *, formats: list[str] | None = None,
+                   subjects: list[str] | None = None) -> EventPage:
+        """Up to `limit` final events after `after` (None: the oldest kept), in feed order, filtered."""
+
+    async def prune(self, max_age_s: float, max_count: int) -> int:
+        """Delete the events past retention (oldest first), raising the feed's floor; how many went."""
+
+
 class Store(TableRows, Namespaces, IdempotencyRecords, PurgeClaims, Protocol):
     """The system of record."""
 
     leases: Leases
+    events: Events
+    # Called on the store's own thread whenever new events may be readable (the feed sets it to wake readers).
+    on_events: Callable[[], None] | None
 
     def open(self) -> None:
         """Connect and bring the schema up to date (blocking; from the thread that owns the service)."""

@@ -16,6 +16,7 @@ import asyncpg
 
 from .bridge import AsyncioThread
 from .connections import APPLICATION_NAME, CONNECTION_ERRORS, connection_setup, keep_session, sent_nothing, why
+from .events import EventLog, listen
 from .errors import (DatabaseUnreachable, NamespaceExists, NamespaceMissing, NamespaceNotEmpty, NamespaceRefilled, OutcomeLost,
                      StoreUnavailable)
 from .leases import LeaseStore
@@ -52,6 +53,15 @@ def without_password(dsn: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+REPORT_TABLES = ("iceberg_metric_reports", "delta_commit_metrics")
+
+
+async def _keep_newest_reports(con: asyncpg.Connection, table: str, table_id: UUID, keep: int) -> None:
+    """Delete the table's reports beyond its newest `keep` (by `seq`, the order they came in)."""
+    await con.execute(f"DELETE FROM {table} WHERE table_id = $1 AND seq <= (SELECT seq FROM {table}"
+                      f" WHERE table_id = $1 ORDER BY seq DESC OFFSET $2 LIMIT 1)", table_id, keep)
+
+
 class PostgresStore:
     """The coordinator's system of record. All methods are awaited from trio; work runs on the asyncio thread."""
 
@@ -67,6 +77,11 @@ class PostgresStore:
         # Alone, this process owns the database; fenced, it shares it with cluster members only.
         self.owner = OwnerLock(dsn, shared=fenced, timeout_s=timeout_s)
         self.leases = LeaseStore(self._call)   # the cluster's shard leases and member rows
+        self.events = EventLog(self._call)     # the commit feed
+        # Called on the storage thread whenever new events may be readable: a flush here applied something, or
+        # (fenced) another member said so. The feed wakes its waiting readers.
+        self.on_events: Callable[[], None] | None = None
+        self._listener: asyncio.Task | None = None
 
     # -- lifecycle (blocking; called from the thread that owns the service) -------------------------------
 
@@ -104,14 +119,24 @@ class PostgresStore:
             await key_locations(con)
         self.writer = GroupCommitWriter(self.pool, self.timeout_s, fenced=self.fenced)
         self.writer.on_flush = self.on_flush
+        self.writer.on_applied = self._events_applied
         self.writer.start()
+        if self.fenced:
+            self._listener = asyncio.get_running_loop().create_task(
+                listen(self.dsn, self._events_applied, self.timeout_s))
 
     def close(self) -> None:
         if self.pool is not None:
             self.thread.run_blocking(self._close, timeout=self.timeout_s)
         self.thread.stop()
 
+    def _events_applied(self) -> None:
+        if self.on_events is not None:
+            self.on_events()
+
     async def _close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
         if self.writer:
             await self.writer.stop()
         await self.pool.close()
@@ -356,19 +381,36 @@ class PostgresStore:
             table_id, below, [s for s, _ in ranges], [e for _, e in ranges], [s for s, _ in excluding],
             [e for _, e in excluding]))
 
-    async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict) -> None:
-        await self._call(lambda con: con.execute(
-            "INSERT INTO iceberg_metric_reports (table_id, report_type, report) VALUES ($1,$2,$3)",
-            table_id, report_type, report))
+    async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict, keep: int) -> None:
+        async def q(con):
+            async with con.transaction():
+                await con.execute("INSERT INTO iceberg_metric_reports (table_id, report_type, report)"
+                                  " VALUES ($1,$2,$3)", table_id, report_type, report)
+                await _keep_newest_reports(con, "iceberg_metric_reports", table_id, keep)
+        await self._call(q)
 
-    async def add_delta_report(self, table_id: UUID, commit_version: int, report: dict) -> None:
+    async def add_delta_report(self, table_id: UUID, commit_version: int, report: dict, keep: int) -> None:
         """Kept only while the table exists (a report racing a drop is dropped with it)."""
-        await self._call(lambda con: con.execute(
-            "INSERT INTO delta_commit_metrics (table_id, commit_version, report) SELECT $1, $2, $3"
-            " WHERE EXISTS (SELECT 1 FROM tables WHERE table_id = $1)", table_id, commit_version, report))
+        async def q(con):
+            async with con.transaction():
+                await con.execute(
+                    "INSERT INTO delta_commit_metrics (table_id, commit_version, report) SELECT $1, $2, $3"
+                    " WHERE EXISTS (SELECT 1 FROM tables WHERE table_id = $1)", table_id, commit_version, report)
+                await _keep_newest_reports(con, "delta_commit_metrics", table_id, keep)
+        await self._call(q)
 
     async def delete_delta_reports(self, table_id: UUID) -> None:
         await self._call(lambda con: con.execute("DELETE FROM delta_commit_metrics WHERE table_id=$1", table_id))
+
+    async def purge_reports(self, older_than_s: float) -> int:
+        async def q(con):
+            deleted = 0
+            for table in REPORT_TABLES:
+                status = await con.execute(f"DELETE FROM {table} WHERE created_at < now() - make_interval(secs => $1)",
+                                           older_than_s)
+                deleted += int(status.split()[-1])
+            return deleted
+        return await self._call(q)
 
     # -- idempotency ---------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from storage.records import NAMESPACE_SEP, TableRow, join_namespace
 
 from coordinator.credentials import vendable_s3_keys
 from coordinator.decision import PlannedPart
-from coordinator import name_limits
+from coordinator import name_limits, reports
 from coordinator.errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NoSuchNamespace,
                                 NoSuchTable, NoSuchView, NotFound, Unprocessable, LocationTaken)
 from coordinator.idempotency import IdempotencyKey
@@ -271,7 +271,8 @@ class IcebergService:
         new = creation(ident, metadata, table_uuid, metadata_location, kind, owns_location)
         try:
             await self.registry.create(new.row, state=new.state, row_state=new.row_state, log_entries=new.log,
-                                       files=new.files, idempotency=idempotency_record(idempotency_key, 200, new.state))
+                                       files=new.files, idempotency=idempotency_record(idempotency_key, 200, new.state),
+                                       changes=new.changes)
         except AlreadyExists:
             row = await self.store.find_table(REALM, ident.catalog, ident.ns_path, ident.name)
             raise name_taken(row, ident, kind) from None
@@ -401,8 +402,11 @@ class IcebergService:
                 check_requirements((await self.load_table(ident)).metadata, requirements)
 
     async def report_metrics(self, ident: TableIdent, report: dict[str, Any]) -> None:
+        """Keep a scan or commit report (bounded: coordinator/reports.py)."""
+        config = self.c.config
+        reports.check_size(report, config.metrics_report_max_bytes)
         table_id = await self._resolve(ident)
-        await self.store.add_iceberg_report(table_id, report["report-type"], report)
+        await self.store.add_iceberg_report(table_id, report["report-type"], report, config.metrics_reports_per_table)
 
     async def credentials(self, ident: TableIdent) -> list[dict[str, Any]]:
         """Vended storage credentials: none for local warehouses; the configured static S3 keys for s3://, but only
@@ -451,7 +455,8 @@ class IcebergService:
                                   kind="view")
 
     async def drop_view(self, ident: TableIdent, idempotency_key: IdempotencyKey | None = None) -> None:
-        await self._submit(ident, lambda: DropTable(ident, False, self.files, idempotency_key), kind="view")
+        await self._submit(ident, lambda: DropTable(ident, False, self.files, idempotency_key, kind="view"),
+                           kind="view")
         self.names.forget((ident, "view"))
 
     async def rename_view(self, source: TableIdent, dest: TableIdent,
