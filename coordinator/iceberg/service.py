@@ -403,10 +403,7 @@ class IcebergService:
 
     async def report_metrics(self, ident: TableIdent, report: dict[str, Any]) -> None:
         """Keep a scan or commit report (bounded: coordinator/reports.py)."""
-        config = self.c.config
-        reports.check_size(report, config.metrics_report_max_bytes)
-        table_id = await self._resolve(ident)
-        await self.store.add_iceberg_report(table_id, report["report-type"], report, config.metrics_reports_per_table)
+        await reports.keep_iceberg_report(self.store, self.c.config, await self._resolve(ident), report)
 
     async def credentials(self, ident: TableIdent) -> list[dict[str, Any]]:
         """Vended storage credentials: none for local warehouses; the configured static S3 keys for s3://, but only

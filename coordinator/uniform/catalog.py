@@ -17,6 +17,7 @@ import orjson
 from storage import errors as storage_errors
 from storage.records import TableRow
 
+from coordinator import reports
 from coordinator.credentials import vendable_s3_keys
 from coordinator.delta import DeltaTable
 from coordinator.delta.proposals import LoadTable
@@ -170,5 +171,4 @@ class UniformCatalog:
 
     async def report_metrics(self, ident: TableIdent, report: dict[str, Any]) -> None:
         """An engine's scan report, kept with the Delta table's id as Iceberg's reports are with theirs."""
-        table = await self._delta_table(ident)
-        await self.store.add_iceberg_report(table.table_id, report["report-type"], report)
+        await reports.keep_iceberg_report(self.store, self.c.config, (await self._delta_table(ident)).table_id, report)

@@ -90,7 +90,7 @@ def test_with_authentication_the_delta_tables_grants_apply(config, tmp_path):
     from tests.delta.conftest import UC
     from tests.support import fetch_token, write_auth_file
     clients = {"admin": ("admin-secret", [("*", ["admin"])]),
-               "reader": ("reader-secret", [("delta/main/default/events", ["read"])]),
+               "reader": ("reader-secret", [{"table": "delta/main/default/events", "privileges": ["read"]}]),
                "nobody": ("nobody-secret", [])}
     config.auth_file = write_auth_file(tmp_path / "auth.toml", clients)
     with EmbeddedService(config) as base:
