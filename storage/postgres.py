@@ -93,7 +93,8 @@ class PostgresStore:
         deadline = time.monotonic() + self.timeout_s * 2
         while True:
             try:
-                self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
+                # (+1: the group-commit writer keeps one connection for itself, storage/writer.py)
+                self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size + 1,
                                                       init=connection_setup(self.timeout_s), reset=keep_session,
                                                       command_timeout=self.timeout_s,
                                                       # each new connection, over every host of a multi-host
