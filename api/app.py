@@ -85,6 +85,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     app.register_blueprint(oauth.bp)
     app.register_blueprint(iceberg.bp)
+    app.register_blueprint(iceberg.uniform.bp)
     app.register_blueprint(delta.bp)
     app.register_blueprint(lance.bp)
     app.register_blueprint(commits.bp)

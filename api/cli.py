@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--events-retention-s", type=float,
                    help=f"keep the feed's events this long {default('events_retention_s')}")
     s.add_argument("--events-max", type=int, help=f"keep at most this many events {default('events_max')}")
+    s.add_argument("--uniform-workers", type=int,
+                   help="worker processes converting Delta tables to Iceberg for UniForm readers, 0 = none "
+                        f"{default('uniform_workers')}")
     h = sub.add_parser("hash-secret", help="hash a client secret for the auth file (reads it from stdin)")
     h.add_argument("--secret", help="the secret (default: read one line from stdin)")
     # Scale-out (docs/cluster.md).
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                                  auth_file=args.auth_file, insecure=args.insecure, tls_proxy=args.tls_proxy,
                                  workers=args.workers, cluster=args.cluster, cluster_host=args.cluster_host,
                                  cluster_port=args.cluster_port, cluster_advertise=args.cluster_advertise,
-                                 http_fd=args.http_fd)
+                                 http_fd=args.http_fd, uniform_workers=args.uniform_workers)
         configure_logging(config.log_level)
         try:
             serve(config)

@@ -22,6 +22,8 @@ JSON = "application/json"
 
 def protocol_of(path: str) -> str:
     """Which protocol a request path belongs to: its errors are written in that protocol's format."""
+    if path.startswith("/api/2.1/unity-catalog/iceberg/"):
+        return "iceberg"   # Unity Catalog's Delta tables read as Iceberg (api/iceberg/uniform.py)
     if path.startswith("/api/2.1/unity-catalog"):
         return "delta"
     if path.startswith("/api/coordinator/"):

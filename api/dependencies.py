@@ -2,7 +2,9 @@
 
 - quart, quart-trio, hypercorn: `api/transport.py` (quart-trio's message loop, Quart's request body, hypercorn's
   connection idle timer);
-- werkzeug: `api/routing.py` (the matcher inside werkzeug's routing Map).
+- werkzeug: `api/routing.py` (the matcher inside werkzeug's routing Map);
+- pyiceberg: `coordinator/uniform/conversion.py` (its overwrite snapshot producer, `_OverwriteFiles`, driven directly
+  for a conversion's deletes and rewrites).
 
 A release of one of them may change those parts without notice, and the first sign would be requests failing one
 by one. So pyproject.toml bounds each to the releases the tests pass with, and the service checks the installed
@@ -21,7 +23,7 @@ from packaging.version import Version
 from coordinator.config import ConfigError
 
 DISTRIBUTION = "table-commit-coordinator"
-PRIVATE_PARTS_USED = frozenset({"quart", "quart-trio", "hypercorn", "werkzeug"})
+PRIVATE_PARTS_USED = frozenset({"quart", "quart-trio", "hypercorn", "werkzeug", "pyiceberg"})
 
 
 def library_bounds() -> list[Requirement]:

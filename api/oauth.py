@@ -49,6 +49,7 @@ def _basic_credentials() -> tuple[str, str] | None:
 
 
 @bp.post("/v1/oauth/tokens")
+@bp.post("/api/2.1/unity-catalog/iceberg/v1/oauth/tokens")   # where clients of that mount ask (api/iceberg/uniform.py)
 @public
 async def tokens() -> Response:
     authority = current_app.config["COORDINATOR"].authority

@@ -70,6 +70,11 @@ class Config:
     # be a writer's own final name, handed in as manifest_path, whose version/create is still on its way.
     lance_unrecorded_grace_s: float = 60.0
     delta_commits_page_size: int = 100        # most commits one GET commits answer returns
+    # Delta tables read as Iceberg (UniForm, coordinator/uniform): worker processes converting the tables whose
+    # writers send no Iceberg metadata (0: none are converted), and how long the metadata files a conversion makes
+    # obsolete (expired snapshots' manifests, old metadata files) are kept for readers still planning with them.
+    uniform_workers: int = 1
+    uniform_grace_s: float = 60.0
 
     # Metrics reports (Iceberg's `POST .../tables/{table}/metrics`, Unity Catalog's `/delta/metrics`): kept for
     # observability, never read on the commit path, and bounded, since a client that may only read a table may

@@ -43,6 +43,14 @@ SAMPLED_HELP = {
     "coordinator_cluster_members_live": "Cluster members whose lease heartbeat is current",
     "coordinator_cluster_takeovers_total": "Shards this member took over from another member",
     "coordinator_cluster_forwarded_total": "Requests this member forwarded to the shard's owner",
+    "coordinator_uniform_versions_behind": "Delta versions the service's Iceberg conversion (UniForm) lags the "
+                                           "tables it converts by, summed over those tables",
+    "coordinator_uniform_tables_behind": "Tables whose Iceberg conversion (UniForm) lags their Delta version",
+    "coordinator_uniform_conversions_total": "Conversions of Delta tables to Iceberg recorded (each covers every "
+                                             "commit since the one before)",
+    "coordinator_uniform_refusals_total": "Delta versions the Iceberg conversion refused (deletion vectors, a type "
+                                          "outside IcebergCompatV2's, partition columns not in the files, ...)",
+    "coordinator_uniform_failures_total": "Conversions to Iceberg that failed and are retried (storage, a worker)",
 }
 
 

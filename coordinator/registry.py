@@ -54,6 +54,7 @@ class Registry:
         # What a purge claim that names its table's metadata deletes (purges.Listing), by whether it names a
         # directory (Lance's `_versions/`) or a file (Iceberg's metadata file).
         self.purge_listings: dict[bool, Listing] = {}
+        self.watchers: dict[str, Callable[[UUID, Any], None]] = {}   # by format: told of each applied write
         # Tables whose actor went idle, least recently used first. An idle table costs its row and compact state
         # (~2 KB for a small table) instead of a task and parsed state (~20 KB); the least recently used beyond
         # `dormant_tables_max` are forgotten and reload from the store.
@@ -68,6 +69,24 @@ class Registry:
         compact while the table is idle (by default the state is kept as it is, only the actor's task ends)."""
         self.loaders[fmt] = loader
         self.compactions[fmt] = compaction or KEEP_STATE
+
+    def watch(self, fmt: str, watcher: Callable[[UUID, Any], None]) -> None:
+        """`watcher(table_id, state)` after each applied write to a table of `fmt`, with its new state (None once
+        dropped), on the member whose actor wrote it. It runs in the actor's task before the write's requesters
+        are answered, so it must be cheap and never wait: it may note work to do, and do it elsewhere."""
+        self.watchers[fmt] = watcher
+
+    def written(self, table_id: UUID, fmt: str, state: Any) -> None:
+        watcher = self.watchers.get(fmt)
+        if watcher is not None:
+            try:
+                watcher(table_id, state)
+            except Exception:
+                log.exception("watcher of %s tables failed on table %s", fmt, table_id)
+
+    def owns(self, table_id: UUID) -> bool:
+        """Whether this member sequences the table now (always, without a cluster)."""
+        return self.cluster is None or self.cluster.leases.epoch(shard_of(table_id)) is not None
 
     def register_purge_listing(self, listing: Listing, names_directory: bool = False) -> None:
         """A format whose drops claim their files by naming their metadata (Iceberg: its metadata file; Lance: its
@@ -164,6 +183,7 @@ class Registry:
             self.adopt(row, new.state)
         else:
             self.forget(new.row.table_id)
+        self.written(row.table_id, row.format, new.state)
 
     def retire(self, actor: TableActor) -> bool:
         """Called by an actor itself; succeeds only if no request is queued (checked in the same tick)."""

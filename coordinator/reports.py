@@ -15,6 +15,13 @@ import orjson
 from .errors import BadRequest
 
 
+async def keep_iceberg_report(store, config, table_id, report: dict[str, Any]) -> None:
+    """An Iceberg scan or commit report of the table `table_id` (an Iceberg table's, or a Delta table's read as
+    Iceberg), within the bounds above."""
+    check_size(report, config.metrics_report_max_bytes)
+    await store.add_iceberg_report(table_id, report["report-type"], report, config.metrics_reports_per_table)
+
+
 def check_size(report: Any, max_bytes: int) -> None:
     size = len(orjson.dumps(report))
     if size > max_bytes:

@@ -40,6 +40,8 @@ class Coordinator:
         self.iceberg = None
         self.lance = None
         self.delta = None
+        self.uniform = None     # Delta tables read as Iceberg (coordinator/uniform) ...
+        self.converter = None   # ... and converted for the writers that send no Iceberg metadata
         self.auth: AuthConfig | None = None
         # Set once running if auth is configured; None means every request is anonymous and allowed.
         self.authority: Authority | None = None
@@ -72,6 +74,8 @@ class Coordinator:
         from .iceberg.service import IcebergService; self.iceberg = IcebergService(self)  # noqa: E702
         from .delta.service import DeltaService; self.delta = DeltaService(self)  # noqa: E702
         from .lance.service import LanceService; self.lance = LanceService(self)  # noqa: E702
+        from .uniform import Converter, UniformCatalog; self.uniform = UniformCatalog(self)  # noqa: E702
+        self.converter = Converter(self)
         self.cluster = None
         if self.config.cluster:
             from .cluster import Cluster
@@ -107,6 +111,7 @@ class Coordinator:
             c = self.config
             nursery.start_soon(_expire_forever, "feed events",
                                lambda: self.store.events.prune(c.events_retention_s, c.events_max), PRUNE_EVERY_S)
+            await nursery.start(self.converter.run)
             task_status.started(self)
 
 

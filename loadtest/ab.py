@@ -41,6 +41,7 @@ from .flows import FLOWS
 from .retry import MODES
 
 FIELDS = (("server_cpu_ms_per_request", "CPU ms/req"), ("server_cpu_ms_per_commit", "CPU ms/commit"),
+          ("workers_cpu_ms_per_commit", "workers CPU ms/commit"),   # the service's child processes (UniForm)
           ("commits_per_s", "commits/s"), ("p99_ms", "p99 ms"), ("errors", "errors"),
           ("late", "late"))   # late: due in the window but never started (the service did not keep up)
 

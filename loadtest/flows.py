@@ -6,6 +6,8 @@
 * Delta (catalog-managed, UC commit coordinator): commit the staged commit as version last+1 via
   `POST /delta/preview/commits`; every `BACKFILL_EVERY` versions, report the backfill
   (`latest_backfilled_version`); on 409 read `latest_table_version` and retry, on 429 backfill and retry.
+  `delta-uniform`: the same on tables the service converts to Iceberg (UniForm), whose staged commits and
+  backfilled copies it reads, so they are written.
 * Lance (external manifest store): `version/list` limit 1 (descending) for the latest version, stage a
   manifest, `version/create` at latest+1; on 409 wait as lance does, list again and retry; on any other error
   describe the table.
@@ -339,19 +341,35 @@ DELTA_COLUMNS = [
 ]
 
 
-def delta_first_commit(table_id: str) -> bytes:
-    """`_delta_log/00000000000000000000.json` of a catalog-managed table, as Delta writes it."""
+# UniForm (`delta-uniform`): the properties that make the service convert the table to Iceberg, and the schema
+# with the column-mapping ids and physical names they need.
+UNIFORM_PROPERTIES = {"delta.universalFormat.enabledFormats": "iceberg", "delta.enableIcebergCompatV2": "true",
+                      "delta.columnMapping.mode": "name", "delta.columnMapping.maxColumnId": "2"}
+UNIFORM_SCHEMA_STRING = json.dumps({"type": "struct", "fields": [
+    {"name": "id", "type": "long", "nullable": True,
+     "metadata": {"delta.columnMapping.id": 1, "delta.columnMapping.physicalName": "col-id"}},
+    {"name": "data", "type": "string", "nullable": True,
+     "metadata": {"delta.columnMapping.id": 2, "delta.columnMapping.physicalName": "col-data"}}]})
+
+
+def delta_first_commit(table_id: str, uniform: bool = False) -> bytes:
+    """`_delta_log/00000000000000000000.json` of a catalog-managed table, as Delta writes it (`uniform`: with
+    UniForm Iceberg, IcebergCompatV2 and column mapping on)."""
     now = int(time.time() * 1000)
+    features = (["columnMapping"], ["columnMapping", "icebergCompatV2"]) if uniform else ([], [])
     actions = [
         {"commitInfo": {"inCommitTimestamp": now, "timestamp": now, "operation": "CREATE TABLE",
                         "operationParameters": {}, "isBlindAppend": True, "txnId": str(uuid.uuid4()),
                         "engineInfo": "coordinator-loadtest"}},
         {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
-                      "readerFeatures": ["catalogManaged", "vacuumProtocolCheck"],
-                      "writerFeatures": ["catalogManaged", "inCommitTimestamp", "vacuumProtocolCheck"]}},
+                      "readerFeatures": ["catalogManaged", "vacuumProtocolCheck", *features[0]],
+                      "writerFeatures": ["catalogManaged", "inCommitTimestamp", "vacuumProtocolCheck",
+                                         *features[1]]}},
         {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
-                      "schemaString": DELTA_SCHEMA_STRING, "partitionColumns": [],
-                      "configuration": {"delta.enableInCommitTimestamps": "true", "io.unitycatalog.tableId": table_id},
+                      "schemaString": UNIFORM_SCHEMA_STRING if uniform else DELTA_SCHEMA_STRING,
+                      "partitionColumns": [],
+                      "configuration": {"delta.enableInCommitTimestamps": "true", "io.unitycatalog.tableId": table_id,
+                                        **(UNIFORM_PROPERTIES if uniform else {})},
                       "createdTime": now}},
     ]
     return b"".join(orjson.dumps(a) + b"\n" for a in actions)
@@ -414,11 +432,12 @@ class DeltaTable:
     uri: str
 
 
-def delta_commit_body(table: DeltaTable, version: int) -> dict:
+def delta_commit_body(table: DeltaTable, version: int, size: int = 2048, name: str | None = None) -> dict:
     now = int(time.time() * 1000)
     return {"table_id": table.table_id, "table_uri": table.uri,
-            "commit_info": {"version": version, "timestamp": now, "file_name": f"{version:020d}.{uuid.uuid4()}.json",
-                            "file_size": 2048, "file_modification_timestamp": now}}
+            "commit_info": {"version": version, "timestamp": now,
+                            "file_name": name or f"{version:020d}.{uuid.uuid4()}.json",
+                            "file_size": size, "file_modification_timestamp": now}}
 
 
 class DeltaWriter(Writer):
@@ -438,8 +457,13 @@ class DeltaWriter(Writer):
     async def start(self) -> None:
         await self.refresh()
 
+    async def staged_commit(self, version: int) -> dict:
+        """The commit request for the staged commit file of `version` (not written: the service does not read it)."""
+        return delta_commit_body(self.table, version)
+
     async def backfill(self, version: int) -> None:
         """The writer published versions <= `version` as `_delta_log/<v>.json` (skipped here) and says so."""
+        await self.publish(version)
         status, body = await self.request("POST", f"{UC}/delta/preview/commits",
                                           {**self._ident, "latest_backfilled_version": version})
         if status == 200:
@@ -450,10 +474,11 @@ class DeltaWriter(Writer):
     async def commit(self, deadline: float) -> bool:
         while time.perf_counter() < deadline:
             v = self.last + 1
-            status, body = await self.request("POST", f"{UC}/delta/preview/commits", delta_commit_body(self.table, v),
+            status, body = await self.request("POST", f"{UC}/delta/preview/commits", await self.staged_commit(v),
                                               commit=True)
             if status == 200:
                 self.last = v
+                self.acked(v)
                 self.stats.writes += 1
                 if v % BACKFILL_EVERY == 0:
                     await self.backfill(v)
@@ -470,10 +495,50 @@ class DeltaWriter(Writer):
                 await self._backoff(status, body)
         return False
 
+    async def publish(self, version: int) -> None:
+        """Copy versions up to `version` to `_delta_log/<v>.json` (skipped here: the service does not read them)."""
+
+    def acked(self, version: int) -> None:
+        """`version` was ratified (uniform_bench times the Iceberg side from it)."""
+
+
+class DeltaUniformWriter(DeltaWriter):
+    """A writer of a table the service converts to Iceberg: the service reads its staged commits and their
+    backfilled copies, so both are written (one add action each, with the stats an IcebergCompatV2 writer gives;
+    the data file itself is not written: a conversion never reads it)."""
+
+    def __init__(self, base: str, table: DeltaTable, stats: Stats):
+        super().__init__(base, table, stats)
+        self.staged: dict[int, tuple[str, bytes]] = {}   # its ratified commits not yet published
+        self.acked_at: dict[int, float] = {}
+
+    async def staged_commit(self, version: int) -> dict:
+        now = int(time.time() * 1000)
+        stats = {"numRecords": 1, "minValues": {"col-id": version}, "maxValues": {"col-id": version},
+                 "nullCount": {"col-id": 0, "col-data": 0}}
+        actions = [{"commitInfo": {"inCommitTimestamp": now, "timestamp": now, "operation": "WRITE"}},
+                   {"add": {"path": f"part-{uuid.uuid4()}.parquet", "partitionValues": {}, "size": 1024,
+                            "modificationTime": now, "dataChange": True, "stats": json.dumps(stats)}}]
+        data = b"".join(orjson.dumps(a) + b"\n" for a in actions)
+        name = f"{version:020d}.{uuid.uuid4()}.json"
+        await put_client_file(files.join(self.table.uri, "_delta_log", "_staged_commits", name), data)
+        self.staged[version] = (name, data)
+        return delta_commit_body(self.table, version, len(data), name)
+
+    async def publish(self, version: int) -> None:
+        for v in sorted(v for v in self.staged if v <= version):
+            _, data = self.staged.pop(v)
+            await put_client_file(files.join(self.table.uri, "_delta_log", f"{v:020d}.json"), data)
+
+    def acked(self, version: int) -> None:
+        self.acked_at[version] = time.perf_counter()
+
 
 class DeltaFlow(Flow):
     name = "delta"
     catalog = "bench"
+
+    uniform = False
 
     async def prepare(self, base: str, count: int, tag: str) -> list[DeltaTable]:
         conn = HttpConnection(base)
@@ -490,11 +555,11 @@ class DeltaFlow(Flow):
             staging = orjson.loads(_check(s, b, f"creating staging table {name}"))
             location = staging["staging_location"]
             await put_client_file(files.join(location, "_delta_log", "00000000000000000000.json"),
-                                  delta_first_commit(staging["id"]))
+                                  delta_first_commit(staging["id"], self.uniform))
             s, b = await c.request("POST", f"{UC}/tables", {
                 "name": name, "catalog_name": self.catalog, "schema_name": tag, "table_type": "MANAGED",
                 "data_source_format": "DELTA", "columns": DELTA_COLUMNS, "storage_location": location,
-                "properties": delta_properties(staging["id"])})
+                "properties": {**delta_properties(staging["id"]), **(UNIFORM_PROPERTIES if self.uniform else {})}})
             info = orjson.loads(_check(s, b, f"creating Delta table {name}"))
             return DeltaTable(info["table_id"], info["storage_location"])
         return await parallel(base, list(range(count)), create)
@@ -505,6 +570,16 @@ class DeltaFlow(Flow):
     def sample_request(self) -> tuple[str, Any]:
         t = DeltaTable(str(uuid.uuid4()), f"file:///tmp/warehouse/bench/{uuid.uuid4()}")
         return f"{UC}/delta/preview/commits", delta_commit_body(t, 7)
+
+
+class DeltaUniformFlow(DeltaFlow):
+    """The Delta flow on tables the service converts to Iceberg (UniForm): what conversion costs the commit path."""
+
+    name = "delta-uniform"
+    uniform = True
+
+    def writer(self, base: str, table: DeltaTable, stats: Stats) -> DeltaUniformWriter:
+        return DeltaUniformWriter(base, table, stats)
 
 
 # -- Lance (Lance Namespace REST, external manifest store) -------------------------------------------------------
@@ -622,4 +697,5 @@ class LanceFlow(Flow):
         return f"{t.route}/version/create", lance_create_body(t, 7, path)
 
 
-FLOWS: dict[str, Flow] = {f.name: f for f in (IcebergFlow(), DeltaFlow(), LanceFlow(), IcebergPropsFlow())}
+FLOWS: dict[str, Flow] = {f.name: f for f in (IcebergFlow(), DeltaFlow(), LanceFlow(), IcebergPropsFlow(),
+                                               DeltaUniformFlow())}

@@ -15,6 +15,7 @@ class HttpConnection:
         self.host, self.port = u.hostname, u.port or 80
         self.stream: trio.SocketStream | None = None
         self._buf = bytearray()
+        self.headers: dict[str, str] = {}   # the last response's, names in lower case
 
     async def connect(self) -> None:
         self.stream = await trio.open_tcp_stream(self.host, self.port)
@@ -51,9 +52,11 @@ class HttpConnection:
         status = int(header[0].split(" ", 2)[1])
         length = 0
         close = False
+        self.headers = {}
         for line in header[1:]:
             name, _, value = line.partition(":")
             name = name.strip().lower()
+            self.headers[name] = value.strip()
             if name == "content-length":
                 length = int(value.strip())
             elif name == "connection" and value.strip().lower() == "close":

@@ -82,6 +82,7 @@ class CpuWindow:
     """CPU seconds spent by the server, PostgreSQL and this process (the load generator) over one window."""
 
     server_s: float = 0.0
+    workers_s: float = 0.0   # the service's own child processes (its UniForm conversion workers)
     pg_s: float = 0.0
     loadgen_s: float = 0.0
     wall_s: float = 0.0
@@ -90,11 +91,12 @@ class CpuWindow:
 class CpuMeter:
     def __init__(self, server_pid: int | None, pg_pid: int | None):
         self.server_pid, self.pg_pid = server_pid, pg_pid
-        self._start: tuple[float, float, float, float] | None = None
+        self._start: tuple[float, float, float, float, float] | None = None
 
-    def _read(self) -> tuple[float, float, float, float]:
+    def _read(self) -> tuple[float, float, float, float, float]:
         pids = self.server_pid if isinstance(self.server_pid, list) else [self.server_pid] if self.server_pid else []
-        return (sum(proc_cpu_s(p) for p in pids),
+        own = sum(proc_cpu_s(p) for p in pids)
+        return (own, sum(tree_cpu_s(p) for p in pids) - own,
                 tree_cpu_s(self.pg_pid) if self.pg_pid else 0.0, self_cpu_s(), time.perf_counter())
 
     def start(self) -> None:
@@ -103,7 +105,7 @@ class CpuMeter:
     def stop(self) -> CpuWindow:
         end = self._read()
         s = self._start or end
-        return CpuWindow(end[0] - s[0], end[1] - s[1], end[2] - s[2], end[3] - s[3])
+        return CpuWindow(*(e - b for e, b in zip(end, s)))
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:

@@ -28,8 +28,8 @@ def pct(values: list[float], p: float) -> float:
 
 
 async def scrape(base: str | list[str] | None) -> dict[str, float]:
-    """The service's group-commit counters from /metrics (empty for servers that have none); summed over the
-    members when given several (a cluster)."""
+    """The service's group-commit counters (and its count of conversions to Iceberg) from /metrics (empty for
+    servers that have none); summed over the members when given several (a cluster)."""
     if base is None:
         return {}
     if isinstance(base, list):
@@ -48,7 +48,7 @@ async def scrape(base: str | list[str] | None) -> dict[str, float]:
         return out
     for line in body.decode().splitlines():
         if line.startswith(("coordinator_db_flushes_total ", "coordinator_db_groups_total ",
-                            "coordinator_file_write_cpu_seconds_total ")):
+                            "coordinator_file_write_cpu_seconds_total ", "coordinator_uniform_conversions_total ")):
             name, value = line.split()
             out[name] = float(value)
     return out
@@ -84,6 +84,8 @@ class RunResult:
     offered_per_s: float | None = None
     late: int = 0                 # open loop: commits due in the window that could not even start in it
     error_samples: list[str] = field(default_factory=list)
+    # The service's child processes (its UniForm conversion workers), not in server_cpu_*: work off the commit path.
+    workers_cpu_ms_per_commit: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -189,7 +191,8 @@ async def run(flow: Flow, base: str | list[str], tables: list[Any], writers_per_
         db_transactions=flushes,
         writes_per_db_txn=round(stats.writes / flushes, 2) if flushes else None,
         actor_batches_per_db_txn=round(groups / flushes, 2) if flushes else None,
-        offered_per_s=rate_per_s, late=stats.late, error_samples=stats.error_samples)
+        offered_per_s=rate_per_s, late=stats.late, error_samples=stats.error_samples,
+        workers_cpu_ms_per_commit=round(1000 * cpu.workers_s / max(stats.commits, 1), 3) if server else None)
 
 
 async def hammer(base: str | list[str], path: str, body: Any, connections: int, duration_s: float, meter: CpuMeter

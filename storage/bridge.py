@@ -105,7 +105,10 @@ class AsyncioThread:
                 trio.lowlevel.reschedule(task)
 
         def on_done(fut: asyncio.Future) -> None:
-            token.run_sync_soon(deliver)
+            try:
+                token.run_sync_soon(deliver)
+            except trio.RunFinishedError:
+                pass   # the caller was cancelled and its trio run has ended since (a shutdown): nobody waits
 
         def begin() -> None:
             fut = asyncio.ensure_future(factory())

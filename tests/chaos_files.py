@@ -30,8 +30,18 @@ class ClientFiles:
         if self.store is None:
             write_log_file(location, name, data)
             return
+        self.put(location, f"_delta_log/{name}", data)
+
+    def put(self, location: str, relative: str, data: bytes) -> str:
+        """Write `<location>/<relative>` as a client does (a Delta data file, a staged commit); its object path."""
+        path = f"{object_path(location).rstrip('/')}/{relative}"
+        if self.store is None:
+            Path("/" + path).parent.mkdir(parents=True, exist_ok=True)
+            Path("/" + path).write_bytes(data)
+            return path
         import obstore
-        obstore.put(self.store, f"{object_path(location).rstrip('/')}/_delta_log/{name}", data)
+        obstore.put(self.store, path, data)
+        return path
 
     def remove(self, path: str) -> None:
         if self.store is None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlparse, urlunparse
 
 import pytest
@@ -66,12 +68,21 @@ def _template(dsn: str) -> str:
     return admin
 
 
+@contextmanager
+def fresh_database(pg_admin_dsn: str, prefix: str = "t_") -> Iterator[str]:
+    """The URL of a new database cloned from the migrated template, dropped afterwards."""
+    name = prefix + uuid.uuid4().hex[:16]
+    _psql(pg_admin_dsn, f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    try:
+        yield _with_db(pg_admin_dsn, name)
+    finally:
+        _psql(pg_admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @pytest.fixture
 def database_url(pg_admin_dsn):
-    name = "t_" + uuid.uuid4().hex[:16]
-    _psql(pg_admin_dsn, f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    yield _with_db(pg_admin_dsn, name)
-    _psql(pg_admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with fresh_database(pg_admin_dsn) as url:
+        yield url
 
 
 @pytest.fixture

@@ -16,7 +16,10 @@ The checker (`check`, a pure function of the log and the state read back) requir
 * contiguous versions: Iceberg snapshot sequence numbers 1..N, every snapshot an ancestor of main, the
   snapshot-log equal to main's ancestry and the metadata files numbered without holes; Delta versions 0..N, the
   tail GET commits serves (page by page) equal to the commit log; Lance versions 1..N, each manifest on disk
-  holding its commit's bytes and no other manifest there.
+  holding its commit's bytes and no other manifest there;
+* the Delta table the service converts to Iceberg (UniForm, tests/chaos_uniform.py; not in the power-loss mode,
+  whose cuts take the writers' unsynced files): after every restart its Iceberg side shows no Delta version the
+  Delta side lacks, and at the end it has caught up, each snapshot holding exactly its versions' data files.
 
 pytest runs `COORDINATOR_CHAOS_CYCLES` (3) cycles, plus the crash-point and power-loss modes (docs/durability.md);
 `python -m tests.test_chaos --cycles 20` runs on its own
@@ -44,7 +47,8 @@ import httpx
 import pytest
 
 from coordinator.client import events
-from coordinator.lance.layout import version_of_manifest_name
+from coordinator.lance.layout import object_path, version_of_manifest_name
+from tests import chaos_uniform
 from tests.chaos_crash_points import CRASH_POINTS, CRASH_WAIT_S, AimedCrashes, start_armed, wait_for_death
 from tests.chaos_power import PowerLoss, iceberg_read_back, skip_reason
 from tests.delta.conftest import FIRST, PREFIX, UC, commit_info, commit_log
@@ -403,6 +407,30 @@ class DeltaWriter(Writer):
         return {"format": "delta", **body}
 
 
+class UniformWriter(DeltaWriter):
+    """A Delta writer on the UniForm table: each commit adds a real data file named after its id, in a real staged
+    commit, and what it reports published it first publishes (backfills) to `_delta_log/<v>.json`, as Delta's UC
+    client does: the service's conversion reads them."""
+
+    def prepare(self, cid: str) -> tuple[dict, int] | None:
+        got = self.read(lambda: self.http.get(PREFIX + "/delta/commits", params=self.q))
+        if got is None:
+            return None
+        latest = got["latest_table_version"]
+        location = self.q["table_uri"]
+        for c in got["commits"]:
+            if c["version"] <= latest - DELTA_PUBLISH_LAG:
+                staged = CLIENT_FILES.read(f"{object_path(location)}/_delta_log/_staged_commits/{c['file_name']}")
+                CLIENT_FILES.write_log(location, f"{c['version']:020d}.json", staged)
+        name, data, add = chaos_uniform.data_file(cid)
+        CLIENT_FILES.put(location, name, data)
+        v = latest + 1
+        staged = chaos_uniform.staged_commit(add)
+        info = {**commit_info(v, f"{v:020d}.{cid}.json"), "file_size": len(staged)}
+        CLIENT_FILES.put(location, f"_delta_log/_staged_commits/{info['file_name']}", staged)
+        return {**self.q, "commit_info": info, "latest_published_version": max(0, latest - DELTA_PUBLISH_LAG)}, v
+
+
 class LanceWriter(Writer):
     """Stages a manifest holding the commit id, as Lance writers do, and asks for version latest + 1. A retry with
     the same staged path is answered again if it landed; a refused commit's staged manifest is the writer's to
@@ -514,7 +542,7 @@ class Tables:
     lance: dict[str, str]           # name -> location
 
 
-def set_up(base: str) -> Tables:
+def set_up(base: str, uniform: bool = False) -> Tables:
     with httpx.Client(base_url=base, timeout=30) as http:
         assert http.post("/v1/namespaces", json={"namespace": [ICEBERG_NS]}).status_code == 200
         for t in TABLES:
@@ -533,14 +561,28 @@ def set_up(base: str) -> Tables:
         delta = {t: uc.create_managed(t, schema=DELTA_SCHEMA, write_log=CLIENT_FILES.write_log) for t in TABLES}
     finally:
         uc.http.close()
+    if uniform:
+        delta[chaos_uniform.TABLE] = chaos_uniform.create(base, DELTA_SCHEMA, CLIENT_FILES)
     return Tables(delta, lance)
 
 
 def read_state(base: str, database_url: str, tables: Tables) -> list[TableState]:
     with httpx.Client(base_url=base, timeout=60) as http:
         return ([read_iceberg(http, t) for t in TABLES]
-                + [read_delta(http, database_url, t, tables.delta[t]) for t in TABLES]
+                + [read_delta(http, database_url, t, info) for t, info in tables.delta.items()]
                 + [read_lance(http, t) for t in TABLES])
+
+
+def check_uniform(base: str, states: list[TableState], s3: MotoS3 | None) -> str:
+    """The UniForm table's Iceberg side against its Delta side as read back (its anomalies join the table's)."""
+    state = next(s for s in states if s.fmt == "delta" and s.table == chaos_uniform.TABLE)
+    s3_properties = None if s3 is None else {"s3.endpoint": s3.endpoint, "s3.access-key-id": s3.access_key_id,
+                                             "s3.secret-access-key": s3.secret_access_key, "s3.region": s3.region}
+    found = chaos_uniform.check_iceberg_side(base, DELTA_SCHEMA, state.entries, s3_properties)
+    state.anomalies += found
+    latest = max(v for v, _ in state.entries)
+    return (f"UniForm table {chaos_uniform.TABLE}: Delta at version {latest}; its Iceberg side "
+            + ("caught up, every snapshot holding exactly its versions' files" if not found else "WRONG"))
 
 
 def read_iceberg(http: httpx.Client, table: str) -> TableState:
@@ -659,6 +701,7 @@ class Run:
     crash_target: int = 0
     read_back: list[str] = field(default_factory=list)       # what a real client could not read after a cut
     feed: dict[tuple[str, str], list[int]] = field(default_factory=dict)   # the commit feed, read at the end
+    uniform: list[str] = field(default_factory=list)   # the UniForm table's Iceberg side ahead of its Delta side
 
 
 def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, load_s: tuple[float, float] = (1.0, 3.0),
@@ -681,11 +724,12 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
     server_env = {"COORDINATOR_DELTA_COMMITS_PAGE_SIZE": str(DELTA_PAGE_SIZE), **(s3.env if s3 is not None else {})}
     server = ServerProcess(database_url, workdir / "server", extra_env=dict(server_env), **where)
     read_back: list[str] = []
+    uniform: list[str] = []
     base = server.start(START_TIMEOUT_S)
     log, stop, give_up = ClientLog(), threading.Event(), threading.Event()
     threads: list[threading.Thread] = []
     try:
-        tables = set_up(base)
+        tables = set_up(base, uniform=power is None)
         writers: list[Writer] = []
         for w in range(WRITERS_PER_FORMAT):
             t, patient = TABLES[w % 3], w % 2 == 0
@@ -694,6 +738,9 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
                                       tables=tables) for w in range(CROSS_FORMAT_WRITERS)]
         writers += single_format_writers(base, CROSS_FORMAT_TABLE, log, stop, give_up, tables, patient=True,
                                          pause_s=CROSS_FORMAT_RIVAL_PAUSE_S)
+        if chaos_uniform.TABLE in tables.delta:
+            writers += [UniformWriter(base, chaos_uniform.TABLE, log, stop, give_up, patient=patient,
+                                      table_info=tables.delta[chaos_uniform.TABLE]) for patient in (True, False)]
         threads = [threading.Thread(target=w.run, name=f"{w.fmt}-{w.table}", daemon=True) for w in writers]
         for th in threads:
             th.start()
@@ -729,6 +776,9 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
                 how = (f"killed itself after {ran:.1f}s up (hits so far: "
                        + ", ".join(f"{p} {n}" for p, n in aimed.hits().items()) + ")")
             done = cycle
+            if chaos_uniform.TABLE in tables.delta:
+                uniform += [f"after cycle {cycle}: {p}" for p in
+                            chaos_uniform.sample(base, DELTA_SCHEMA, tables.delta[chaos_uniform.TABLE])]
             now = log.acked()
             gained = {f: now[f] - before[f] for f in FORMATS}
             if aimed is None:   # (an aimed crash may come before a format's first commit)
@@ -759,9 +809,14 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
         server.stop()                                     # a clean restart before reading the state back
         server.start(START_TIMEOUT_S)
         states = read_state(base, database_url, tables)
+        if chaos_uniform.TABLE in tables.delta:
+            progress(check_uniform(base, states, s3))
+            if not any(o.table == chaos_uniform.TABLE and o.status == "acked" for o in log.outcomes):
+                uniform.append(f"no commit to the UniForm table {chaos_uniform.TABLE} was acknowledged")
         figures = check(log.outcomes, states)
         return Run(done, time.monotonic() - t0, figures, log.errors, stalled, log.outcomes, states,
-                   aimed.hits() if aimed else Counter(), aimed.target if aimed else 0, read_back, read_feed(base))
+                   aimed.hits() if aimed else Counter(), aimed.target if aimed else 0, read_back, read_feed(base),
+                   uniform)
     finally:
         stop.set()
         give_up.set()
@@ -817,7 +872,7 @@ def verdict(run: Run) -> list[str]:
     odd = {k: n for k, n in run.errors.items() if k[1].isdigit() and k[1] not in ("409", "503")}
     if odd:
         problems.append(f"unexpected answers (format, status): count: {odd}")
-    problems += run.read_back
+    problems += run.read_back + run.uniform
     problems += check_feed(run.feed, run.states)
     short = {p: n for p, n in run.crash_hits.items() if n < run.crash_target}
     if short:

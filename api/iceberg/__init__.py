@@ -1,7 +1,9 @@
 """The Iceberg REST Catalog protocol: its routes (`routes.py`, the blueprint `bp`), its Idempotency-Key handling
-(`idempotency.py`) and its one error translation (`errors.py`, `error_response`)."""
+(`idempotency.py`) and its one error translation (`errors.py`, `error_response`); and the same read routes over
+Unity Catalog's Delta tables (`uniform.py`, the blueprint `uniform.bp`)."""
 
+from . import uniform
 from .errors import error_response
 from .routes import bp, cross_format_part
 
-__all__ = ["bp", "cross_format_part", "error_response"]
+__all__ = ["bp", "cross_format_part", "error_response", "uniform"]

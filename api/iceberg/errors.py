@@ -7,9 +7,9 @@ import orjson
 from quart import Response
 from werkzeug.exceptions import HTTPException
 
-from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NoSuchNamespace,
-                                NoSuchRoute, NoSuchView, NotEmpty, NotFound, OutcomeUnknown, TooManyRequests,
-                                Unauthorized, Unavailable, Unprocessable, from_storage)
+from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NoSuchCatalog,
+                                NoSuchNamespace, NoSuchRoute, NoSuchView, NotEmpty, NotFound, OutcomeUnknown,
+                                TooManyRequests, Unauthorized, Unavailable, Unprocessable, Unsupported, from_storage)
 
 from coordinator.warehouses import NoSuchWarehouse
 
@@ -21,6 +21,7 @@ ERROR_TYPES: list[tuple[type[CoordinatorError], str]] = [
     (NoSuchView, "NoSuchViewException"),
     (NoSuchRoute, "NotFoundException"),
     (NoSuchWarehouse, "NotFoundException"),
+    (NoSuchCatalog, "NotFoundException"),   # a Unity Catalog catalog, read as Iceberg (api/iceberg/uniform.py)
     (NotFound, "NoSuchTableException"),
     (NotEmpty, "NamespaceNotEmptyException"),
     (AlreadyExists, "AlreadyExistsException"),
@@ -31,7 +32,11 @@ ERROR_TYPES: list[tuple[type[CoordinatorError], str]] = [
     (Forbidden, "ForbiddenException"),
     (TooManyRequests, "TooManyRequestsException"),
     (Unprocessable, "UnprocessableEntityException"),
+    (Unsupported, "UnsupportedOperationException"),
 ]
+# The spec's status for an error type where it is not the class's usual one: an operation the server does not
+# serve is 406 (Not Acceptable, "UnsupportedOperationResponse").
+STATUSES = {"UnsupportedOperationException": 406}
 
 
 def error_type(exc: CoordinatorError) -> str:
@@ -51,8 +56,10 @@ def error_response(exc: BaseException) -> Response:
     if isinstance(exc, HTTPException):
         return _http_error_response(exc)
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
-    body = orjson.dumps({"error": {"message": exc.message, "type": error_type(exc), "code": exc.status}})
-    return json_response(body, exc.status, headers)
+    kind = error_type(exc)
+    status = STATUSES.get(kind, exc.status)
+    body = orjson.dumps({"error": {"message": exc.message, "type": kind, "code": status}})
+    return json_response(body, status, headers)
 
 
 def _http_error_response(exc: HTTPException) -> Response:

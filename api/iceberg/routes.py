@@ -25,7 +25,8 @@ from coordinator.warehouses import DEFAULT as DEFAULT_WAREHOUSE
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import CommitPart, empty_response, json_response, parse_model, query_flag, read_json, read_model
-from .endpoints import ENDPOINTS
+from . import uniform
+from .endpoints import ENDPOINTS, config_defaults
 from .errors import error_type
 from .idempotency import idempotent, request_key as _key
 
@@ -39,12 +40,18 @@ RESERVED_PREFIXES = {"namespace", "table", "transaction", "config", "oauth"}
 # -- helpers -------------------------------------------------------------------------------------------------
 
 
+def _uniform() -> bool:
+    """The request reads Unity Catalog's Delta tables as Iceberg (`uniform.py`'s mount), not this catalog."""
+    return request.blueprint == uniform.bp.name
+
+
 def _catalog():
-    return current_app.config["COORDINATOR"].iceberg
+    coordinator = current_app.config["COORDINATOR"]
+    return coordinator.uniform if _uniform() else coordinator.iceberg
 
 
 def _prefix(prefix: str) -> str:
-    if prefix in RESERVED_PREFIXES:
+    if prefix in RESERVED_PREFIXES and not _uniform():   # (the mount's prefixes are `catalogs/<UC catalog>`)
         raise BadRequest(f"prefix {prefix!r} is reserved")
     return prefix
 
@@ -75,8 +82,9 @@ def _check_body_identifier(identifier: TableIdentifier | None, ident: TableIdent
 
 
 def _securable(prefix: str, namespace: tuple[str, ...] = ()) -> Resource:
-    """A catalog's (no namespace) or a namespace's securable."""
-    return ("iceberg", _prefix(prefix), *namespace)
+    """A catalog's (no namespace) or a namespace's securable. Read through the Unity Catalog mount, the tables are
+    Delta tables: the same grants as the Delta table's reach them."""
+    return ("delta" if _uniform() else "iceberg", _prefix(prefix), *namespace)
 
 
 def _object_securable(prefix: str, namespace: tuple[str, ...], name: str) -> Resource:
@@ -204,12 +212,15 @@ def _etags(header: str | None) -> set[str]:
     return {t.strip().removeprefix("W/") for t in header.split(",")}
 
 
-def routes(rule: str, methods: list[str]):
-    """Register a handler under both `/v1/{prefix}/...` and `/v1/...` (prefix "")."""
+def routes(rule: str, methods: list[str], reads: bool = False):
+    """Register a handler under both `/v1/{prefix}/...` and `/v1/...` (prefix ""); a read (`reads`) also under the
+    Unity Catalog mount, whose prefix is `catalogs/{UC catalog}` (`uniform.py`)."""
     def wrap(fn):
         bp.add_url_rule("/v1/<prefix>" + rule, view_func=fn, methods=methods, endpoint=fn.__name__ + "_p")
         bp.add_url_rule("/v1" + rule, view_func=fn, methods=methods, endpoint=fn.__name__,
                         defaults={"prefix": ""})
+        if reads:
+            uniform.bp.add_url_rule("/v1/catalogs/<prefix>" + rule, view_func=fn, methods=methods)
         return fn
     return wrap
 
@@ -229,9 +240,7 @@ async def _know_warehouse() -> None:
 @guard(authenticated)
 async def get_config() -> Response:
     coordinator = current_app.config["COORDINATOR"]
-    defaults = {}
-    if coordinator.authority is not None:
-        defaults["oauth2-server-uri"] = request.host_url + "v1/oauth/tokens"
+    defaults = config_defaults(coordinator)
     # The separator is a /config override (spec, `parent`), where Java and pyiceberg read it: not a top-level key.
     overrides = {"namespace-separator": "%1F"}
     named = request.args.get("warehouse")
@@ -246,7 +255,7 @@ async def get_config() -> Response:
 # -- namespaces ----------------------------------------------------------------------------------------------
 
 
-@routes("/namespaces", ["GET"])
+@routes("/namespaces", ["GET"], reads=True)
 @guard(listing(_list_namespaces_needs))
 async def list_namespaces(prefix: str) -> Response:
     parent = request.args.get("parent")
@@ -265,7 +274,7 @@ async def create_namespace(prefix: str) -> Response:
                                                            body.properties, _key()))
 
 
-@routes("/namespaces/<namespace>", ["GET", "HEAD"])
+@routes("/namespaces/<namespace>", ["GET", "HEAD"], reads=True)
 @guard(_on_namespace(READ))
 async def load_namespace(prefix: str, namespace: str) -> Response:
     ns = _namespace(namespace)
@@ -295,7 +304,7 @@ async def update_namespace_properties(prefix: str, namespace: str) -> Response:
 # -- tables --------------------------------------------------------------------------------------------------
 
 
-@routes("/namespaces/<namespace>/tables", ["GET"])
+@routes("/namespaces/<namespace>/tables", ["GET"], reads=True)
 @guard(listing(_on_namespace(READ)))
 async def list_tables(prefix: str, namespace: str) -> Response:
     return await _list_identifiers(prefix, namespace, "table")
@@ -335,7 +344,7 @@ async def register_table(prefix: str, namespace: str) -> Response:
     return _load_response(table)
 
 
-@routes("/namespaces/<namespace>/tables/<table>", ["GET", "HEAD"])
+@routes("/namespaces/<namespace>/tables/<table>", ["GET", "HEAD"], reads=True)
 @guard(_on_object(READ))
 async def load_table(prefix: str, namespace: str, table: str) -> Response:
     ident = _ident(prefix, namespace, table)
@@ -394,7 +403,7 @@ async def drop_table(prefix: str, namespace: str, table: str) -> Response:
     return empty_response(204)
 
 
-@routes("/namespaces/<namespace>/tables/<table>/metrics", ["POST"])
+@routes("/namespaces/<namespace>/tables/<table>/metrics", ["POST"], reads=True)
 @guard(_on_object(READ))
 async def report_metrics(prefix: str, namespace: str, table: str) -> Response:
     raw = await read_json()
@@ -403,7 +412,7 @@ async def report_metrics(prefix: str, namespace: str, table: str) -> Response:
     return empty_response(204)
 
 
-@routes("/namespaces/<namespace>/tables/<table>/credentials", ["GET"])
+@routes("/namespaces/<namespace>/tables/<table>/credentials", ["GET"], reads=True)
 @guard(_on_object(READ))
 async def load_credentials(prefix: str, namespace: str, table: str) -> Response:
     return json_response({"storage-credentials": await _catalog().credentials(_ident(prefix, namespace, table))})

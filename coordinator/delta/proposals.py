@@ -108,6 +108,31 @@ class Commit:
 
 
 @dataclass
+class Current:
+    """The table as its actor holds it, by id (the service's Iceberg conversion reads its versions from it)."""
+
+    table_id: str
+
+    def decide(self, state: Any) -> Decision:
+        return Decision(state, reply=rules.require_table(state, self.table_id))
+
+
+@dataclass
+class RecordConversion:
+    """The service's conversion to Iceberg (coordinator/uniform) reached `record["delta_version"]` (or refused a
+    version): kept in the table's row, so that every member serves it and a restart resumes from it. Not a commit
+    of the table's contents: its Delta versions do not change."""
+
+    table_id: str
+    base: str | None        # the metadata file the conversion started from
+    record: dict[str, Any]
+
+    def decide(self, state: Any) -> Decision:
+        new = rules.record_conversion(rules.require_table(state, self.table_id), self.base, self.record)
+        return Decision(new, row_state=new.row_state())
+
+
+@dataclass
 class GetCommits:
     request: GetCommitsRequest
     page_size: int

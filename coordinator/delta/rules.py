@@ -357,6 +357,22 @@ def check_uniform(table: DeltaTable, uniform: Uniform, ci: CommitInfo) -> Unifor
 
 
 
+def record_conversion(table: DeltaTable, base: str | None, record: Mapping[str, Any]) -> DeltaTable:
+    """The service's conversion of the table to Iceberg (coordinator/uniform) reached a version, or refused one:
+    kept with the table, unless another conversion was recorded since this one read `base` (its starting metadata
+    file), and never for a version the table does not have."""
+    current = (table.converted or {}).get("metadata_location")
+    if current != base:
+        raise CommitConflict(f"table {table.table_id}: another conversion to Iceberg was recorded meanwhile (at "
+                             f"{current}, not {base})")
+    version = record.get("delta_version", -1)
+    refused = record.get("refused")
+    if version > table.last or (refused is not None and refused["version"] > table.last):
+        raise BadRequest(f"table {table.table_id} is at version {table.last}: a conversion of a later version "
+                         f"cannot be recorded")
+    return replace(table, converted=freeze(dict(record)))
+
+
 # -- reading commits, metrics, credentials ----------------------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ ratified commits not yet published live in the commit log, keyed by version; `lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 from uuid import UUID
@@ -44,6 +44,9 @@ class DeltaTable:
     published: int                   # every version <= published is a `_delta_log/<v>.json`
     unpublished: tuple[dict, ...]    # ratified commits published+1 .. last, ascending
     newest: dict | None              # the commit ratified as `last`, kept after publishing to recognise replays
+    # The service's own conversion of the table to Iceberg (coordinator/uniform), when it writes one: the metadata
+    # file of the latest converted version, that version and its timestamp, or the version it refused and why.
+    converted: Mapping[str, Any] | None = None
 
     @property
     def managed(self) -> bool:
@@ -60,7 +63,10 @@ class DeltaTable:
     def row_state(self) -> dict[str, Any]:
         # The catalog entry rides along on every write: a table row is one compare-and-set, and the entry
         # (columns, properties) is a few KB, so keeping it in the row avoids a second store to keep in step.
-        return {"info": dict(self.info), "last": self.last, "published": self.published}
+        state = {"info": dict(self.info), "last": self.last, "published": self.published}
+        if self.converted is not None:
+            state["converted"] = dict(self.converted)
+        return state
 
 
 def freeze(info: dict[str, Any]) -> Mapping[str, Any]:
@@ -86,6 +92,16 @@ def table_info(table_id: UUID, full: tuple[str, str, str], table_type: str, data
             **owned(comment, properties, now, owner), "table_id": str(table_id)}
 
 
+def catalog_view(row: TableRow) -> DeltaTable | None:
+    """A table as its row alone shows it (no unpublished commits read from the log), for listings; None for a
+    staging table."""
+    s = row.state
+    if "info" not in s:
+        return None
+    converted = freeze(dict(s["converted"])) if "converted" in s else None
+    return DeltaTable(row.table_id, freeze(dict(s["info"])), s["last"], s["published"], (), None, converted)
+
+
 async def load_state(store, row: TableRow) -> StagingTable | DeltaTable:
     """The state of a table row, with its unpublished commits (and the newest one) read from the commit log."""
     s = row.state
@@ -97,4 +113,5 @@ async def load_state(store, row: TableRow) -> StagingTable | DeltaTable:
     entries = await store.read_log(row.table_id, start=published) if last >= 0 else []
     unpublished = tuple(e.payload for e in entries if e.version > published)
     newest = next((e.payload for e in entries if e.version == last), None)
-    return DeltaTable(row.table_id, freeze(dict(s["info"])), last, published, unpublished, newest)
+    table = catalog_view(row)
+    return replace(table, unpublished=unpublished, newest=newest)

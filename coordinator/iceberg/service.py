@@ -54,6 +54,19 @@ def _metadata_location(table: IcebergTable) -> dict[str, str]:
     return {"metadata-location": table.metadata_location}
 
 
+def storage_credentials(location: str, keys) -> list[dict[str, Any]]:
+    """`/credentials`' `storage-credentials` for a table at `location`: vended S3 keys (`vendable_s3_keys`) in
+    Iceberg's FileIO property names, or none."""
+    if keys is None:
+        return []
+    config = {"s3.access-key-id": keys["access_key_id"], "s3.secret-access-key": keys["secret_access_key"]}
+    for ours, theirs in (("endpoint", "s3.endpoint"), ("region", "client.region"),
+                         ("session_token", "s3.session-token")):
+        if ours in keys:
+            config[theirs] = keys[ours]
+    return [{"prefix": location, "config": config}]
+
+
 class IcebergService:
     def __init__(self, coordinator):
         self.c = coordinator
@@ -392,25 +405,14 @@ class IcebergService:
 
     async def report_metrics(self, ident: TableIdent, report: dict[str, Any]) -> None:
         """Keep a scan or commit report (bounded: coordinator/reports.py)."""
-        config = self.c.config
-        reports.check_size(report, config.metrics_report_max_bytes)
-        table_id = await self._resolve(ident)
-        await self.store.add_iceberg_report(table_id, report["report-type"], report, config.metrics_reports_per_table)
+        await reports.keep_iceberg_report(self.store, self.c.config, await self._resolve(ident), report)
 
     async def credentials(self, ident: TableIdent) -> list[dict[str, Any]]:
         """Vended storage credentials: none for local warehouses; the configured static S3 keys for s3://, but only
         while authentication is off. They are the service's own keys to the whole warehouse, so with grants in
         force they would let a reader of one table write or delete every other: clients then bring their own."""
         location = (await self.load_table(ident)).metadata["location"]
-        keys = vendable_s3_keys(self.c.warehouses, self.c.auth is not None, location)
-        if keys is None:
-            return []
-        config = {"s3.access-key-id": keys["access_key_id"], "s3.secret-access-key": keys["secret_access_key"]}
-        for ours, theirs in (("endpoint", "s3.endpoint"), ("region", "client.region"),
-                             ("session_token", "s3.session-token")):
-            if ours in keys:
-                config[theirs] = keys[ours]
-        return [{"prefix": location, "config": config}]
+        return storage_credentials(location, vendable_s3_keys(self.c.warehouses, self.c.auth is not None, location))
 
     async def drop_table(self, ident: TableIdent, purge: bool, idempotency_key: IdempotencyKey | None = None) -> None:
         await self._submit(ident, lambda: DropTable(ident, purge, self.files, idempotency_key, self.root(ident.catalog),

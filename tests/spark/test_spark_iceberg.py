@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from coordinator.spark import spark_session
-from tests.conftest import TEMPLATE, _psql, _with_db
+from tests.conftest import fresh_database
 from tests.support import fetch_token, write_auth_file
 from tests.spark.session import BUILD_SCRIPT, SparkJarsMissing, jars
 
@@ -53,20 +53,15 @@ def module_service(pg_admin_dsn, tmp_path_factory):
     from api.server import EmbeddedService
     from coordinator.config import Config
 
-    name = "spark_" + uuid.uuid4().hex[:12]
-    _psql(pg_admin_dsn, f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
     data_dir = tmp_path_factory.mktemp("spark-service")
     # Authentication on: Spark gets its token with `credential` (client credentials), as in production.
     auth_file = write_auth_file(data_dir / "auth.toml", {SPARK_CLIENT: (SPARK_SECRET, [("iceberg", ["admin"])]),
                                                          ADMIN_CLIENT: (ADMIN_SECRET, [("*", ["admin"])])})
-    config = Config(database_url=_with_db(pg_admin_dsn, name), data_dir=data_dir, port=0,
-                    warehouse=str(data_dir / "warehouse"), actor_idle_s=30, log_level="warning",
-                    auth_file=auth_file)
-    try:
+    with fresh_database(pg_admin_dsn, "spark_") as database_url:
+        config = Config(database_url=database_url, data_dir=data_dir, port=0, warehouse=str(data_dir / "warehouse"),
+                        actor_idle_s=30, log_level="warning", auth_file=auth_file)
         with EmbeddedService(config) as base_url:
             yield base_url
-    finally:
-        _psql(pg_admin_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture(scope="module")

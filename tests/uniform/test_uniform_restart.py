@@ -1,0 +1,84 @@
+"""After a restart the service catches up with the Delta commits it did not convert (here: converted by nobody
+while conversion was off), without waiting for a new commit; and a killed worker process is replaced."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.delta.conftest import UC
+from tests.support import ServerProcess
+
+from .conftest import iceberg_catalog, wait_converted
+from .support import ManagedDelta, batch, iceberg_rows
+
+pytestmark = pytest.mark.crash
+
+
+def test_a_restart_converts_what_was_committed_meanwhile(database_url, tmp_path):
+    server = ServerProcess(database_url, tmp_path / "service")
+    server.extra_env = {"COORDINATOR_UNIFORM_WORKERS": "1"}
+    server.start()
+    try:
+        uc = UC(server.base_url)
+        md = ManagedDelta(uc, "events", tmp_path).create(batch(range(3)))
+        version = md.append(batch(range(3, 5)))
+        wait_converted(iceberg_catalog(server.base_url), "default.events", version)
+        server.kill()
+        server.extra_env = {"COORDINATOR_UNIFORM_WORKERS": "0"}   # commits go on, nobody converts them
+        server.start()
+        for i in range(3):
+            version = md.append(batch(range(10 * i + 10, 10 * i + 12)))
+        md.optimize()
+        version = md.version
+        assert iceberg_catalog(server.base_url).load_table("default.events").properties["delta-version"] == "1"
+        server.kill()
+        server.extra_env = {"COORDINATOR_UNIFORM_WORKERS": "1"}
+        server.start()
+        table = wait_converted(iceberg_catalog(server.base_url), "default.events", version)
+        assert iceberg_rows(table) == md.rows(version)
+        uc.http.close()
+    finally:
+        server.stop()
+
+
+def _workers(pid: int) -> list[int]:
+    """The service's conversion worker processes (`python -m coordinator.uniform`)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid \
+                    and b"coordinator.uniform" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def test_a_killed_worker_is_replaced_and_none_outlives_the_service(database_url, tmp_path):
+    server = ServerProcess(database_url, tmp_path / "service")
+    server.start()
+    try:
+        uc = UC(server.base_url)
+        md = ManagedDelta(uc, "events", tmp_path).create(batch(range(3)))
+        catalog = iceberg_catalog(server.base_url)
+        wait_converted(catalog, "default.events", md.append(batch(range(3, 5))))
+        [worker] = _workers(server.proc.pid)
+        os.kill(worker, signal.SIGKILL)
+        version = md.append(batch(range(5, 7)))
+        assert iceberg_rows(wait_converted(catalog, "default.events", version)) == md.rows(version)
+        [replacement] = _workers(server.proc.pid)
+        assert replacement != worker
+        server.kill()   # a crash: the worker's stdin closes, and it ends
+        for _ in range(100):
+            if not Path(f"/proc/{replacement}").exists():
+                break
+            time.sleep(0.1)
+        assert not Path(f"/proc/{replacement}").exists(), "a conversion worker outlived the service"
+        uc.http.close()
+    finally:
+        server.stop()
