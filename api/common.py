@@ -104,7 +104,7 @@ def parse_json(data: bytes) -> Any:
     may_nest = data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH
     if may_nest or b"\\u0000" in data or _beyond_int64(data):
         _check_value(value)
-    _refuse_repeated_keys(data)  # after the depth check: the stdlib scanner recurses
+    _refuse_repeated_keys(data, value)  # after the depth check: the stdlib scanner recurses
     return value
 
 
@@ -122,11 +122,17 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> None:
 _KEY_CHECKER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
-def _refuse_repeated_keys(data: bytes) -> None:
+def _refuse_repeated_keys(data: bytes, value: Any) -> None:
     """A JSON object with a key twice is refused: parsers disagree on which one counts (orjson, Python and Java
     take the last, others the first), so a proxy, an audit log or a second reader could see another request
-    than the one applied, e.g. a commit's failing `requirements` placed first and an empty list last. This
-    second pass costs ~10 us for a 1 KB commit body (2% of a commit's CPU)."""
+    than the one applied, e.g. a commit's failing `requirements` placed first and an empty list last.
+
+    Counted first: in JSON text every `:` is an object member's or a character of a string (no escape holds
+    one), and orjson writes both back as they are. So if the text has as many colons as `value` written back,
+    no member was dropped for a repeated key. Only when the counts differ (or a `\\u003a` escape may spell a
+    colon) does the stdlib's scanner look, to name the key: a second full parse, 3x the count's cost."""
+    if b"\\u003" not in data and data.count(b":") == orjson.dumps(value).count(b":"):
+        return
     try:
         _KEY_CHECKER.decode(data.decode())
     except (ValueError, RecursionError) as exc:  # what orjson read, but not the stdlib: say it like orjson

@@ -566,6 +566,27 @@ def test_a_json_object_with_a_key_twice_is_refused_in_every_protocol(http):
     assert http.get(f"{UC}/catalogs/c1").status_code == 404 and http.get(f"{UC}/catalogs/c2").status_code == 404
 
 
+@pytest.mark.parametrize("body, key", [
+    (b'{"a": 1, "a": 2}', "a"),
+    (b'{"a": "x:y", "b": {"c": 1, "c": "p:q"}}', "c"),            # colons in strings, a nested object
+    (b'{"a": 1, "\\u0061": 2}', "a"),                            # the same key spelled with an escape
+    (b'{"a": "\\u003a", "a": 1}', "a"),                          # an escaped colon
+    (b'[{"k": ":"}, {"k": 1, "k": 1}]', "k"),
+])
+def test_a_repeated_key_is_found_however_the_body_is_spelled(body, key):
+    from api.common import parse_json
+    from coordinator.errors import BadRequest
+    with pytest.raises(BadRequest, match=f"the key '{key}' twice"):
+        parse_json(body)
+
+
+@pytest.mark.parametrize("body", [b'{"a": "x:y", "b:c": {"c": ":"}}', b'{"a": "\\u003a", "\\u003a": 1}', b'[]',
+                                  b'"::"', b'{"a": [{"a": 1}, {"a": 2}]}'])
+def test_keys_once_per_object_pass(body):
+    from api.common import parse_json
+    assert parse_json(body) == json.loads(body)
+
+
 # -- name limits -----------------------------------------------------------------------------------------------
 
 LONG = "x" * 2700            # beyond PostgreSQL's index row limit, where a name used to be a 500 or a 503
