@@ -55,13 +55,24 @@ async def _parts(parts: list[bytes]):
         yield part
 
 
-def framework_error_message(exc: HTTPException) -> str:
+def framework_error_message(exc: HTTPException, req) -> str:
     """A framework-raised error (no route, bad method, body too large or too slow) in words: what and where, and
-    for a body refused, why (the limit it broke)."""
-    message = f"{exc.name}: {request.method} {request.path}"
+    for a body refused, why (the limit it broke). `req`: the request (its `method` and `path`)."""
+    message = f"{exc.name}: {req.method} {req.path}"
     if isinstance(exc, (RequestEntityTooLarge, RequestTimeout)):
         message = f"{message}: {exc.description}"
     return message
+
+
+def refuse_nul(path: str, query_string: bytes) -> None:
+    """A NUL (%00) can name nothing: PostgreSQL text cannot hold it and the OS cannot open a path with it. (h11
+    refuses a raw NUL in the request line, so a query string can only hold it encoded.)"""
+    if "\x00" in path or b"%00" in query_string:
+        raise BadRequest("the path or a query parameter has a NUL character (%00)")
+
+
+def body_timeout(seconds: float) -> RequestTimeout:
+    return RequestTimeout(f"request body did not arrive within {seconds:g} s")
 
 
 def empty_response(status: int = 204, headers: dict[str, str] | None = None) -> Response:

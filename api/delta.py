@@ -26,6 +26,7 @@ from coordinator.errors import (AlreadyExists, BadRequest, CatalogExists, Commit
 
 from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from .common import CommitPart, INT64_MAX, json_response, parse_model, parsed_once, query_flag, read_json, read_model
+from .direct import DirectRoute
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +73,9 @@ def uc_error(status: int, code: str, message: str, headers: dict[str, str] | Non
     return json_response({"error_code": code, "message": message, "details": details}, status, headers)
 
 
-def error_response(exc: BaseException) -> Response:
+def error_response(exc: BaseException, req=None) -> Response:
     """Any error raised while serving a Unity Catalog path, as UC's error body: the one translation for this protocol
-    (api/app.py sends every error here by the request's path)."""
+    (api/app.py sends every error here by the request's path; UC's body does not name the request, `req`)."""
     exc = from_storage(exc)
     if isinstance(exc, HTTPException):
         return _http_error_response(exc)
@@ -159,8 +160,8 @@ def _on_new_table(privilege: Privilege, model):
     return needs
 
 
-async def _on_table_id(privilege: Privilege, table_id: str) -> Needs:
-    return [(privilege, await _service().securable(table_id))]
+async def _on_table_id(privilege: Privilege, table_id: str, service=None) -> Needs:
+    return [(privilege, await (service or _service()).securable(table_id))]
 
 
 async def _create_schema_needs() -> Needs:
@@ -347,8 +348,25 @@ async def get_commits() -> Response:
 @bp.post("/delta/preview/commits")
 @guard(_commit_needs)
 async def commit() -> Response:
-    await _service().commit(await read_model(CommitRequest))
+    return await _commit(_service(), await read_model(CommitRequest))
+
+
+async def _commit(service, req: CommitRequest) -> Response:
+    await service.commit(req)
     return json_response({})
+
+
+async def _direct_commit_needs(coordinator, req, body: CommitRequest) -> Needs:
+    return await _on_table_id(WRITE, body.table_id, coordinator.delta)
+
+
+async def _direct_commit(coordinator, req, body: CommitRequest) -> Response:
+    return await _commit(coordinator.delta, body)
+
+
+# The commit (and backfill report) is served without Quart's request machinery (api/direct.py).
+_DIRECT_COMMIT = DirectRoute(CommitRequest, _direct_commit_needs, _direct_commit)
+DIRECT = {f"{bp.name}.commit": _DIRECT_COMMIT}
 
 
 @bp.post("/delta/metrics")

@@ -198,7 +198,8 @@ def start_s3(tmp: Path):
 
 
 def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid: int | None = None,
-            warehouse: str = "local", bare: tuple[procs.Child, str] | None = None, profile_dir: Path | None = None) -> None:
+            warehouse: str = "local", bare: tuple[procs.Child, str] | None = None,
+            profile_dir: Path | None = None) -> None:
     """Each flow x matrix against the service (after the bare app's run at the same load, if `bare`); with
     `args.stages` (and one process) recorded by py-spy, its breakdown by stage in the row's "stages"."""
     profile = getattr(args, "stages", False) and processes == 1 and profile_dir is not None

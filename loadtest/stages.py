@@ -38,7 +38,7 @@ from . import pyspy
 from .procs import CLK_TCK
 
 HTTP = "HTTP: connection, parse, write (hypercorn, h11)"
-QUART = "Quart: ASGI adapter, request context, dispatch"
+QUART = "framework: Quart (or api/direct.py), ASGI adapter, request context, dispatch"
 ROUTING = "routing and auth"
 BODY = "body parse and validation"
 PLANNING = "view and planning (format service up to the actor)"
@@ -61,6 +61,8 @@ RULES: dict[str, str | None] = {
     "quart/": QUART, "quart_trio/": QUART, "api/transport.py:HTTPConnection": QUART,
     "api/transport.py:LingeringBody": QUART, "api/app.py:App.__call__": QUART,
     "api/app.py:create_app.<locals>._start": QUART,  # the before-request hook's own work (request id, NUL check)
+    "api/direct.py": QUART, "api/direct.py:DirectRoutes.route": ROUTING, "api/direct.py:DirectRoutes._checked": None,
+    "api/direct.py:DirectRoutes._answer": ANSWER,
     "quart/wrappers/": None, "werkzeug/": None,      # request and response objects: charged to their user
     # which view, and may the caller run it
     "werkzeug/routing/": ROUTING, "quart/routing.py": ROUTING, "quart/app.py:Quart.create_url_adapter": ROUTING,
@@ -69,7 +71,8 @@ RULES: dict[str, str | None] = {
     # the body: JSON, the duplicate-key pass, pydantic models (pydantic itself is charged to its caller)
     "api/common.py": BODY, "coordinator/iceberg/models.py": BODY, "coordinator/iceberg/changes.py": BODY,
     "coordinator/delta/models.py": BODY, "coordinator/lance/models.py": BODY, "api/lance/routes.py:_body": BODY,
-    "api/lance/routes.py:_read_body": BODY, "loadtest/bare.py": BODY, "api/lance/routes.py:_no_slash_in_the_id": ROUTING,
+    "api/lance/routes.py:_read_body": BODY, "loadtest/bare.py": BODY,
+    "api/lance/routes.py:_no_slash_in_the_id": ROUTING, "api/lance/routes.py:no_slash_in_the_id": ROUTING,
     # the view and the format's service, up to the table's mailbox
     "api/": PLANNING, "coordinator/service.py": PLANNING, "coordinator/names.py": PLANNING,
     "coordinator/idempotency.py": PLANNING, "coordinator/iceberg/service.py": PLANNING,

@@ -505,7 +505,11 @@ def test_idle_connections_are_closed(impatient):
 @pytest.mark.parametrize("method, path, fmt", [("POST", "/v1/namespaces", "iceberg"),
                                                ("GET", "/v1/config", "iceberg"),
                                                ("POST", "/v1/namespace/db/create", "lance"),
-                                               ("GET", f"{UC}/delta/commits", "uc")])
+                                               ("GET", f"{UC}/delta/commits", "uc"),
+                                               # the commit routes (api/direct.py)
+                                               ("POST", "/v1/namespaces/db/tables/t", "iceberg"),
+                                               ("POST", "/v1/table/db$t/version/create", "lance"),
+                                               ("POST", f"{UC}/delta/preview/commits", "uc")])
 def test_slow_bodies_time_out(impatient, method, path, fmt):
     """A body that trickles in must arrive whole within the body deadline; after it the client gets 408 in the
     protocol's format (Lance: 400 with code 13) and the connection is closed."""

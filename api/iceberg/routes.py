@@ -20,11 +20,12 @@ from coordinator.iceberg.models import (COMMIT_TABLE_ROUTE, CommitTableRequest, 
                                         commit_result, load_result, staged_result)
 from coordinator.iceberg.rules import parse_view_requirements, parse_view_updates
 from coordinator.iceberg.state import IcebergTable, TableIdent
-from coordinator.idempotency import LIFETIME_S
+from coordinator.idempotency import LIFETIME_S, IdempotencyKey
 from coordinator.warehouses import DEFAULT as DEFAULT_WAREHOUSE
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import CommitPart, empty_response, json_response, parse_model, query_flag, read_json, read_model
+from ..direct import DirectRoute
 from .endpoints import ENDPOINTS
 from .errors import error_type
 from .idempotency import idempotent, request_key as _key
@@ -213,10 +214,14 @@ def routes(rule: str, methods: list[str]):
 
 @bp.before_request
 async def _know_warehouse() -> None:
+    await know_warehouse(current_app.config["COORDINATOR"], request.view_args)
+
+
+async def know_warehouse(coordinator, view_args: dict | None) -> None:
     """A prefix may name a warehouse another cluster member created: look it up before placing anything."""
-    prefix = (request.view_args or {}).get("prefix")
+    prefix = (view_args or {}).get("prefix")
     if prefix:
-        await current_app.config["COORDINATOR"].warehouses.resolve(prefix)
+        await coordinator.warehouses.resolve(prefix)
 
 
 @bp.get("/v1/config")
@@ -354,13 +359,38 @@ async def load_table(prefix: str, namespace: str, table: str) -> Response:
 @guard(_commit_needs)
 @idempotent(COMMIT_TABLE_ROUTE, _table_now)
 async def commit_table(prefix: str, namespace: str, table: str) -> Response:
-    body = await read_model(CommitTableRequest)
+    return await _commit(_catalog(), prefix, namespace, table, await read_model(CommitTableRequest), _key())
+
+
+async def _commit(catalog, prefix: str, namespace: str, table: str, body: CommitTableRequest,
+                  key: IdempotencyKey | None) -> Response:
     ident = _ident(prefix, namespace, table)
     _check_body_identifier(body.identifier, ident, "table")
-    committed = await _catalog().commit_table(ident, parse_requirements(body.requirements),
-                                              parse_updates(body.updates), _key())
+    committed = await catalog.commit_table(ident, parse_requirements(body.requirements), parse_updates(body.updates),
+                                           key)
     return json_response(commit_result(committed.metadata_location, committed.metadata_json),
                          headers={"ETag": committed.etag})
+
+
+async def _direct_commit_needs(coordinator, req, body: CommitTableRequest) -> Needs:
+    args = req.view_args
+    return _change_needs(args["prefix"], _namespace(args["namespace"]), args["table"], body)
+
+
+async def _direct_commit(coordinator, req, body: CommitTableRequest) -> Response:
+    args = req.view_args
+    return await _commit(coordinator.iceberg, args["prefix"], args["namespace"], args["table"], body, None)
+
+
+async def _direct_know_warehouse(coordinator, req) -> None:
+    await know_warehouse(coordinator, req.view_args)
+
+
+# A table commit without an Idempotency-Key is served without Quart's request machinery (api/direct.py); with
+# one, `idempotent` above serves it.
+_DIRECT_COMMIT = DirectRoute(CommitTableRequest, _direct_commit_needs, _direct_commit, _direct_know_warehouse,
+                             takes=lambda req: "idempotency-key" not in req.headers)
+DIRECT = {f"{bp.name}.commit_table": _DIRECT_COMMIT, f"{bp.name}.commit_table_p": _DIRECT_COMMIT}
 
 
 @routes("/transactions/commit", ["POST"])

@@ -26,6 +26,7 @@ from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersion
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import CommitPart, empty_response, json_response, parse_json, parse_model, parsed_once
+from ..direct import DirectRoute
 from .errors import STATUS_OF_CODE, error_code
 
 log = logging.getLogger(__name__)
@@ -36,9 +37,13 @@ DEFAULT_DELIMITER = "$"
 
 @bp.before_request
 async def _no_slash_in_the_id() -> None:
+    no_slash_in_the_id(request.scope.get("raw_path") or b"")
+
+
+def no_slash_in_the_id(raw_path: bytes) -> None:
     """`/v1/table/a%2Fb/describe`: the path is decoded before routing, so a `/` in an id level would make another
     route (or another id) serve the request. The raw path still tells."""
-    raw = (request.scope.get("raw_path") or b"").split(b"/")
+    raw = raw_path.split(b"/")
     if len(raw) > 3 and b"%2f" in raw[3].lower():
         raise BadRequest(f"invalid identifier {unquote(raw[3].decode('latin-1'))!r}: an identifier level may not "
                          f"contain '/'")
@@ -51,15 +56,17 @@ def _catalog():
     return current_app.config["COORDINATOR"].lance
 
 
-def _delimiter() -> str:
-    value = request.args.get("delimiter", DEFAULT_DELIMITER)
+def _delimiter(args=None) -> str:
+    """The `delimiter` query parameter (of `args`; None: the request's)."""
+    value = (request.args if args is None else args).get("delimiter", DEFAULT_DELIMITER)
     if not value:
         raise BadRequest("delimiter must not be empty")
     return value
 
 
-def _levels(raw: str) -> tuple[str, ...]:
-    delimiter = _delimiter()
+def _levels(raw: str, delimiter: str | None = None) -> tuple[str, ...]:
+    """An id's levels, joined by `delimiter` (None: the request's `delimiter` parameter)."""
+    delimiter = _delimiter() if delimiter is None else delimiter
     if raw == delimiter:
         return ()
     levels = tuple(raw.split(delimiter))
@@ -68,8 +75,8 @@ def _levels(raw: str) -> tuple[str, ...]:
     return levels
 
 
-def _table(raw: str) -> tuple[str, ...]:
-    levels = _levels(raw)
+def _table(raw: str, delimiter: str | None = None) -> tuple[str, ...]:
+    levels = _levels(raw, delimiter)
     if not levels:
         raise BadRequest("a table identifier cannot be the root namespace")
     return levels
@@ -80,10 +87,15 @@ async def _body(model: type[BaseModel], levels: tuple[str, ...] | None = None) -
     missing body (pylance sends none for some operations) or JSON `null` reads as `{}`. An `id` in the body
     must agree with the route (spec: "Standard Operations")."""
     body = await parsed_once(model, lambda: _read_body(model))
-    body_id = getattr(body, "id", None)
-    if levels is not None and body_id is not None and tuple(body_id) != levels:
-        raise BadRequest(f"the id in the body {body_id!r} does not match the id in the route {list(levels)!r}")
+    if levels is not None:
+        _same_id(body, levels)
     return body
+
+
+def _same_id(body: BaseModel, levels: tuple[str, ...]) -> None:
+    body_id = getattr(body, "id", None)
+    if body_id is not None and tuple(body_id) != levels:
+        raise BadRequest(f"the id in the body {body_id!r} does not match the id in the route {list(levels)!r}")
 
 
 async def _read_body(model: type[BaseModel]) -> Any:
@@ -104,8 +116,8 @@ _BATCH_PRIVILEGES = {"declare_table": CREATE, "create_table_version": WRITE, "de
 
 def _on_id(privilege: Privilege, parent: bool = False):
     """The namespace or table named by the route's id (its parent namespace when creating it)."""
-    def needs(id: str, **_: str) -> Needs:
-        levels = _levels(id)
+    def needs(id: str, delimiter: str | None = None, **_: str) -> Needs:
+        levels = _levels(id, delimiter)
         return [(privilege, ("lance", *(levels[:-1] if parent else levels)))]
     return needs
 
@@ -336,8 +348,30 @@ async def drop_table(id: str) -> Response:
 @guard(_on_id(WRITE))
 async def create_table_version(id: str) -> Response:
     ident = _table(id)
-    body = await _body(CreateTableVersionRequest, ident)
-    return json_response(version_response(await _catalog().create_table_version(ident, body)))
+    return await _create_version(_catalog(), ident, await _body(CreateTableVersionRequest, ident))
+
+
+async def _create_version(catalog, ident: tuple[str, ...], body: CreateTableVersionRequest) -> Response:
+    return json_response(version_response(await catalog.create_table_version(ident, body)))
+
+
+async def _direct_create_version_needs(coordinator, req, body) -> Needs:
+    return _on_id(WRITE)(req.view_args["id"], _delimiter(req.args))
+
+
+async def _direct_create_version(coordinator, req, body: CreateTableVersionRequest) -> Response:
+    ident = _table(req.view_args["id"], _delimiter(req.args))
+    _same_id(body, ident)
+    return await _create_version(coordinator.lance, ident, body)
+
+
+async def _direct_no_slash_in_the_id(coordinator, req) -> None:
+    no_slash_in_the_id(req.raw_path)
+
+
+# A new version is served without Quart's request machinery (api/direct.py).
+DIRECT = {f"{bp.name}.create_table_version": DirectRoute(CreateTableVersionRequest, _direct_create_version_needs,
+                                                          _direct_create_version, _direct_no_slash_in_the_id)}
 
 
 @bp.post("/v1/table/<id>/version/describe")
