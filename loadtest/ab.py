@@ -2,6 +2,7 @@
 
     python -m loadtest.ab /work/ab-old /work/ab-new                         # 3 rounds, 600 commits/s, 15 s
     python -m loadtest.ab /work/ab-old /work/ab-new --rounds 1 --duration 8 # quick check that it works
+    python -m loadtest.ab /work/ab-old /work/ab-new --rate 0                # closed loop: the peak
 
 Starts one throwaway PostgreSQL (storage.embedded.EmbeddedPostgres) and two services side by side, each
 `python -m api.cli serve` run from its own checkout (cwd and PYTHONPATH = the checkout, so that checkout's code
@@ -39,7 +40,8 @@ FIELDS = (("server_cpu_ms_per_request", "CPU ms/req"), ("server_cpu_ms_per_commi
           ("late", "late"))   # late: due in the window but never started (the service did not keep up)
 
 
-def start_service(name: str, checkout: Path, pg: EmbeddedPostgres, tmp: Path) -> tuple[procs.Child, str]:
+def start_service(name: str, checkout: Path, pg: EmbeddedPostgres, tmp: Path,
+                  log_level: str = "warning") -> tuple[procs.Child, str]:
     """The service from `checkout`, on its own database of `pg`; procs.service builds the command, but it must
     run with cwd = the checkout (procs.Child.launch runs it in this checkout)."""
     db = f"ab_{name.lower()}"
@@ -47,7 +49,7 @@ def start_service(name: str, checkout: Path, pg: EmbeddedPostgres, tmp: Path) ->
     dsn = f"postgresql://coordinator@127.0.0.1:{pg.port}/{db}"
     port = free_port()
     child = procs.service(port, dsn, tmp / name, tmp / f"{name}.log", warehouse=tmp / name / "warehouse",
-                          env={"PYTHONPATH": str(checkout)})
+                          env={"PYTHONPATH": str(checkout)}, extra_args=["--log-level", log_level])
     with open(child.log, "ab") as out:
         child.proc = subprocess.Popen(child.argv, stdout=out, stderr=subprocess.STDOUT, cwd=checkout, env=child.env)
     base = f"http://127.0.0.1:{port}"
@@ -72,9 +74,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--flows", default="iceberg,delta,lance")
     ap.add_argument("--matrix", default="64x1", help="TABLESxWRITERS (one configuration)")
-    ap.add_argument("--rate", type=float, default=600, help="commits/s offered in all (open loop)")
+    ap.add_argument("--rate", type=float, default=600, help="commits/s offered in all (open loop); 0: closed loop "
+                                                             "(each writer commits again when answered: the peak)")
     ap.add_argument("--duration", type=float, default=15, help="seconds per run")
     ap.add_argument("--retry", choices=MODES, default="client")
+    ap.add_argument("--log-level", default="warning", help="the services' log level (info: a line per request, "
+                                                            "as `serve` logs by default)")
     ap.add_argument("--json", type=Path, help="also write every run's row here")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (service logs, warehouses)")
     args = ap.parse_args()
@@ -101,8 +106,8 @@ def main() -> None:
         pg.start()
         for name, c in checkouts.items():
             print(f"starting service {name} from {c} ...", flush=True)
-            services[name] = start_service(name, c, pg, tmp)
-        bench = argparse.Namespace(flows=None, matrix=args.matrix, duration=args.duration, rate=args.rate,
+            services[name] = start_service(name, c, pg, tmp, args.log_level)
+        bench = argparse.Namespace(flows=None, matrix=args.matrix, duration=args.duration, rate=args.rate or None,
                                    retry=args.retry)
         for rnd in range(1, args.rounds + 1):
             for flow in flows:
@@ -141,7 +146,9 @@ def main() -> None:
 def table(rows: list[dict], flows: list[str], args) -> None:
     if not rows:
         return
-    print(f"\n{args.matrix}, {args.rate:g} commits/s offered, {args.duration:g} s per run; A = {args.a}, B = {args.b}\n")
+    load = f"{args.rate:g} commits/s offered" if args.rate else "closed loop"
+    print(f"\n{args.matrix}, {load}, {args.duration:g} s per run, log level "
+          f"{args.log_level}; A = {args.a}, B = {args.b}\n")
     head = ["flow", "round"] + [f"{side} {label}" for _, label in FIELDS for side in "AB"]
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|")
