@@ -66,6 +66,13 @@ def visible(resource: Resource) -> bool:
     return principal is None or principal.may_see(resource)
 
 
+def readable(resource: Resource) -> bool:
+    """Whether the caller may read `resource` (everything, with authentication off): a listing shows what it may
+    see but not read (a table it may only write) by name only."""
+    principal = getattr(g, "principal", None)
+    return principal is None or principal.may(READ, resource)
+
+
 def _credential(req) -> str | None:
     auth = req.headers.get("Authorization")
     if auth is not None:

@@ -7,10 +7,11 @@ import time
 from importlib import resources
 from urllib.parse import unquote
 
-from quart import Response, g, request
+from quart import Response, g, redirect, request
 from quart_trio import QuartTrio
 
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
+from werkzeug.exceptions import NotFound as NoRoute  # werkzeug's: the 404 of a path no route matches
 
 from coordinator.actor import COMMITTED
 from coordinator.errors import CoordinatorError, NotFound, from_storage
@@ -123,10 +124,11 @@ def create_app(coordinator: Coordinator, direct_routes: bool = True) -> QuartTri
         refuse_nul(req.path, req.query_string)
         await enforce()
 
-    async def finish(req, response: Response, request_id: str, started: float | None, rule: str) -> None:
-        """Every answer's metrics, X-Request-Id and log line (Quart's requests and the direct routes')."""
+    async def finish(req, response: Response, request_id: str, started: float | None, rule: str | None) -> None:
+        """Every answer's metrics, X-Request-Id and log line (Quart's requests and the direct routes'); `rule`: the
+        route's (None: no route matched)."""
         elapsed = time.perf_counter() - started if started is not None else 0.0
-        metrics.observe_request(protocol_of(req.path), f"{req.method} {rule}", response.status_code, elapsed)
+        metrics.observe_request(protocol_of(req.path), req.method, rule, response.status_code, elapsed)
         response.headers["X-Request-Id"] = request_id
         await log_request(req, response, request_id, elapsed, coordinator.authority is not None)
 
@@ -134,7 +136,7 @@ def create_app(coordinator: Coordinator, direct_routes: bool = True) -> QuartTri
     async def _finish(response: Response) -> Response:
         req, ctx = request._get_current_object(), g._get_current_object()
         await finish(req, response, getattr(ctx, "request_id", ""), getattr(ctx, "started", None),
-                     req.url_rule.rule if req.url_rule is not None else "unmatched")
+                     req.url_rule.rule if req.url_rule is not None else None)
         return response
 
     @app.errorhandler(HTTPException)
@@ -145,6 +147,15 @@ def create_app(coordinator: Coordinator, direct_routes: bool = True) -> QuartTri
 
     if direct_routes:
         app.direct = DirectRoutes(app, coordinator, DIRECT_ROUTES, super(App, app).__call__, error_answer, finish)
+
+    @app.get("/")
+    @public
+    async def root() -> Response:
+        """A browser pointed at the service (it prefers text/html) is sent to the console; an API client gets the
+        JSON 404 of any path the service does not serve (`*/*` or no Accept header prefers neither)."""
+        if request.accept_mimetypes.best_match(("application/json", "text/html")) == "text/html":
+            return redirect("/ui/")
+        raise NoRoute()
 
     @app.get("/healthz")
     @public

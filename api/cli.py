@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--insecure", action="store_true", default=None,
                    help="allow listening on a non-loopback address without --auth-file "
                         f"{default('insecure')}")
+    s.add_argument("--tls-proxy", action="store_true", default=None,
+                   help="clients come over HTTPS through a proxy that ends TLS: the console's sign-in cookie is "
+                        f"Secure and its form must come from https:// {default('tls_proxy')}")
     h = sub.add_parser("hash-secret", help="hash a client secret for the auth file (reads it from stdin)")
     h.add_argument("--secret", help="the secret (default: read one line from stdin)")
     # Scale-out (docs/cluster.md).
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                                  data_dir=args.data_dir, warehouse=args.warehouse, log_level=args.log_level,
                                  s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
                                  s3_path_style=args.s3_path_style,
-                                 auth_file=args.auth_file, insecure=args.insecure,
+                                 auth_file=args.auth_file, insecure=args.insecure, tls_proxy=args.tls_proxy,
                                  workers=args.workers, cluster=args.cluster, cluster_host=args.cluster_host,
                                  cluster_port=args.cluster_port, cluster_advertise=args.cluster_advertise,
                                  http_fd=args.http_fd)

@@ -1,21 +1,24 @@
 """The web console at /ui/: server-rendered pages over coordinator/console.py, read-only.
 
 With authentication on, a page needs a token: the login form takes a client id and secret (exchanged for a token
-as the token endpoint would) or a token, kept in an HttpOnly cookie; pages then show only the tables that
-token's client may read. The pages' routes are public to the access check (a browser sends no Authorization
-header) and check the cookie themselves.
+as the token endpoint would) or a token, kept in an HttpOnly, SameSite=Strict cookie (and Secure when clients come
+over HTTPS: `tls_proxy`); pages then show only the tables that token's client may read, and the warehouses it
+uses. The form is taken only from the console's own origin (its `Origin`, else its `Referer`), so another site
+cannot sign a browser in as a client of its choosing. The pages' routes are public to the access check (a browser
+sends no Authorization header) and check the cookie themselves.
 """
 
 from __future__ import annotations
 
 from typing import Callable
+from urllib.parse import urlsplit
 from uuid import UUID
 
 from quart import Blueprint, Response, current_app, redirect, render_template, request
 
 from coordinator import console
 from coordinator.auth import Principal, Privilege, Resource
-from coordinator.errors import Unauthorized
+from coordinator.errors import TooManyRequests, Unauthorized, Unavailable
 
 from .access import public
 from .common import json_response
@@ -50,6 +53,10 @@ def _may_read(principal: Principal | None) -> Callable[[Resource], bool]:
     return lambda resource: principal.may(Privilege.READ, resource)
 
 
+def _may_see(principal: Principal | None) -> Callable[[Resource], bool]:
+    return (lambda _: True) if principal is None else principal.may_see
+
+
 def _to_login() -> Response:
     return redirect("/ui/login")
 
@@ -67,8 +74,8 @@ async def home():
         return _to_login()
     coordinator = _coordinator()
     catalogs = await console.catalogs(coordinator.store, _may_read(principal))
-    return await _page("home.html", principal, warehouses=console.warehouses(coordinator.warehouses),
-                       catalogs=catalogs)
+    warehouses = console.warehouses(coordinator.warehouses, _may_see(principal), catalogs)
+    return await _page("home.html", principal, warehouses=warehouses, catalogs=catalogs)
 
 
 @bp.get("/tables/<id>")
@@ -111,6 +118,9 @@ async def login():
         return redirect("/ui/")
     error = None
     if request.method == "POST":
+        if not _from_own_origin():
+            error = "the sign-in form must be sent from this console's own page: open /ui/login and sign in there"
+            return await _page("login.html", None, error=error), 403
         form = await request.form
         token = (form.get("token") or "").strip()
         try:
@@ -120,13 +130,29 @@ async def login():
                     raise Unauthorized("enter a client id and its secret, or a token")
                 token = (await authority.client_credentials(client_id, secret)).access_token
             authority.principal(token)
-        except Unauthorized as exc:
+        except (Unauthorized, TooManyRequests, Unavailable) as exc:
             error = exc.message
         else:
             response = redirect("/ui/")
-            response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/ui")
+            response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/ui",
+                                secure=_scheme() == "https")
             return response
     return await _page("login.html", None, error=error)  # a refused sign-in shows the form again, saying why
+
+
+def _scheme() -> str:
+    """How clients reach the service: https behind a TLS-ending proxy (`tls_proxy`), else as this request came."""
+    return "https" if _coordinator().config.tls_proxy else request.scheme
+
+
+def _from_own_origin() -> bool:
+    """Whether the form was sent by a page of this console (login CSRF): the browser's `Origin`, or, from one that
+    sends none, the `Referer`, names this service as the request reached it (scheme and Host)."""
+    sent = request.headers.get("Origin") or request.headers.get("Referer")
+    if not sent:
+        return False
+    origin = urlsplit(sent)
+    return f"{origin.scheme}://{origin.netloc}" == f"{_scheme()}://{request.host}"
 
 
 @bp.get("/logout")

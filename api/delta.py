@@ -13,7 +13,7 @@ from typing import Any, Awaitable
 from quart import Blueprint, Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
-from coordinator.auth import Privilege
+from coordinator.auth import Privilege, table_securable
 from coordinator.delta import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
                                GetCommitsRequest, MetricsRequest)
 from coordinator.delta.models import (GenerateTemporaryPathCredential, GenerateTemporaryTableCredential,
@@ -24,7 +24,7 @@ from coordinator.errors import (AlreadyExists, BadRequest, CatalogExists, Commit
                                 NoSuchNamespace, NotEmpty, NotFound, OutcomeUnknown, TooManyRequests, Unauthorized,
                                 Unavailable, from_storage)
 
-from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
+from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, readable, visible
 from .common import CommitPart, INT64_MAX, json_response, parse_model, parsed_once, query_flag, read_json, read_model
 from .direct import DirectRoute
 
@@ -35,6 +35,9 @@ bp = Blueprint("delta", __name__, url_prefix="/api/2.1/unity-catalog")
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 MAX_TABLES_PAGE = 50  # UC OSS: `max_results` of listTables is at most 50
+# What a listing shows of a table the caller may not read (it holds another privilege on it): the way to name it,
+# not its columns, location, properties or comment.
+LISTED_ONLY = ("name", "catalog_name", "schema_name", "table_type", "table_id")
 
 
 # -- error translation ---------------------------------------------------------------------------------------
@@ -145,7 +148,13 @@ def _on(privilege: Privilege, *path: str) -> Needs:
 
 
 def _on_full_name(privilege: Privilege, levels: int, kind: str):
-    return lambda full_name: _on(privilege, *split_full_name(full_name, levels, kind))
+    """The schema (2 levels) or table (3) named by the route's full name."""
+    def needs(full_name: str) -> Needs:
+        names = split_full_name(full_name, levels, kind)
+        if kind == "table":
+            return [(privilege, table_securable(("delta", *names[:-1]), names[-1]))]
+        return _on(privilege, *names)
+    return needs
 
 
 def _on_listed(privilege: Privilege, *args: str):
@@ -285,8 +294,12 @@ async def list_tables() -> Response:
     catalog, schema = _required_arg("catalog_name"), _required_arg("schema_name")
     token, size = _page(MAX_TABLES_PAGE)
     items, nxt = await _service().list_tables(catalog, schema, token, size)
-    items = [t for t in items if visible(("delta", catalog, schema, t["name"]))]
-    return _listing("tables", items, nxt)
+    shown = []
+    for info in items:
+        securable = table_securable(("delta", catalog, schema), info["name"])
+        if visible(securable):
+            shown.append(info if readable(securable) else {k: info[k] for k in LISTED_ONLY if k in info})
+    return _listing("tables", shown, nxt)
 
 
 @bp.get("/tables/<full_name>")

@@ -4,8 +4,11 @@ Grants:
 - `client_credentials`: `client_id` and `client_secret` in the form (as pyiceberg and Iceberg's Java client send
   them) or in HTTP Basic auth;
 - token exchange (`urn:ietf:params:oauth:grant-type:token-exchange`): a still-valid token for a fresh one, which
-  is how Iceberg's Java client refreshes before expiry.
-Errors use OAuth's own format: `{"error": ..., "error_description": ...}`.
+  is how Iceberg's Java client refreshes before expiry, until `token_exchange_max_s` after the client last proved
+  its secret; sent with the client's credentials in HTTP Basic (how that client refreshes a token that has
+  expired), the client proves its secret again and the subject token may have expired.
+Errors use OAuth's own format: `{"error": ..., "error_description": ...}`; a client over its rate of secret
+checks hears 429, and every client while too many checks wait, 503 (`temporarily_unavailable`, Retry-After).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from urllib.parse import unquote_plus
 
 from quart import Blueprint, Response, current_app, request
 
-from coordinator.errors import CoordinatorError, Unauthorized
+from coordinator.errors import CoordinatorError, TooManyRequests, Unauthorized, Unavailable
 
 from .access import public
 from .common import json_response
@@ -66,12 +69,18 @@ async def tokens() -> Response:
             subject = form.get("subject_token")
             if not subject:
                 return oauth_error(400, "invalid_request", "subject_token is required")
-            token = authority.issue(authority.principal(subject).name)
+            basic = _basic_credentials()
+            token = (await authority.reauthenticate(subject, *basic) if basic is not None
+                     else authority.exchange(subject))
         else:
             return oauth_error(400, "unsupported_grant_type",
                                f"grant_type must be {CLIENT_CREDENTIALS} or {TOKEN_EXCHANGE}, got {grant!r}")
     except Unauthorized as exc:
         return oauth_error(401, "invalid_client", exc.message)
+    except (TooManyRequests, Unavailable) as exc:
+        response = oauth_error(exc.status, "temporarily_unavailable", exc.message)
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
     except CoordinatorError as exc:
         return oauth_error(exc.status, "invalid_request", exc.message)
     return json_response({"access_token": token.access_token, "token_type": "bearer",

@@ -46,7 +46,8 @@ class CachingMap(QuartMap):
     def __init__(self, rules: Any = None, *args: Any, **kwargs: Any) -> None:
         super().__init__(None, *args, **kwargs)
         # werkzeug's Map keeps its matcher in `_matcher`, with no public way to supply another: replace it before
-        # any rule is added to it.
+        # any rule is added to it. Both are private to werkzeug, which is held to the tested releases for this
+        # (api/dependencies.py).
         self._matcher = CachingMatcher(self._matcher.merge_slashes)
         for rule in rules or ():
             self.add(rule)

@@ -29,6 +29,7 @@ from coordinator.config import Config, ConfigError
 from coordinator.service import Coordinator
 
 from .app import create_app
+from .dependencies import check_tested_versions
 from .transport import use_keep_alive_timer
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,7 @@ def tune_gc() -> None:
 
 def serve(config: Config) -> None:
     """Blocking: start the database (embedded unless configured), then serve until interrupted."""
+    check_tested_versions()
     if config.workers > 1 and config.http_fd is None:
         from .workers import serve_workers
         return serve_workers(config)
@@ -186,6 +188,7 @@ class EmbeddedService:
         self.stop()
 
     def start(self) -> str:
+        check_tested_versions()
         self.coordinator.open()
         self._thread = threading.Thread(target=self._main, name="coordinator-embedded", daemon=True)
         self._thread.start()

@@ -1,5 +1,14 @@
-"""How requests come off the wire: two corrections to quart-trio's defaults, both about bounding what a slow,
-oversized or vanished client can cost (issue 7, "Hostile and broken input").
+"""How requests come off the wire: three corrections to quart-trio's and hypercorn's defaults, all about bounding
+what a slow, oversized or vanished client can cost (issue 7, "Hostile and broken input").
+
+They replace private parts of quart-trio (its ASGI connection's message loop, Quart's request body) and of
+hypercorn (its connection's idle timer), so those libraries are bounded in pyproject.toml to the versions the
+tests pass with, and `api/dependencies.py` refuses others at start. Both of quart-trio's lines are served: 0.12
+(Quart 0.22, Python 3.11+) and 0.13 (Quart 0.23, Python 3.13+), whose body is a queue fed by an awaited `put`
+where 0.12's was a buffer fed by `append`. Neither line's own body or message loop is used here, so both lines
+run the same code; quart-trio 0.13 still cancels the handler on every `http.disconnect` and still answers an
+over-long body before reading it (holding all of a chunked one in memory first), so each correction is still
+needed there (tests/test_transport.py, tests/test_hostile_input.py).
 
 1. `HTTPConnection`: hypercorn reports the end of every request stream to the app as `http.disconnect`, from
    inside the app's own last `send` of the response. quart-trio cancels the handler on `http.disconnect`, so
@@ -24,9 +33,8 @@ import math
 import hypercorn.trio.run
 import hypercorn.trio.tcp_server
 import trio
-from quart.asgi import ASGIHTTPConnection
 from quart_trio.asgi import TrioASGIHTTPConnection
-from quart_trio.wrappers.request import TrioBody, TrioRequest
+from quart_trio.wrappers.request import TrioRequest
 from werkzeug.exceptions import RequestEntityTooLarge
 
 
@@ -34,42 +42,83 @@ class HTTPConnection(TrioASGIHTTPConnection):
     _sending = False
 
     async def handle_messages(self, nursery, request, receive) -> None:  # type: ignore[override]
-        await ASGIHTTPConnection.handle_messages(self, request, receive)
-        if not self._sending:
-            nursery.cancel_scope.cancel()
-        # Otherwise the handler is sending the response; it cancels the nursery itself when that is done.
+        """quart-trio's message loop, feeding `LingeringBody`; a disconnect cancels the handler only if it is not
+        yet sending its response (when it is, it cancels the nursery itself once that is done)."""
+        while True:
+            message = await receive()
+            if message["type"] == "http.request":
+                request.body.receive(message.get("body", b""))
+                if not message.get("more_body", False):
+                    request.body.complete()
+            elif message["type"] == "http.disconnect":
+                if not self._sending:
+                    nursery.cancel_scope.cancel()
+                return
 
     async def _send_response(self, send, response) -> None:
         self._sending = True
         await super()._send_response(send, response)
 
 
-class LingeringBody(TrioBody):
-    """Quart's body, except that going over the limit drops the data and waits for the end of the body (instead
-    of completing at once) before `await body` raises 413."""
+class LingeringBody:
+    """A request body as Quart's `Request.body` is one (awaited whole, or iterated in chunks as they arrive, by the
+    form parser), except that going over the limit drops the data and waits for the end of the body (instead of
+    refusing at once) before raising 413."""
 
     def __init__(self, expected_content_length: int | None, max_content_length: int | None) -> None:
-        super().__init__(expected_content_length, max_content_length)
+        self._limit = max_content_length
+        self._data: bytes | bytearray = bytearray()   # received and not yet taken by an iterating reader
+        self._received = 0
+        self._arrived = trio.Event()   # more data or the end, since an iterating reader last looked
+        self._ended = trio.Event()
         # A Content-Length over the limit is known at once; the refusal waits for the body's end all the same.
-        self._refusal: Exception | None = self._must_raise
-        self._must_raise = None
+        over = expected_content_length is not None and self._limit is not None and expected_content_length > self._limit
+        self._refusal: Exception | None = RequestEntityTooLarge() if over else None
 
-    def append(self, data: bytes) -> None:
-        if not data or self._refusal is not None:
-            return
-        self._data.extend(data)
-        self._has_data.set()
-        if self._max_content_length is not None and len(self._data) > self._max_content_length:
+    def receive(self, data: bytes) -> None:
+        self._received += len(data)
+        if self._refusal is None and self._limit is not None and self._received > self._limit:
             self._refusal = RequestEntityTooLarge()
-            self._data.clear()
+            self._data = bytearray()
+        if self._refusal is None:
+            self._data += data
+        self._arrived.set()
 
-    def set_complete(self) -> None:
-        self._must_raise = self._refusal
-        super().set_complete()
+    def complete(self) -> None:
+        self._data = bytes(self._data)   # so that each `await body` returns it without a copy
+        self._ended.set()
+        self._arrived.set()
+
+    def __await__(self):
+        return self._whole().__await__()
+
+    async def _whole(self) -> bytes:
+        await self._ended.wait()
+        if self._refusal is not None:
+            raise self._refusal
+        return bytes(self._data)
+
+    def __aiter__(self) -> LingeringBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while not self._data and not self._ended.is_set():
+            await self._arrived.wait()
+            self._arrived = trio.Event()
+        if self._refusal is not None:
+            raise self._refusal
+        if not self._data:
+            raise StopAsyncIteration
+        chunk, self._data = bytes(self._data), b""
+        return chunk
+
+    def clear(self) -> None:
+        """`get_data(cache=False)`: the body is not kept once read."""
+        self._data = b""
 
 
 class Request(TrioRequest):
-    body_class = LingeringBody
+    body_class = LingeringBody  # type: ignore[assignment]
 
 
 class KeepAliveTimer:

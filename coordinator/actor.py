@@ -408,8 +408,11 @@ class TableActor:
             except CoordinatorError as exc:
                 error = exc
             except Exception as exc:
+                # Not one of the errors commit.write raises to say what happened: it may come after the store
+                # applied the commit, so "not applied" (Unavailable) would be a guess. The table is reloaded.
                 log.exception("writing table %s failed", self.table_id)
-                error = Unavailable(f"could not write table {self.table_id}: {exc}")
+                error = OutcomeUnknown(f"writing table {self.table_id} failed unexpectedly ({exc}); whether it "
+                                       f"applied is unknown")
         applied = error is None or isinstance(error, Unpublished)
         if isinstance(error, OutcomeUnknown):
             log.error("outcome unknown for %d requests on table %s: %s", len(seg.requests), self.table_id, error)

@@ -1,13 +1,17 @@
 """Who may do what: clients, roles and grants from the auth file; hashed secrets; signed bearer tokens.
 
-Format-neutral. A securable is a path of names, outermost first, and a grant on a path covers everything below
-it (privileges are inherited downward):
+Format-neutral. A securable is a path of names, outermost first. A container's path (a catalog, a namespace, a
+schema) is its names; a table's (or view's) path is its container's path and then its name as a `Table`, never
+equal to a container's name, so that a table and a namespace of the same dotted name (`sales.orders`) are two
+securables, neither within the other:
 
-    ("iceberg", prefix, *namespace levels, table)     Iceberg; the catalog with no prefix is ""
-    ("delta", catalog, schema, table)                 Unity Catalog
-    ("lance", *namespace levels, table)               Lance Namespace
+    ("iceberg", prefix, *namespace levels, Table(name))    Iceberg; the catalog with no prefix is ""
+    ("delta", catalog, schema, Table(name))                Unity Catalog
+    ("lance", *namespace levels, Table(name))              Lance Namespace
 
-The auth file (TOML) names clients, their hashed secrets and roles, and what each role is granted::
+A grant on a container covers everything below it (privileges are inherited downward); a grant on a table covers
+that table only. The auth file (TOML) names clients, their hashed secrets and roles, and what each role is
+granted; a grant names a container (`on`) or a table (`table`), never both::
 
     token_ttl_s = 3600
     [[clients]]
@@ -16,9 +20,13 @@ The auth file (TOML) names clients, their hashed secrets and roles, and what eac
     roles = ["writer"]
     [roles.writer]
     grants = [{ on = "iceberg//sales", privileges = ["read", "write", "create"] },
-              { on = "delta/main", privileges = ["read", "write"] }]
+              { table = "delta/main/default/orders", privileges = ["read"] }]
 
-`on` is a `/`-separated path ("*" is everything); a segment may be percent-encoded (`%2F`).
+Paths are `/`-separated ("*" is everything); a segment may be percent-encoded (`%2F`).
+
+Tokens name their client (`sub`) and the generation of its secret (`gen`, a digest of the stored hash), so
+giving a client a new secret revokes every token it was issued; a token exchange keeps the time the client last
+proved its secret (`auth_time`), and refuses to go on past `token_exchange_max_s` from then.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import enum
 import functools
 import hashlib
 import hmac
+import math
 import secrets
 import time
 import tomllib
@@ -42,9 +51,27 @@ import jwt
 import trio
 
 from .config import ConfigError
-from .errors import Forbidden, InvalidClient, Unauthorized
+from .errors import Forbidden, InvalidClient, TooManyRequests, Unauthorized, Unavailable
 
-Resource = tuple[str, ...]
+
+@dataclass(frozen=True)
+class Table:
+    """The last segment of a table's (or an Iceberg view's) securable: unequal to any container's name."""
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+Resource = tuple[str | Table, ...]
+FORMATS = ("iceberg", "delta", "lance")
+
+
+def table_securable(container: Resource, name: str) -> Resource:
+    """The securable of table (or view) `name` in `container`."""
+    return (*container, Table(name))
+
+
 ISSUER = "commit-coordinator"
 # Who sends the request being served (api/access.py sets it once a token is verified), for what records its maker:
 # Unity Catalog's owner / created_by / updated_by. Without authentication everyone is anonymous.
@@ -80,8 +107,8 @@ class Principal:
         return any(g.allows(privilege, resource) for g in self.grants)
 
     def may_see(self, resource: Resource) -> bool:
-        """Whether a listing shows `resource`: the caller may read it, or holds a grant on something within it
-        (so that it can find its way down to what it was granted)."""
+        """Whether a listing shows `resource`: the caller may read it, or holds a grant on it or on something within
+        it (so that it can find its way down to what it was granted)."""
         return self.may(Privilege.READ, resource) or any(g.path[:len(resource)] == resource for g in self.grants)
 
 
@@ -129,10 +156,40 @@ def parse_path(on: str) -> Resource:
     return tuple(unquote(s) for s in on.split("/"))
 
 
+# Where a table's name sits in each format's path: at least this many segments, the format's own name included
+# (Iceberg: format, prefix, a namespace level, the name; Unity Catalog exactly that many: catalog and schema).
+_TABLE_DEPTH = {"iceberg": 4, "delta": 4, "lance": 2}
+TABLE_SHAPES = "iceberg/<prefix>/<namespace levels>/<name>, delta/<catalog>/<schema>/<name>, lance/<namespace levels>/<name>"
+
+
+def parse_grant(spec: Any) -> Resource:
+    """The securable a grant of the auth file names: a container (`on`: a path, or "*") or a table (`table`)."""
+    if not isinstance(spec, dict) or ("on" in spec) == ("table" in spec):
+        raise ValueError("a grant names a container (`on`) or a table (`table`), one of the two")
+    raw = spec.get("on", spec.get("table"))
+    if not isinstance(raw, str) or not raw:
+        raise ValueError("the path must be a non-empty string")
+    path = parse_path(raw)
+    if path and path[0] not in FORMATS:
+        raise ValueError(f"a path starts with the format ({', '.join(FORMATS)}) or is \"*\", got {raw!r}")
+    if "table" in spec:
+        depth = _TABLE_DEPTH[path[0]] if path else 0
+        if not path or len(path) < depth or (path[0] == "delta" and len(path) != depth):
+            raise ValueError(f"table {raw!r} names no table: tables are {TABLE_SHAPES}")
+        return table_securable(path[:-1], path[-1])
+    if path and path[0] == "delta" and len(path) >= _TABLE_DEPTH["delta"]:
+        raise ValueError(f"on = {raw!r} is below a Unity Catalog schema: name a table with `table = {raw!r}`")
+    return path
+
+
 @dataclass
 class AuthConfig:
     clients: dict[str, Client] = field(default_factory=dict)
     token_ttl_s: int = 3600
+    # A token exchange (a client refreshing its token) is answered until this long after the client last proved
+    # its secret; then the client proves it again (client_credentials), so a token taken once cannot be renewed
+    # forever.
+    token_exchange_max_s: int = 8 * 3600
     signing_key: bytes | None = None   # None: the service keeps one in its database (shared by all members)
 
     @classmethod
@@ -156,10 +213,11 @@ class AuthConfig:
             for i, g in enumerate(spec.get("grants", [])):
                 try:
                     privileges = frozenset(Privilege(p) for p in g["privileges"])
-                    grants.append(Grant(parse_path(g["on"]), privileges))
+                    grants.append(Grant(parse_grant(g), privileges))
                 except (KeyError, ValueError, TypeError) as exc:
-                    raise ConfigError(f"{source}: roles.{role}.grants[{i}] needs `on` (a path) and `privileges` "
-                                     f"(of {', '.join(p.value for p in Privilege)}): {exc}") from None
+                    raise ConfigError(f"{source}: roles.{role}.grants[{i}] needs `on` (a container's path) or "
+                                     f"`table` (a table's), and `privileges` (of "
+                                     f"{', '.join(p.value for p in Privilege)}): {exc}") from None
             roles[role] = tuple(grants)
         clients = {}
         for i, c in enumerate(raw.get("clients", [])):
@@ -175,7 +233,8 @@ class AuthConfig:
             grants = tuple(g for r in c.get("roles", []) for g in roles[r])
             clients[c["id"]] = Client(c["id"], c["secret"], Principal(c["id"], tuple(c.get("roles", [])), grants))
         key = raw.get("signing_key")
-        return cls(clients=clients, token_ttl_s=int(raw.get("token_ttl_s", 3600)),
+        return cls(clients=clients, token_ttl_s=int(raw.get("token_ttl_s", cls.token_ttl_s)),
+                   token_exchange_max_s=int(raw.get("token_exchange_max_s", cls.token_exchange_max_s)),
                    signing_key=key.encode() if key else None)
 
 
@@ -191,54 +250,86 @@ class Token:
 class Authority:
     """Issues tokens to clients that prove their secret, and turns a presented token into a Principal."""
 
-    def __init__(self, config: AuthConfig, signing_key: bytes):
+    def __init__(self, config: AuthConfig, signing_key: bytes, throttle: Throttle):
         self.config = config
         self._key = signing_key
-        # scrypt takes ~50 ms of a core: at most two at a time, off the event loop.
-        self._hashing = trio.CapacityLimiter(2)
+        self._throttle = throttle
+        # The generation of each client's secret, which its tokens carry (`gen`): a new secret, a new generation,
+        # and the tokens of the old one are refused. Keyed with the signing key, so a token tells nothing of the
+        # stored hash.
+        self._generations = {c.id: hmac.new(signing_key, c.secret_hash.encode(), "sha256").hexdigest()[:16]
+                             for c in config.clients.values()}
         # token -> (principal, expiry): checking a token costs ~0.1 ms of CPU, and every request presents one.
         self._verified: dict[str, tuple[Principal, int]] = {}
 
     async def client_credentials(self, client_id: str, secret: str) -> Token:
+        """A token for a client that proves its secret (the token endpoint's client_credentials, the console's
+        sign-in): throttled per client (TooManyRequests) and by how many checks wait (Unavailable)."""
         client = self.config.clients.get(client_id)
         # Verify even for an unknown client so that timing does not tell which ids exist.
         stored = client.secret_hash if client else _dummy_hash()
-        ok = await trio.to_thread.run_sync(verify_secret, secret, stored, limiter=self._hashing)
+        ok = await self._throttle.run(client_id, verify_secret, secret, stored)
         if client is None or not ok:
             raise InvalidClient("invalid client id or secret")
-        return self.issue(client.id)
+        return self._issue(client.id, auth_time=int(time.time()))
 
-    def issue(self, subject: str) -> Token:
+    def exchange(self, subject_token: str) -> Token:
+        """RFC 8693 token exchange, how clients refresh: a fresh token for the same client, expiring no later than
+        `token_exchange_max_s` after the client last proved its secret; past that, the client proves it again."""
+        claims = self._claims(subject_token)
+        auth_time = int(claims["auth_time"])
+        until = auth_time + self.config.token_exchange_max_s
+        if until <= time.time():
+            raise Unauthorized(f"the session began more than token_exchange_max_s ({self.config.token_exchange_max_s}"
+                               f" s) ago: authenticate with the client's secret (grant_type=client_credentials)")
+        return self._issue(claims["sub"], auth_time=auth_time, until=until)
+
+    async def reauthenticate(self, subject_token: str, client_id: str, secret: str) -> Token:
+        """A token exchange sent with the client's own credentials (HTTP Basic), as Iceberg's Java client refreshes
+        a token that has already expired: the subject token must be one this service issued to that client
+        (expired or not), and the client proves its secret again."""
+        claims = self._claims(subject_token, expired_too=True)
+        if claims["sub"] != client_id:
+            raise InvalidClient("the subject token was issued to another client")
+        return await self.client_credentials(client_id, secret)
+
+    def _issue(self, subject: str, *, auth_time: int, until: float | None = None) -> Token:
         now = int(time.time())
-        ttl = self.config.token_ttl_s
-        claims = {"iss": ISSUER, "sub": subject, "iat": now, "exp": now + ttl, "jti": uuid.uuid4().hex}
-        return Token(jwt.encode(claims, self._key, algorithm="HS256"), ttl)
+        expires = now + self.config.token_ttl_s if until is None else min(now + self.config.token_ttl_s, int(until))
+        claims = {"iss": ISSUER, "sub": subject, "gen": self._generations[subject], "auth_time": auth_time,
+                  "iat": now, "exp": expires, "jti": uuid.uuid4().hex}
+        return Token(jwt.encode(claims, self._key, algorithm="HS256"), expires - now)
 
     def principal(self, token: str) -> Principal:
         """The token's principal. A token verified before is trusted until it expires: the signing key and the
-        clients do not change while the service runs, so verifying it again would give the same answer."""
+        clients (their grants, the generations of their secrets) do not change while the service runs, so
+        verifying it again would give the same answer."""
         known = self._verified.get(token)
         if known is not None and time.time() < known[1]:
             return known[0]
-        principal, expires = self._verify(token)
+        claims = self._claims(token)
+        principal, expires = self.config.clients[claims["sub"]].principal, int(claims["exp"])
         if len(self._verified) >= VERIFIED_TOKENS_MAX:
             del self._verified[next(iter(self._verified))]  # the oldest
         self._verified[token] = (principal, expires)
         return principal
 
-    def _verify(self, token: str) -> tuple[Principal, int]:
+    def _claims(self, token: str, *, expired_too: bool = False) -> dict[str, Any]:
+        """The claims of a token this service issued to a client still configured, with its current secret."""
         try:
             claims = jwt.decode(token, self._key, algorithms=["HS256"], issuer=ISSUER,
-                                options={"require": ["exp", "sub", "iss"]})
+                                options={"require": ["exp", "sub", "iss"], "verify_exp": not expired_too})
         except jwt.ExpiredSignatureError:
             raise Unauthorized("the token has expired: get a new one from /v1/oauth/tokens") from None
         except jwt.InvalidTokenError:
             raise Unauthorized("the bearer token is not one this service issued (or it was altered): get a token "
                                "from POST /v1/oauth/tokens with grant_type=client_credentials") from None
-        client = self.config.clients.get(claims["sub"])
-        if client is None:
+        if claims["sub"] not in self.config.clients:
             raise Unauthorized(f"client {claims['sub']!r} is no longer configured")
-        return client.principal, int(claims["exp"])  # as PyJWT read it to check expiry
+        if claims.get("gen") != self._generations[claims["sub"]]:
+            raise Unauthorized("the token was revoked: its client was given a new secret since (or an older version "
+                               "of this service issued it); get a new one from POST /v1/oauth/tokens")
+        return claims
 
     @staticmethod
     def check(principal: Principal, needs: Iterable[tuple[Privilege, Resource]]) -> None:
@@ -247,8 +338,45 @@ class Authority:
                 raise Forbidden(f"{principal.name} lacks {privilege.value} on {format_path(resource)}")
 
 
+class Throttle:
+    """The secret checks of the public token endpoints (scrypt: ~50 ms of a core each, on purpose), bounded so
+    that nobody can queue unbounded work or guess fast: per client id a token bucket (`burst` checks at once, then
+    `per_s` a second), and at most `queue_max` checks waiting for the two hashing threads. Beyond either the
+    caller hears at once that it must wait: TooManyRequests (its own rate) or Unavailable (everyone's).
+
+    Any id a caller names gets its own bucket, an unknown one too (one shared by unknown ids would tell which ids
+    exist, by which answer 429 first); the buckets least recently used beyond BUCKETS_MAX are forgotten, so they
+    take bounded memory, and cycling through that many ids to refill one costs as many checks."""
+
+    THREADS = 2
+    BUCKETS_MAX = 4096
+
+    def __init__(self, per_s: float, burst: int, queue_max: int):
+        self.per_s, self.burst, self.queue_max = per_s, burst, queue_max
+        self._hashing = trio.CapacityLimiter(self.THREADS)
+        self._buckets: dict[str, tuple[float, float]] = {}   # client id -> (tokens, when counted), oldest first
+
+    async def run(self, client_id: str, fn, *args):
+        """`fn(*args)` on a hashing thread, if `client_id` has a check left and the queue has room."""
+        now = time.monotonic()
+        tokens, at = self._buckets.pop(client_id, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) * self.per_s)
+        self._buckets[client_id] = (tokens, now)   # now the most recently used: last
+        if len(self._buckets) > self.BUCKETS_MAX:
+            del self._buckets[next(iter(self._buckets))]
+        if tokens < 1:
+            raise TooManyRequests(f"too many token requests for this client: at most {self.per_s:g} a second",
+                                  retry_after_s=math.ceil((1 - tokens) / self.per_s))
+        if self._hashing.statistics().tasks_waiting >= self.queue_max:
+            raise Unavailable("too many token requests are waiting for their secret to be checked: retry shortly")
+        self._buckets[client_id] = (tokens - 1, now)
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._hashing)
+
+
 def format_path(resource: Resource) -> str:
-    return "/".join(resource) or "*"
+    """A securable as the auth file names it: `*`, a container's path, or `table <path>`."""
+    path = "/".join(map(str, resource)) or "*"
+    return f"table {path}" if resource and isinstance(resource[-1], Table) else path
 
 
 def new_signing_key() -> bytes:

@@ -48,6 +48,15 @@ class Config:
     # refuses to start unless `insecure` is set.
     auth_file: Path | None = None
     insecure: bool = False
+    # The token endpoint and the console's sign-in check a client's secret (scrypt, ~50 ms of a core each, on
+    # purpose): per client id at most `token_requests_burst` at once and then `token_requests_per_s` a second
+    # (429 beyond), and at most `token_requests_queued` checks waiting for a core (503 beyond).
+    token_requests_per_s: float = 10.0
+    token_requests_burst: int = 20
+    token_requests_queued: int = 32
+    # Clients reach the service over HTTPS through a proxy that ends TLS (the service itself speaks plain HTTP):
+    # the console's sign-in cookie is then marked Secure, so a browser never sends it over plain HTTP.
+    tls_proxy: bool = False
 
     # Table actors
     mailbox_size: int = 256          # requests queued per table before 503 + Retry-After
@@ -61,6 +70,14 @@ class Config:
     # be a writer's own final name, handed in as manifest_path, whose version/create is still on its way.
     lance_unrecorded_grace_s: float = 60.0
     delta_commits_page_size: int = 100        # most commits one GET commits answer returns
+
+    # Metrics reports (Iceberg's `POST .../tables/{table}/metrics`, Unity Catalog's `/delta/metrics`): kept for
+    # observability, never read on the commit path, and bounded, since a client that may only read a table may
+    # send them: a larger report is refused (400), a table keeps its newest `metrics_reports_per_table`, and a
+    # report is deleted `metrics_report_retain_s` after it came.
+    metrics_report_max_bytes: int = 64 * 1024
+    metrics_reports_per_table: int = 100
+    metrics_report_retain_s: float = 7 * 24 * 3600.0
 
     # Storage
     db_pool_size: int = 4

@@ -16,7 +16,7 @@ from uuid import UUID
 from storage.interface import Store
 from storage.records import NAMESPACE_SEP, TableRow
 
-from .auth import Resource
+from .auth import Resource, table_securable
 from .warehouses import Warehouses
 
 # (realm in the store, format shown, securable's first level): where each protocol keeps its tables' names.
@@ -61,9 +61,14 @@ class HistoryEntry:
     summary: str
 
 
-def warehouses(known: Warehouses) -> list[Warehouse]:
-    """The warehouses the service writes tables under: the default one first."""
-    return [Warehouse(w.name, w.location) for w in known.all()]
+def warehouses(known: Warehouses, may_see: Callable[[Resource], bool], shown: list[Catalog]) -> list[Warehouse]:
+    """The warehouses the service writes tables under that the caller uses, the default one first: those whose
+    Iceberg catalog (the warehouse's name is its prefix; the default one's is "") it holds a grant in, and those
+    holding a table it may read (`shown`, from `catalogs`)."""
+    locations = [t.location for c in shown for tables in c.namespaces.values() for t in tables if t.location]
+    holding = {w.name for w in map(known.containing, locations) if w is not None}
+    return [Warehouse(w.name, w.location) for w in known.all()
+            if w.name in holding or may_see(("iceberg", "" if w is known.default else w.name))]
 
 
 def securable(row: TableRow) -> Resource:
@@ -71,7 +76,7 @@ def securable(row: TableRow) -> Resource:
     levels = row.namespace.split(NAMESPACE_SEP) if row.namespace else []
     first = next(s for realm, _, s in REALMS if realm == row.realm)
     catalog = () if row.realm == "lance" else (row.catalog,)
-    return (first, *catalog, *levels, row.name)
+    return table_securable((first, *catalog, *levels), row.name)
 
 
 def _entry(row: TableRow, fmt: str) -> TableEntry:

@@ -188,6 +188,10 @@ class VersionPublished(CommitConflict):
 class TooManyRequests(CoordinatorError):
     status = 429
 
+    def __init__(self, message: str, *, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
 
 class Unavailable(CoordinatorError):
     """Known not applied, safe to retry: full mailbox, database down before the write began, owner moving."""
@@ -233,16 +237,29 @@ class DuplicateRequest(CoordinatorError):
         self.key = key
 
 
+# What each error of the store and the file IO means for a client: every class of storage/errors.py is named here
+# on purpose (tests/test_grant_reach_auth.py checks that none is left out), so that a new one cannot quietly take
+# its parent's meaning or a guess. The first class of the error's MRO found here wins.
+STORAGE_MEANINGS: dict[type[storage_errors.StorageError], type[CoordinatorError]] = {
+    storage_errors.StoreUnavailable: Unavailable,       # known not applied
+    storage_errors.DatabaseUnreachable: Unavailable,    # at start-up: nothing was asked of it
+    storage_errors.OutcomeLost: OutcomeUnknown,
+    storage_errors.NamespaceMissing: NoSuchNamespace,
+    storage_errors.NamespaceExists: NamespaceExists,
+    storage_errors.NamespaceRefilled: NamespaceRefilled,
+    storage_errors.NamespaceNotEmpty: NamespaceNotEmpty,
+    storage_errors.FileMissing: NotFound,
+    storage_errors.FileRefused: BadRequest,
+    storage_errors.FileTaken: BadRequest,
+    # A storage error no class above describes says nothing of whether a write applied.
+    storage_errors.StorageError: OutcomeUnknown,
+}
+
+
 def from_storage(exc: BaseException) -> BaseException:
     """The coordinator's error for what the store or the file IO raised (anything else as it is): the one place
     where storage's errors get their meaning for clients."""
-    s = storage_errors
-    if not isinstance(exc, s.StorageError):
+    if not isinstance(exc, storage_errors.StorageError):
         return exc
-    mapped = {s.StoreUnavailable: Unavailable, s.OutcomeLost: OutcomeUnknown, s.NamespaceMissing: NoSuchNamespace,
-              s.NamespaceExists: NamespaceExists, s.NamespaceRefilled: NamespaceRefilled,
-              s.NamespaceNotEmpty: NamespaceNotEmpty, s.FileMissing: NotFound, s.FileRefused: BadRequest}
-    for storage_class in type(exc).__mro__:
-        if storage_class in mapped:
-            return mapped[storage_class](exc.message)
-    return Unavailable(exc.message)
+    meaning = next(STORAGE_MEANINGS[c] for c in type(exc).__mro__ if c in STORAGE_MEANINGS)
+    return meaning(exc.message)

@@ -25,7 +25,7 @@ from typing import Awaitable, Callable, TypeVar
 import orjson
 import trio
 
-from storage.errors import StorageError, StoreUnavailable
+from storage.errors import StoreUnavailable
 from storage.records import IdempotencyRecord
 
 from . import errors
@@ -168,13 +168,3 @@ class Idempotency:
             await self.store.put_idempotency(IdempotencyRecord(key, route, status, body))
         except (Unavailable, StoreUnavailable) as exc:  # the error answer stands; a retry will simply run again
             log.warning("could not record idempotent error answer: %s", exc)
-
-    async def purge_forever(self, every_s: float = 300.0) -> None:
-        while True:
-            await trio.sleep(every_s)
-            try:
-                n = await self.store.purge_idempotency(RETAIN_S)
-                if n:
-                    log.info("purged %d expired idempotency keys", n)
-            except (CoordinatorError, StorageError) as exc:
-                log.warning("idempotency purge failed: %s", exc)

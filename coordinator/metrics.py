@@ -21,6 +21,12 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # answer was lost: it may or may not have applied).
 OUTCOMES = ("applied", "conflict", "rejected", "unknown")
 FORMATS = ("iceberg", "delta", "lance")
+# Every label value of a request's series comes from a closed set: a client picks the method token (HTTP allows
+# any token, and h11 takes one of up to 64 KiB) and the path, and each new label value would be a new series kept
+# in memory and in every scrape for the life of the process. The route is the matched rule's pattern (or
+# "unmatched"), the protocol one of api.common.protocol_of's names, the status its class; the method is one of
+# these, or "other".
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 # HELP of the figures sampled at scrape time, by metric name. A name missing here is a programming error.
 SAMPLED_HELP = {
@@ -71,9 +77,11 @@ class Metrics:
         self._latency_by_route: dict[tuple[str, str, int], Any] = {}
         self.registry.register(self)
 
-    def observe_request(self, protocol: str, route: str, status: int, seconds: float) -> None:
+    def observe_request(self, protocol: str, method: str, rule: str | None, status: int, seconds: float) -> None:
+        """One request: `rule` is the pattern of the route that matched it (None: none did)."""
         # One histogram child per (protocol, route, status class), looked up here rather than through
         # `labels()`, which validates and locks on every request.
+        route = f"{method if method in METHODS else 'other'} {rule or 'unmatched'}"
         key = (protocol, route, status // 100)
         child = self._latency_by_route.get(key)
         if child is None:

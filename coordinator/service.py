@@ -6,18 +6,20 @@ The HTTP layer (`api/`) holds one of these and calls the catalogs; tests and emb
 from __future__ import annotations
 
 import logging
+from typing import Awaitable, Callable
 
 import trio
 
 from storage.embedded import EmbeddedPostgres
 from storage.files import FileIO
-from storage.errors import DatabaseUnreachable
+from storage.errors import DatabaseUnreachable, StorageError
 from storage.owner import DatabaseInUse
 from storage.postgres import APPLICATION_NAME, PostgresStore
 
-from .auth import AuthConfig, Authority, new_signing_key
+from .auth import AuthConfig, Authority, Throttle, new_signing_key
 from .config import Config, ConfigError
-from .idempotency import Idempotency
+from .errors import CoordinatorError
+from .idempotency import RETAIN_S, Idempotency
 from .metrics import Metrics
 from .registry import Registry
 
@@ -85,11 +87,29 @@ class Coordinator:
         """Runs the actors (and background jobs) until cancelled."""
         if self.auth is not None:
             key = self.auth.signing_key or await self.store.signing_key(new_signing_key())
-            self.authority = Authority(self.auth, key)
+            c = self.config
+            self.authority = Authority(self.auth, key, Throttle(c.token_requests_per_s, c.token_requests_burst,
+                                                                c.token_requests_queued))
         await self.warehouses.load()
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registry.run)
             if self.cluster is not None:
                 await nursery.start(self.cluster.run)
-            nursery.start_soon(self.idempotency.purge_forever)
+            nursery.start_soon(_expire_forever, "idempotency keys",
+                               lambda: self.store.purge_idempotency(RETAIN_S))
+            retain_s = self.config.metrics_report_retain_s
+            nursery.start_soon(_expire_forever, "metrics reports", lambda: self.store.purge_reports(retain_s),
+                               min(300.0, retain_s / 2))
             task_status.started(self)
+
+
+async def _expire_forever(what: str, purge: Callable[[], Awaitable[int]], every_s: float = 300.0) -> None:
+    """Every `every_s`, delete the rows of `what` that have expired (`purge` returns how many)."""
+    while True:
+        await trio.sleep(every_s)
+        try:
+            n = await purge()
+            if n:
+                log.info("deleted %d expired %s", n, what)
+        except (CoordinatorError, StorageError) as exc:
+            log.warning("deleting expired %s failed: %s", what, exc)

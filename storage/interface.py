@@ -61,15 +61,18 @@ class TableRows(Protocol):
         """How many entries below version `below` lie in one of the [start, end) `ranges` (end < 0: through the
         latest) and in none of the `excluding` ranges."""
 
-    # Metric reports kept beside a table (format-named for now).
-    async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict) -> None:
-        """Keep an Iceberg metrics report."""
+    # Metric reports kept beside a table (format-named for now), each table's newest `keep` of each kind.
+    async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict, keep: int) -> None:
+        """Keep an Iceberg metrics report, and the table's newest `keep` (this one among them)."""
 
-    async def add_delta_report(self, table_id: UUID, commit_version: int, report: dict) -> None:
-        """Keep a Delta commit report, only while the table's row exists."""
+    async def add_delta_report(self, table_id: UUID, commit_version: int, report: dict, keep: int) -> None:
+        """Keep a Delta commit report, only while the table's row exists, and the table's newest `keep`."""
 
     async def delete_delta_reports(self, table_id: UUID) -> None:
         """Forget a table's Delta commit reports."""
+
+    async def purge_reports(self, older_than_s: float) -> int:
+        """Forget every report older than `older_than_s`; returns how many."""
 
 
 class Namespaces(Protocol):

@@ -52,6 +52,15 @@ def without_password(dsn: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+REPORT_TABLES = ("iceberg_metric_reports", "delta_commit_metrics")
+
+
+async def _keep_newest_reports(con: asyncpg.Connection, table: str, table_id: UUID, keep: int) -> None:
+    """Delete the table's reports beyond its newest `keep` (by `seq`, the order they came in)."""
+    await con.execute(f"DELETE FROM {table} WHERE table_id = $1 AND seq <= (SELECT seq FROM {table}"
+                      f" WHERE table_id = $1 ORDER BY seq DESC OFFSET $2 LIMIT 1)", table_id, keep)
+
+
 class PostgresStore:
     """The coordinator's system of record. All methods are awaited from trio; work runs on the asyncio thread."""
 
@@ -356,19 +365,36 @@ class PostgresStore:
             table_id, below, [s for s, _ in ranges], [e for _, e in ranges], [s for s, _ in excluding],
             [e for _, e in excluding]))
 
-    async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict) -> None:
-        await self._call(lambda con: con.execute(
-            "INSERT INTO iceberg_metric_reports (table_id, report_type, report) VALUES ($1,$2,$3)",
-            table_id, report_type, report))
+    async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict, keep: int) -> None:
+        async def q(con):
+            async with con.transaction():
+                await con.execute("INSERT INTO iceberg_metric_reports (table_id, report_type, report)"
+                                  " VALUES ($1,$2,$3)", table_id, report_type, report)
+                await _keep_newest_reports(con, "iceberg_metric_reports", table_id, keep)
+        await self._call(q)
 
-    async def add_delta_report(self, table_id: UUID, commit_version: int, report: dict) -> None:
+    async def add_delta_report(self, table_id: UUID, commit_version: int, report: dict, keep: int) -> None:
         """Kept only while the table exists (a report racing a drop is dropped with it)."""
-        await self._call(lambda con: con.execute(
-            "INSERT INTO delta_commit_metrics (table_id, commit_version, report) SELECT $1, $2, $3"
-            " WHERE EXISTS (SELECT 1 FROM tables WHERE table_id = $1)", table_id, commit_version, report))
+        async def q(con):
+            async with con.transaction():
+                await con.execute(
+                    "INSERT INTO delta_commit_metrics (table_id, commit_version, report) SELECT $1, $2, $3"
+                    " WHERE EXISTS (SELECT 1 FROM tables WHERE table_id = $1)", table_id, commit_version, report)
+                await _keep_newest_reports(con, "delta_commit_metrics", table_id, keep)
+        await self._call(q)
 
     async def delete_delta_reports(self, table_id: UUID) -> None:
         await self._call(lambda con: con.execute("DELETE FROM delta_commit_metrics WHERE table_id=$1", table_id))
+
+    async def purge_reports(self, older_than_s: float) -> int:
+        async def q(con):
+            deleted = 0
+            for table in REPORT_TABLES:
+                status = await con.execute(f"DELETE FROM {table} WHERE created_at < now() - make_interval(secs => $1)",
+                                           older_than_s)
+                deleted += int(status.split()[-1])
+            return deleted
+        return await self._call(q)
 
     # -- idempotency ---------------------------------------------------------------------------------------
 

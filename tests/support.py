@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -121,16 +122,18 @@ uuid7 = new_key  # a UUIDv7 string, as Iceberg's Idempotency-Key requires
 # -- authentication: an auth file for tests, and tokens from the service's own token endpoint ---------------------
 
 
-def write_auth_file(path: Path, clients: dict[str, tuple[str, list[tuple[str, list[str]]]]],
-                    token_ttl_s: int = 3600) -> Path:
-    """`clients`: id -> (secret, [(on, privileges), ...]); each client gets a role of its own."""
+def write_auth_file(path: Path, clients: dict[str, tuple[str, list[tuple[str, list[str]] | dict]]],
+                    token_ttl_s: int = 3600, **settings) -> Path:
+    """`clients`: id -> (secret, grants), each grant `(on, privileges)` (a container's) or a dict as the file
+    spells it (`{"table": path, "privileges": [...]}`); each client gets a role of its own. `settings` are more
+    top-level keys (`token_exchange_max_s`)."""
     from coordinator.auth import hash_secret
-    lines = [f"token_ttl_s = {token_ttl_s}"]
+    lines = [f"token_ttl_s = {token_ttl_s}", *(f"{k} = {json.dumps(v)}" for k, v in settings.items())]
     for cid, (secret, grants) in clients.items():
         lines += ["[[clients]]", f'id = "{cid}"', f'secret = "{hash_secret(secret)}"', f'roles = ["{cid}"]']
     for cid, (_, grants) in clients.items():
-        body = ", ".join(f'{{ on = "{on}", privileges = {privileges!r} }}'.replace("'", '"')
-                         for on, privileges in grants)
+        specs = [g if isinstance(g, dict) else {"on": g[0], "privileges": g[1]} for g in grants]
+        body = ", ".join("{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in spec.items()) + " }" for spec in specs)
         lines += [f"[roles.{cid}]", f"grants = [{body}]"]
     path.write_text("\n".join(lines) + "\n")
     return path

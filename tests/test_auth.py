@@ -36,8 +36,9 @@ CLIENTS = {
     "updater": ("updater-secret", [("iceberg//db", ["read", "write"]), ("lance/db", ["read", "create"])]),
     "nobody": ("nobody-secret", []),
     # may read a few things here and there, and nothing at the top of any protocol
-    "partial": ("partial-secret", [("iceberg//a", ["read"]), ("iceberg//b/t", ["read"]), ("delta/c1", ["read"]),
-                                   ("delta/c2/s1", ["read"]), ("lance/a", ["read"]), ("lance/b/t", ["read"])]),
+    "partial": ("partial-secret", [("iceberg//a", ["read"]), {"table": "iceberg//b/t", "privileges": ["read"]},
+                                   ("delta/c1", ["read"]), ("delta/c2/s1", ["read"]), ("lance/a", ["read"]),
+                                   {"table": "lance/b/t", "privileges": ["read"]}]),
 }
 
 

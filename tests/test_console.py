@@ -82,7 +82,8 @@ def test_console_shows_every_format_and_a_tables_history(service, browser, tmp_p
     lance.write_dataset(pa.table({"a": [1, 2]}), namespace_client=ns, table_id=["vec", "embeddings"], mode="create")
     lance.write_dataset(pa.table({"a": [3]}), namespace_client=ns, table_id=["vec", "embeddings"], mode="append")
 
-    browser.get(f"{service}/ui/")
+    browser.get(f"{service}/")   # the service's address alone leads to the console
+    assert browser.current_url == f"{service}/ui/"
     warehouses = browser.find_element(By.ID, "warehouses").text
     assert "default" in warehouses and "warehouse" in warehouses
     tree = browser.find_element(By.ID, "tables").text
@@ -153,7 +154,8 @@ def test_console_with_authentication_asks_for_a_token_and_shows_only_granted_tab
         screenshot(browser, tmp_path, "console-limited-client")
         # a table the client may not read is not there, even by its id (as an admin's console links it)
         with httpx.Client(base_url=base_url, timeout=30) as as_admin:
-            as_admin.post("/ui/login", data={"client_id": "admin", "client_secret": "admin-secret"})
+            as_admin.post("/ui/login", data={"client_id": "admin", "client_secret": "admin-secret"},
+                          headers={"Origin": base_url})   # the form is taken from the console's own origin only
             page = as_admin.get("/ui/").text
         link = re.search(r'href="(/ui/tables/[0-9a-f-]+)" data-name="hr.salaries"', page)
         assert link, page

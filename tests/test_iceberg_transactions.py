@@ -8,6 +8,8 @@ import threading
 import httpx
 import pytest
 
+from tests.support import sql
+
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 
 
@@ -195,12 +197,18 @@ def test_large_metadata_goes_out_whole_with_its_length(http):
         assert json.loads(f.read()) == body["metadata"]
 
 
-def test_metrics_report_is_stored_and_credentials_are_empty_for_local_tables(http):
+def test_metrics_report_is_stored_and_credentials_are_empty_for_local_tables(http, database_url):
     report = {"report-type": "commit-report", "table-name": "db.a", "snapshot-id": 1, "sequence-number": 1,
-              "operation": "append", "metrics": {}}
+              "operation": "append", "metrics": {"total-duration": {"count": 1, "time-unit": "nanoseconds",
+                                                                    "total-duration": 1200}},
+              "metadata": {"engine": "tests"}}
     assert http.post("/v1/namespaces/db/tables/a/metrics", json=report).status_code == 204
     assert http.post("/v1/namespaces/db/tables/a/metrics", json={"report-type": "nope"}).status_code == 400
     assert http.post("/v1/namespaces/db/tables/zz/metrics", json=report).status_code == 404
+    table_id = http.get("/v1/namespaces/db/tables/a").json()["metadata"]["table-uuid"]
+    stored = sql(database_url, "SELECT table_id, report_type, report FROM iceberg_metric_reports")
+    assert [(str(r["table_id"]), r["report_type"], json.loads(r["report"])) for r in stored] == \
+        [(table_id, "commit-report", report)]   # the one report of the known table, as it was sent
     r = http.get("/v1/namespaces/db/tables/a/credentials")
     assert r.status_code == 200 and r.json() == {"storage-credentials": []}
 

@@ -114,10 +114,26 @@ def test_create_table_with_a_decimal_java_cannot_read_is_refused(http, type_):
     assert http.get("/v1/namespaces/db/tables/d").status_code == 404
 
 
-def test_decimals_within_the_limits_are_accepted(http):
-    for name, type_ in (("a", "decimal(38,38)"), ("b", "decimal(1,0)"), ("c", "DECIMAL( 10 , 2 )")):
+def test_decimals_within_the_limits_are_accepted_and_kept_as_every_reader_spells_them(http, service):
+    """Java's `Types.fromPrimitiveString` takes any case and spaces around the numbers, and a Java catalog keeps
+    the type it parsed, spelled `decimal(P, S)`; pyiceberg reads only that spelling. So the stored type is
+    Java's, and pyiceberg loads the table with the precision and scale that were sent."""
+    from pyiceberg.types import DecimalType, FixedType, LongType
+    cases = [("a", "decimal(38,38)", DecimalType(38, 38)), ("b", "decimal(1,0)", DecimalType(1, 0)),
+             ("c", "DECIMAL( 10 , 2 )", DecimalType(10, 2)), ("d", "Fixed[ 16 ]", FixedType(16)),
+             ("e", "LONG", LongType())]
+    for name, type_, _ in cases:
         r = http.post("/v1/namespaces/db/tables", json={"name": name, "schema": schema_with(type_)})
         assert r.status_code == 200, r.text
+    r = commit(http, {"action": "add-schema", "schema": schema_with("DECIMAL(12 ,3)")})
+    assert r.status_code == 200, r.text
+    catalog = load_catalog("c", type="rest", uri=service)
+    for name, type_, expected in cases:
+        stored = http.get(f"/v1/namespaces/db/tables/{name}").json()["metadata"]["schemas"][0]["fields"][1]["type"]
+        assert stored == str(expected), (type_, stored)   # Java's spelling: `decimal(10, 2)`, `fixed[16]`, `long`
+        assert catalog.load_table(f"db.{name}").schema().find_field("d").field_type == expected
+    evolved = catalog.load_table("db.t").metadata.schemas[-1]
+    assert evolved.find_field("d").field_type == DecimalType(12, 3)
 
 
 # -- view versions -----------------------------------------------------------------------------------------------

@@ -179,3 +179,18 @@ def test_grafana_dashboard_queries_only_exported_metrics(service):
                    "coordinator_db_write_seconds_bucket", "coordinator_file_write_seconds_bucket",
                    "coordinator_mailbox_depth"):
         assert wanted in named, f"the dashboard has no panel on {wanted}"
+
+
+def test_a_browser_at_the_root_is_sent_to_the_console_and_api_clients_get_json_404(service):
+    browser_accept = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
+    for accept in (browser_accept, "text/html"):
+        r = httpx.get(f"{service}/", headers={"Accept": accept}, follow_redirects=False)
+        assert r.status_code == 302 and r.headers["Location"] == "/ui/", (accept, r.status_code, r.headers)
+    assert httpx.get(f"{service}/", headers={"Accept": "text/html"}, follow_redirects=True).url.path == "/ui/"
+    unknown = httpx.get(f"{service}/no-such-path").json()
+    with httpx.Client() as client:
+        del client.headers["Accept"]   # httpx's default */*: sent below, and left out once
+        for accept in ("*/*", "application/json", None):
+            r = client.get(f"{service}/", headers={"Accept": accept} if accept else None)
+            assert r.status_code == 404 and r.headers["Content-Type"] == "application/json", (accept, r.text)
+            assert r.json()["error"]["code"] == 404 and r.json().keys() == unknown.keys(), r.text

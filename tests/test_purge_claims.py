@@ -19,41 +19,89 @@ async def test_only_one_member_takes_over_a_claim_nobody_renewed(coord):
     assert taken[0] is not None and taken[1:] == [None, None] and await coord.store.pending_purges(600) == []
 
 
-async def test_claims_are_taken_over_before_anything_is_served(config, nursery, monkeypatch):
-    """At start-up the claims a crash left are taken over before the first request is served; a drop served from
-    then on holds its own claim, renewed while its deletion runs, and is never deleted a second time."""
+def test_claims_are_taken_over_before_anything_is_served(config, monkeypatch):
+    """At start-up the claims a crash left are taken over before the first request is served: a client asking from
+    the first moment (the port is known beforehand) is answered only after the take-over, however slow the
+    database is then; and the claim's location is deleted once."""
+    import threading
+    import time
+
+    import httpx
+    import trio
+
+    from api.server import EmbeddedService
+    from storage.embedded import free_port
+    from storage.files import FileIO
+    from storage.postgres import PostgresStore
+
+    left = f"{config.warehouse_uri}/left-by-a-crash"
+    sql(config.database_url, "INSERT INTO purges (location_key, location) VALUES ($1, $2)", location_key(left), left)
+    events: list[str] = []
+    take_over = PostgresStore.take_over_purge
+
+    async def slow_take_over(self, location, older_than_s):
+        await trio.sleep(1.0)   # a slow database at start-up: nothing may be served meanwhile
+        owner = await take_over(self, location, older_than_s)
+        events.append(f"took over {location}")
+        return owner
+
+    async def delete_tree(self, location, stop=None):
+        events.append(f"deleted {location}")
+    monkeypatch.setattr(PostgresStore, "take_over_purge", slow_take_over)
+    monkeypatch.setattr(FileIO, "delete_tree", delete_tree)
+    config.port = free_port()
+    stop = threading.Event()
+
+    def ask() -> None:
+        while not stop.is_set():
+            try:
+                r = httpx.get(f"http://127.0.0.1:{config.port}/v1/namespaces", timeout=5)
+            except httpx.TransportError:   # not listening yet
+                time.sleep(0.01)
+                continue
+            events.append(f"served {r.status_code}")
+            return
+    asker = threading.Thread(target=ask)
+    asker.start()
+    try:
+        with EmbeddedService(config):
+            asker.join(timeout=60)
+            deadline = time.monotonic() + 10
+            while f"deleted {left}" not in events and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert sql(config.database_url, "SELECT location FROM purges") == []
+    finally:
+        stop.set()
+        asker.join(timeout=10)
+    assert events[0] == f"took over {left}" and "served 200" in events, events
+    assert events.count(f"deleted {left}") == 1, events
+
+
+async def test_a_drop_holds_its_own_claim_renewed_while_its_deletion_runs(config, nursery, monkeypatch):
+    """A drop served holds a claim of its own on the location while its deletion runs: it is deleted once (the
+    start-up's take-over had nothing to take), and the claim ends when the deletion does."""
     import trio
 
     from coordinator.purges import delete_own_location
     from storage.files import FileIO
-    from storage.postgres import PostgresStore
     from tests.lance.conftest import coordinator_in_process
 
-    left = f"{config.warehouse_uri}/left-by-a-crash"
-    sql(config.database_url, "INSERT INTO purges (location_key, location) VALUES ($1, $2)", location_key(left), left)
     deleted, release = [], trio.Event()
 
     async def delete_tree(self, location, stop=None):
         deleted.append(location)
-        if location != left:
-            await release.wait()
+        await release.wait()
     monkeypatch.setattr(FileIO, "delete_tree", delete_tree)
-    pending_purges = PostgresStore.pending_purges
-
-    async def slow_pending_purges(self, older_than_s: float = 0):
-        await trio.sleep(0.5)   # a slow database at start-up: requests must not be served meanwhile
-        return await pending_purges(self, older_than_s)
-    monkeypatch.setattr(PostgresStore, "pending_purges", slow_pending_purges)
     async with coordinator_in_process(config, nursery) as c:
-        dropped = f"{config.warehouse_uri}/dropped-now"   # a drop served at once: its claim, its deletion
+        dropped = f"{config.warehouse_uri}/dropped-now"
         await c.store.with_connection(lambda con: con.execute(
             "INSERT INTO purges (location_key, location) VALUES ($1, $2)", location_key(dropped), dropped))
         nursery.start_soon(delete_own_location, c.store, c.files, dropped)
         await trio.sleep(1.5)
-        assert sorted(deleted) == sorted([left, dropped])   # each once
+        assert deleted == [dropped] and await c.store.pending_purges(0) == [dropped]
         release.set()
         await trio.sleep(0.2)
-        assert await c.store.pending_purges(0) == []
+        assert deleted == [dropped] and await c.store.pending_purges(0) == []
 
 
 async def test_claims_waiting_their_turn_stay_renewed_so_no_member_takes_them_again(config, nursery, monkeypatch):

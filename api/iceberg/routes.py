@@ -10,7 +10,7 @@ from typing import Awaitable, Callable
 
 from quart import Blueprint, Response, current_app, request
 
-from coordinator.auth import Privilege, Resource
+from coordinator.auth import Privilege, Resource, table_securable
 from coordinator.errors import BadRequest
 from coordinator.iceberg import parse_requirements, parse_updates
 from coordinator.iceberg.models import (COMMIT_TABLE_ROUTE, CommitTableRequest, CommitTransactionRequest,
@@ -75,42 +75,48 @@ def _check_body_identifier(identifier: TableIdentifier | None, ident: TableIdent
 # -- access: what each route needs (api/access.py enforces it) -------------------------------------------------
 
 
-def _securable(prefix: str, namespace: str | None = None, *name: str) -> Resource:
-    return ("iceberg", _prefix(prefix), *(_namespace(namespace) if namespace else ()), *name)
+def _securable(prefix: str, namespace: tuple[str, ...] = ()) -> Resource:
+    """A catalog's (no namespace) or a namespace's securable."""
+    return ("iceberg", _prefix(prefix), *namespace)
+
+
+def _object_securable(prefix: str, namespace: tuple[str, ...], name: str) -> Resource:
+    """A table's or view's securable (views and tables share their namespace's names)."""
+    return table_securable(_securable(prefix, namespace), name)
 
 
 def _on_namespace(privilege: Privilege):
-    return lambda prefix, namespace: [(privilege, _securable(prefix, namespace))]
+    return lambda prefix, namespace: [(privilege, _securable(prefix, _namespace(namespace)))]
 
 
 def _on_object(privilege: Privilege):
     """The table or view in the route."""
-    return lambda prefix, namespace, table=None, view=None: [(privilege, _securable(prefix, namespace,
-                                                                                    table or view))]
+    return lambda prefix, namespace, table=None, view=None: [
+        (privilege, _object_securable(prefix, _namespace(namespace), table or view))]
 
 
 def _list_namespaces_needs(prefix: str) -> Needs:
     parent = request.args.get("parent")
-    return [(READ, _securable(prefix, parent))]
+    return [(READ, _securable(prefix, _namespace(parent) if parent else ()))]
 
 
 async def _create_namespace_needs(prefix: str) -> Needs:
     body = await read_model(CreateNamespaceRequest)
-    return [(CREATE, ("iceberg", _prefix(prefix), *body.namespace[:-1]))]
+    return [(CREATE, _securable(prefix, tuple(body.namespace[:-1])))]
 
 
 async def _rename_needs(prefix: str) -> Needs:
     body = await read_model(RenameTableRequest)
-    return [(DROP, ("iceberg", _prefix(prefix), *body.source.namespace, body.source.name)),
-            (CREATE, ("iceberg", _prefix(prefix), *body.destination.namespace))]
+    return [(DROP, _object_securable(prefix, tuple(body.source.namespace), body.source.name)),
+            (CREATE, _securable(prefix, tuple(body.destination.namespace)))]
 
 
 def _change_needs(prefix: str, namespace: tuple[str, ...], name: str, change: "CommitTableRequest") -> Needs:
     """A change with `assert-create` makes its table (the create transaction after a stage-create): it needs
     `create` on the namespace, as a plain create does, not `write` on a table that does not exist yet."""
     if any(isinstance(r, dict) and r.get("type") == "assert-create" for r in change.requirements):
-        return [(CREATE, ("iceberg", _prefix(prefix), *namespace))]
-    return [(WRITE, ("iceberg", _prefix(prefix), *namespace, name))]
+        return [(CREATE, _securable(prefix, namespace))]
+    return [(WRITE, _object_securable(prefix, namespace, name))]
 
 
 async def _commit_needs(prefix: str, namespace: str, table: str) -> Needs:
@@ -250,7 +256,7 @@ async def get_config() -> Response:
 async def list_namespaces(prefix: str) -> Response:
     parent = request.args.get("parent")
     names, nxt = await _catalog().list_namespaces(_prefix(prefix), _namespace(parent) if parent else (), *_page())
-    shown = [list(n) for n in names if visible(("iceberg", _prefix(prefix), *n))]
+    shown = [list(n) for n in names if visible(_securable(prefix, n))]
     # null, not omitted, on the last page: the spec's answer for a server that pages
     return json_response({"namespaces": shown, "next-page-token": nxt})
 
@@ -303,7 +309,7 @@ async def list_tables(prefix: str, namespace: str) -> Response:
 async def _list_identifiers(prefix: str, namespace: str, kind: str) -> Response:
     """ListTablesResponse for tables or views: one page of identifiers and the next page's token."""
     idents, nxt = await _catalog().list_tables(_prefix(prefix), _namespace(namespace), *_page(), kind=kind)
-    shown = [i for i in idents if visible(_securable(prefix, namespace, i.name))]
+    shown = [i for i in idents if visible(_object_securable(prefix, i.namespace, i.name))]
     return json_response({"identifiers": [{"namespace": list(i.namespace), "name": i.name} for i in shown],
                           "next-page-token": nxt})
 

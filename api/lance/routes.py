@@ -9,13 +9,13 @@ answered by `errors.py`. These routes share `/v1` with Iceberg's, which reserves
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import unquote
 
 from pydantic import BaseModel
 from quart import Blueprint, Response, current_app, request
 
-from coordinator.auth import Privilege
+from coordinator.auth import Privilege, Resource, table_securable
 from coordinator.errors import BadRequest, CoordinatorError, NoSuchTransaction, Unsupported
 from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersionsRequest,
                                BatchDeleteTableVersionsRequest, CreateNamespaceRequest, CreateTableVersionRequest,
@@ -114,30 +114,48 @@ _BATCH_PRIVILEGES = {"declare_table": CREATE, "create_table_version": WRITE, "de
                      "deregister_table": DROP}
 
 
-def _on_id(privilege: Privilege, parent: bool = False):
-    """The namespace or table named by the route's id (its parent namespace when creating it)."""
-    def needs(id: str, delimiter: str | None = None, **_: str) -> Needs:
-        levels = _levels(id, delimiter)
-        return [(privilege, ("lance", *(levels[:-1] if parent else levels)))]
-    return needs
+def _namespace_securable(levels: tuple[str, ...]) -> Resource:
+    return ("lance", *levels)
 
 
-def _creating(model: type[BaseModel]):
-    """CREATE in the parent namespace, and with mode overwrite DROP on the named namespace or table too: an
-    overwrite drops what is there (a namespace with its tables and their data; a table's registration)."""
+def _table_securable(ident: tuple[str, ...]) -> Resource:
+    """A table's securable: its namespace's, then its name as a table's (an id of no level names no table, and
+    is refused as such by the route; its securable is then the whole Lance realm)."""
+    return table_securable(_namespace_securable(ident[:-1]), ident[-1]) if ident else ("lance",)
+
+
+def _on_namespace(privilege: Privilege):
+    """The namespace named by the route's id."""
+    return lambda id, **_: [(privilege, _namespace_securable(_levels(id)))]
+
+
+def _on_table(privilege: Privilege):
+    """The table named by the route's id (its levels joined by `delimiter`; None: the request's)."""
+    return lambda id, delimiter=None, **_: [(privilege, _table_securable(_levels(id, delimiter)))]
+
+
+def _in_parent(privilege: Privilege):
+    """The namespace that holds the table or namespace the route's id names (a create's)."""
+    return lambda id, **_: [(privilege, _namespace_securable(_levels(id)[:-1]))]
+
+
+def _creating(model: type[BaseModel], replaces: Callable[[tuple[str, ...]], Resource]):
+    """CREATE in the parent namespace, and with mode overwrite DROP on what `replaces` names (the named namespace
+    or table) too: an overwrite drops what is there (a namespace with its tables and their data; a table's
+    registration)."""
     async def needs(id: str) -> Needs:
         levels = _levels(id)
-        out = [(CREATE, ("lance", *levels[:-1]))]
+        out = [(CREATE, _namespace_securable(levels[:-1]))]
         body = await _body(model, levels)
         if (body.mode or "").replace("_", "").lower() == "overwrite":   # as models.parse_mode reads it
-            out.append((DROP, ("lance", *levels)))
+            out.append((DROP, replaces(levels)))
         return out
     return needs
 
 
 async def _batch_create_needs() -> Needs:
     body = await _body(BatchCreateTableVersionsRequest)
-    return [(WRITE, ("lance", *e.id)) for e in body.entries]
+    return [(WRITE, _table_securable(tuple(e.id))) for e in body.entries]
 
 
 async def _batch_commit_needs() -> Needs:
@@ -146,9 +164,9 @@ async def _batch_commit_needs() -> Needs:
     for op in body.operations:
         ident = tuple(op.request.id or ())
         if op.kind == "declare_table":
-            needs.append((CREATE, ("lance", *ident[:-1])))
+            needs.append((CREATE, _namespace_securable(ident[:-1])))
         else:
-            needs.append((_BATCH_PRIVILEGES[op.kind], ("lance", *ident)))
+            needs.append((_BATCH_PRIVILEGES[op.kind], _table_securable(ident)))
     return needs
 
 
@@ -209,7 +227,7 @@ def version_response(v: TableVersion) -> dict[str, Any]:
 
 
 @bp.post("/v1/namespace/<id>/create")
-@guard(_creating(CreateNamespaceRequest))
+@guard(_creating(CreateNamespaceRequest, _namespace_securable))
 async def create_namespace(id: str) -> Response:
     ns = _levels(id)
     body = await _body(CreateNamespaceRequest, ns)
@@ -218,15 +236,15 @@ async def create_namespace(id: str) -> Response:
 
 
 @bp.route("/v1/namespace/<id>/list", methods=["GET", "POST"])
-@guard(listing(_on_id(READ)))
+@guard(listing(_on_namespace(READ)))
 async def list_namespaces(id: str) -> Response:
     ns = _levels(id)
     page = await _catalog().list_namespaces(ns, request.args.get("page_token"), _limit())
-    return _page("namespaces", page, [name for name in page.items if visible(("lance", *ns, name))])
+    return _page("namespaces", page, [name for name in page.items if visible(_namespace_securable((*ns, name)))])
 
 
 @bp.post("/v1/namespace/<id>/describe")
-@guard(_on_id(READ))
+@guard(_on_namespace(READ))
 async def describe_namespace(id: str) -> Response:
     ns = _levels(id)
     await _body(DescribeNamespaceRequest, ns)
@@ -234,7 +252,7 @@ async def describe_namespace(id: str) -> Response:
 
 
 @bp.post("/v1/namespace/<id>/exists")
-@guard(_on_id(READ))
+@guard(_on_namespace(READ))
 async def namespace_exists(id: str) -> Response:
     ns = _levels(id)
     await _body(DescribeNamespaceRequest, ns)
@@ -243,7 +261,7 @@ async def namespace_exists(id: str) -> Response:
 
 
 @bp.post("/v1/namespace/<id>/drop")
-@guard(_on_id(DROP))
+@guard(_on_namespace(DROP))
 async def drop_namespace(id: str) -> Response:
     ns = _levels(id)
     body = await _body(DropNamespaceRequest, ns)
@@ -252,12 +270,12 @@ async def drop_namespace(id: str) -> Response:
 
 
 @bp.route("/v1/namespace/<id>/table/list", methods=["GET", "POST"])
-@guard(listing(_on_id(READ)))
+@guard(listing(_on_namespace(READ)))
 async def list_tables(id: str) -> Response:
     ns = _levels(id)
     page = await _catalog().list_tables(ns, request.args.get("page_token"), _limit(),
                                         _arg_bool("include_declared", True))
-    return _page("tables", page, [name for name in page.items if visible(("lance", *ns, name))])
+    return _page("tables", page, [name for name in page.items if visible(_table_securable((*ns, name)))])
 
 
 # -- tables ------------------------------------------------------------------------------------------------------
@@ -271,11 +289,12 @@ async def list_all_tables() -> Response:
     delimiter = _delimiter()
     page = await _catalog().list_tables(None, request.args.get("page_token"), _limit(),
                                         _arg_bool("include_declared", True))
-    return _page("tables", page, [delimiter.join(ident) for ident in page.items if visible(("lance", *ident))])
+    return _page("tables", page, [delimiter.join(ident) for ident in page.items
+                                  if visible(_table_securable(tuple(ident)))])
 
 
 @bp.post("/v1/table/<id>/declare")
-@guard(_on_id(CREATE, parent=True))
+@guard(_in_parent(CREATE))
 async def declare_table(id: str) -> Response:
     ident = _table(id)
     body = await _body(DeclareTableRequest, ident)
@@ -284,7 +303,7 @@ async def declare_table(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/describe")
-@guard(_on_id(READ))
+@guard(_on_table(READ))
 async def describe_table(id: str) -> Response:
     ident = _table(id)
     body = await _body(DescribeTableRequest, ident)
@@ -308,7 +327,7 @@ async def describe_table(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/exists")
-@guard(_on_id(READ))
+@guard(_on_table(READ))
 async def table_exists(id: str) -> Response:
     ident = _table(id)
     body = await _body(TableExistsRequest, ident)
@@ -317,7 +336,7 @@ async def table_exists(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/register")
-@guard(_creating(RegisterTableRequest))
+@guard(_creating(RegisterTableRequest, _table_securable))
 async def register_table(id: str) -> Response:
     ident = _table(id)
     body = await _body(RegisterTableRequest, ident)
@@ -326,7 +345,7 @@ async def register_table(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/deregister")
-@guard(_on_id(DROP))
+@guard(_on_table(DROP))
 async def deregister_table(id: str) -> Response:
     ident = _table(id)
     await _body(DeregisterTableRequest, ident)
@@ -334,7 +353,7 @@ async def deregister_table(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/drop")
-@guard(_on_id(DROP))
+@guard(_on_table(DROP))
 async def drop_table(id: str) -> Response:
     ident = _table(id)
     await _body(DropTableRequest, ident)
@@ -345,7 +364,7 @@ async def drop_table(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/version/create")
-@guard(_on_id(WRITE))
+@guard(_on_table(WRITE))
 async def create_table_version(id: str) -> Response:
     ident = _table(id)
     return await _create_version(_catalog(), ident, await _body(CreateTableVersionRequest, ident))
@@ -356,7 +375,7 @@ async def _create_version(catalog, ident: tuple[str, ...], body: CreateTableVers
 
 
 async def _direct_create_version_needs(coordinator, req, body) -> Needs:
-    return _on_id(WRITE)(req.view_args["id"], _delimiter(req.args))
+    return _on_table(WRITE)(req.view_args["id"], _delimiter(req.args))
 
 
 async def _direct_create_version(coordinator, req, body: CreateTableVersionRequest) -> Response:
@@ -375,7 +394,7 @@ DIRECT = {f"{bp.name}.create_table_version": DirectRoute(CreateTableVersionReque
 
 
 @bp.post("/v1/table/<id>/version/describe")
-@guard(_on_id(READ))
+@guard(_on_table(READ))
 async def describe_table_version(id: str) -> Response:
     ident = _table(id)
     body = await _body(DescribeTableVersionRequest, ident)
@@ -384,7 +403,7 @@ async def describe_table_version(id: str) -> Response:
 
 
 @bp.route("/v1/table/<id>/version/list", methods=["GET", "POST"])
-@guard(_on_id(READ))
+@guard(_on_table(READ))
 async def list_table_versions(id: str) -> Response:
     ident = _table(id)
     page = await _catalog().list_table_versions(ident, _limit(), request.args.get("page_token"),
@@ -393,7 +412,7 @@ async def list_table_versions(id: str) -> Response:
 
 
 @bp.post("/v1/table/<id>/version/delete")
-@guard(_on_id(WRITE))
+@guard(_on_table(WRITE))
 async def delete_table_versions(id: str) -> Response:
     ident = _table(id)
     body = await _body(BatchDeleteTableVersionsRequest, ident)
@@ -469,7 +488,7 @@ def cross_format_part(body: dict) -> CommitPart:
     ident = tuple(req.id)
 
     async def needs() -> Needs:
-        return [(WRITE, ("lance", *ident))]
+        return [(WRITE, _table_securable(ident))]
 
     async def plan():
         return await _catalog().plan_commit(ident, req)

@@ -26,10 +26,10 @@ from storage import errors as storage_errors
 from storage.files import join, unsafe_location
 from storage.records import TableRow
 
-from ..auth import CALLER
+from ..auth import CALLER, Resource, table_securable
 from ..credentials import VENDED_KEYS_TTL_S, vendable_s3_keys
 from ..decision import PlannedPart
-from .. import name_limits
+from .. import name_limits, reports
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CatalogExists, CatalogNotEmpty, CommitConflict,
                       CoordinatorError, NamespaceExists, NamespaceNotEmpty, NoSuchCatalog, NoSuchNamespace, NoSuchTable,
                       NotEmpty, NotFound, TableExists, VersionPublished, from_storage)
@@ -111,7 +111,7 @@ class DeltaService:
         self.store = coordinator.store
         self.registry = coordinator.registry
         self.files = coordinator.files
-        self._securables: dict[uuid.UUID, tuple[str, ...]] = {}
+        self._securables: dict[uuid.UUID, Resource] = {}
         self.registry.register_format(FORMAT, self._load_state)
 
     @property
@@ -352,11 +352,8 @@ class DeltaService:
         if rules.is_within(join(self.config.warehouse_uri, MANAGED_DIR), location):
             raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must not be inside the managed "
                              f"storage root")
-        if self.c.auth is not None and rules.is_within(self.config.warehouse_uri, location):
-            # The warehouse's places belong to namespaces under their grants (Iceberg's, Lance's); an external
-            # table there would claim one (locations are exclusive) that a Delta grant does not reach.
-            raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must lie outside the warehouse "
-                             f"while authentication is on")
+        if self.c.auth is not None:
+            await self._refuse_in_a_warehouse(location)
         table_id = uuid.uuid4()
         info = table_info(table_id, full, "EXTERNAL", body.data_source_format, columns, location, body.comment,
                           dict(body.properties), now_ms(), CALLER.get())
@@ -370,6 +367,18 @@ class DeltaService:
                 raise NoSuchNamespace(f"Schema does not exist: {full[0]}.{full[1]}") from None
             raise
         return dict(table.info)
+
+    async def _refuse_in_a_warehouse(self, location: str) -> None:
+        """A warehouse's places belong to namespaces and catalogs under their grants (Iceberg's, Lance's, a
+        catalog's storage root); an EXTERNAL table in one, or around one, would claim it (locations are exclusive)
+        though a Delta grant does not reach it. Every warehouse, as the database has them now (in a cluster,
+        another member may have just created one)."""
+        if self.config.cluster:
+            await self.c.warehouses.load()
+        for w in self.c.warehouses.all():
+            if rules.is_within(w.location, location) or rules.is_within(location, w.location):
+                raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must lie outside every "
+                                 f"warehouse while authentication is on (it overlaps warehouse {w.name!r})")
 
     async def _resolve(self, full: FullName) -> uuid.UUID:
         row = await self.store.find_table(REALM, *full)
@@ -394,8 +403,8 @@ class DeltaService:
         table_id = await self._resolve(full)
         await self.registry.submit(table_id, DropTable(full, self.store, self.files))
 
-    async def securable(self, raw_table_id: str) -> tuple[str, ...]:
-        """The table's place for access checks: ("delta", catalog, schema, name). A table's id never changes its
+    async def securable(self, raw_table_id: str) -> Resource:
+        """The table's place for access checks: ("delta", catalog, schema, Table(name)). A table's id never changes its
         name (Unity Catalog has no rename here), so the answer is cached. An unknown id (or another protocol's
         table's: its name must not show in a Delta answer) is placed at the root: only a Delta-wide grant lets such
         a request through (to its 404)."""
@@ -407,9 +416,10 @@ class DeltaService:
                 return ("delta",)
             if row.catalog == STAGING_CATALOG:
                 s = row.state.get("staging", {})
-                found = ("delta", s.get("catalog_name", ""), s.get("schema_name", ""), s.get("name", ""))
+                found = table_securable(("delta", s.get("catalog_name", ""), s.get("schema_name", "")),
+                                        s.get("name", ""))
             else:
-                found = ("delta", row.catalog, row.namespace, row.name)
+                found = table_securable(("delta", row.catalog, row.namespace), row.name)
             if len(self._securables) >= 100_000:
                 self._securables.clear()
             self._securables[table_id] = found
@@ -458,13 +468,16 @@ class DeltaService:
         return vendable_s3_keys(self.c.warehouses, self.c.auth is not None, rules.normalize_uri(location))
 
     async def write_metrics(self, req: MetricsRequest) -> None:
+        """Keep a commit's metrics (bounded: coordinator/reports.py)."""
         table_id = parse_table_id(req.table_id)
         await self.registry.submit(table_id, CheckMetrics(req))
         report = req.report.commit_report if req.report is not None else None
         if report is None:
             return
         payload = report.model_dump(exclude_none=True)
-        await self.store.add_delta_report(table_id, report.commit_version, payload)
+        reports.check_size(payload, self.config.metrics_report_max_bytes)
+        await self.store.add_delta_report(table_id, report.commit_version, payload,
+                                          self.config.metrics_reports_per_table)
 
 
 def _expiration_ms() -> int:

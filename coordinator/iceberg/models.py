@@ -40,20 +40,33 @@ _PRIMITIVE = re.compile(
 
 
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$", re.IGNORECASE)
+_FIXED = re.compile(r"^fixed\[\s*(\d+)\s*\]$", re.IGNORECASE)
+_GEO = re.compile(r"^(geometry|geography)(.*)$", re.IGNORECASE | re.DOTALL)
 MAX_DECIMAL_PRECISION = 38  # Java's `DecimalType.of` and pyiceberg refuse more: such a table could not be loaded
 
 
 def _check_primitive(value: str) -> str:
-    if not _PRIMITIVE.match(value.strip()):
+    """The type as Java writes it (`Type.toString()`: lower case, `decimal(P, S)`, `fixed[N]`), whatever spelling
+    Java's `Types.fromPrimitiveString` accepted: a Java catalog stores the type it parsed, and other readers
+    parse only that spelling (pyiceberg reads neither `DECIMAL(10,2)` nor `decimal( 10 , 2 )`)."""
+    text = value.strip()
+    if not _PRIMITIVE.match(text):
         raise ValueError(f"unknown primitive type {value!r}")
-    decimal = _DECIMAL.match(value.strip())
+    decimal = _DECIMAL.match(text)
     if decimal:
         precision, scale = int(decimal[1]), int(decimal[2])
         if not 1 <= precision <= MAX_DECIMAL_PRECISION:
             raise ValueError(f"{value!r}: decimal precision must be 1..{MAX_DECIMAL_PRECISION}")
         if scale > precision:
             raise ValueError(f"{value!r}: decimal scale must be 0..precision")
-    return value
+        return f"decimal({precision}, {scale})"
+    fixed = _FIXED.match(text)
+    if fixed:
+        return f"fixed[{int(fixed[1])}]"
+    geo = _GEO.match(text)
+    if geo:
+        return geo[1].lower() + geo[2]   # its parameters (a CRS, an algorithm) are names, kept as given
+    return text.lower()
 
 
 PrimitiveType = Annotated[str, AfterValidator(_check_primitive)]

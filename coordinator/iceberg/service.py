@@ -21,7 +21,7 @@ from storage.records import NAMESPACE_SEP, TableRow, join_namespace
 
 from coordinator.credentials import vendable_s3_keys
 from coordinator.decision import PlannedPart
-from coordinator import name_limits
+from coordinator import name_limits, reports
 from coordinator.errors import (AlreadyExists, AppliedReplyLost, BadRequest, CommitConflict, NoSuchNamespace,
                                 NoSuchTable, NoSuchView, NotFound, Unprocessable, LocationTaken)
 from coordinator.idempotency import IdempotencyKey
@@ -388,8 +388,11 @@ class IcebergService:
                 check_requirements((await self.load_table(ident)).metadata, requirements)
 
     async def report_metrics(self, ident: TableIdent, report: dict[str, Any]) -> None:
+        """Keep a scan or commit report (bounded: coordinator/reports.py)."""
+        config = self.c.config
+        reports.check_size(report, config.metrics_report_max_bytes)
         table_id = await self._resolve(ident)
-        await self.store.add_iceberg_report(table_id, report["report-type"], report)
+        await self.store.add_iceberg_report(table_id, report["report-type"], report, config.metrics_reports_per_table)
 
     async def credentials(self, ident: TableIdent) -> list[dict[str, Any]]:
         """Vended storage credentials: none for local warehouses; the configured static S3 keys for s3://, but only

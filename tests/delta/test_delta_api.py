@@ -18,6 +18,7 @@ import httpx
 
 import coordinator.delta
 from api.server import EmbeddedService
+from tests.support import sql
 
 from .conftest import (COLUMNS, FIRST, UC, commit_info, first_commit, local_path, table_properties,
                        write_log_file)
@@ -780,7 +781,7 @@ def test_delta_4_0_metadata_with_created_time_as_a_string(uc):
         assert snapshot(uc, table) == before
 
 
-def test_metrics(uc):
+def test_metrics(uc, database_url):
     table = uc.create_managed("t")
     assert uc.commit(table, 1).status_code == 200
     base = {"table_id": table["table_id"], "table_uri": table["storage_location"]}
@@ -818,6 +819,10 @@ def test_metrics(uc):
     ]
     for body, status, code in rows:
         error(uc.post("/delta/metrics", json=body), status, code)
+    # what was kept: the two reports accepted (a request without one keeps nothing), as sent, and no refused one
+    stored = sql(database_url, "SELECT table_id, commit_version, report FROM delta_commit_metrics ORDER BY created_at")
+    assert [(str(r["table_id"]), r["commit_version"], json.loads(r["report"])) for r in stored] == [
+        (table["table_id"], 1, report), (table["table_id"], 0, {**report, "commit_version": 0})]
 
 
 
