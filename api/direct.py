@@ -1,15 +1,15 @@
-"""Each protocol's commit route, served straight from its ASGI messages.
+"""The routes a writer calls for each commit, served straight from their ASGI messages.
 
 A streaming writer commits to its tables over and over, and Quart's machinery around each request (its request
 and context objects, two tasks, signals, hooks, its response conversion) costs about as much CPU as everything
 else the HTTP layer does for a commit (loadtest/README.md, "Where a commit's CPU goes"). Here, for the routes a
-protocol module lists in its `DIRECT` table, the ordinary request is served by the same code as the Quart
-route's (the route's access policy, view and answer, the app's error translation, metrics and log line) without
-that machinery.
+protocol module lists in its `DIRECT` table (each protocol's commit; Lance's reads of the latest version, which
+pylance makes for each commit), the ordinary request is served by the same code as the Quart route's (the route's
+access policy, view and answer, the app's error translation, metrics and log line) without that machinery.
 
-Ordinary: a POST to one of those routes, a query string that is UTF-8 throughout, a Content-Length of at most
-DIRECT_MAX_BODY and no Transfer-Encoding, and whatever the route asks besides (Iceberg: no Idempotency-Key).
-Anything else goes to Quart untouched. A request that fails before its view runs (its body's JSON or model, its
+Ordinary: a GET or POST the route takes, a query string that is UTF-8 throughout, no body or a Content-Length
+of at most DIRECT_MAX_BODY (no Transfer-Encoding), and whatever the route asks besides (Iceberg: no
+Idempotency-Key). Anything else goes to Quart untouched. A request that fails before its view runs (its body's JSON or model, its
 credential and grants, a NUL in its path, the blueprint's before-request check) goes to Quart too, with the body
 it sent replayed: so every such refusal is Quart's own, in the same words and order. What the view raises is answered here by the
 app's error translation, as Quart's error handler would: the view may have handed a commit to its table's
@@ -54,7 +54,7 @@ class DirectRoute:
     """A route served directly: its body's model, and what its Quart route runs, as functions of the coordinator,
     the route's arguments and the parsed body."""
 
-    model: type[BaseModel]
+    model: type[BaseModel] | None   # None: the view reads no body (as its Quart route reads none)
     needs: Callable[[Any, DirectRequest, Any], Awaitable[Needs]]   # its access policy (api/access.py)
     view: Callable[[Any, DirectRequest, Any], Awaitable[Response]]
     before: Callable[[Any, DirectRequest], Awaitable[None]] | None = None   # its blueprint's before-request hook
@@ -104,12 +104,12 @@ class DirectRoutes:
 
     def route(self, scope: dict) -> tuple[DirectRoute, str, DirectRequest] | None:
         """The direct route an ordinary request goes to, its rule and the request; None: Quart's."""
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http" or scope["method"] not in ("POST", "GET"):
             return None
         if self._urls is None:   # bound once: the service matches paths only (no host or subdomain rules)
             self._urls = self.app.url_map.bind("")
         try:
-            rule, args = self._urls.match(scope["path"], "POST", return_rule=True)
+            rule, args = self._urls.match(scope["path"], scope["method"], return_rule=True)
         except HTTPException:   # no route, another method, a redirect: Quart words those
             return None
         route = self.routes.get(rule.endpoint)
@@ -118,8 +118,9 @@ class DirectRoutes:
         headers = Headers()
         for name, value in scope["headers"]:
             headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
-        length = headers.get("content-length")
-        if "transfer-encoding" in headers or not length or not length.isdigit() or int(length) > DIRECT_MAX_BODY:
+        length = headers.get("content-length")   # none (nor Transfer-Encoding): no body
+        if "transfer-encoding" in headers or (length is not None and (not length.isdigit()
+                                                                      or int(length) > DIRECT_MAX_BODY)):
             return None
         try:   # as werkzeug reads them, which keeps a byte that is not UTF-8 percent-encoded: then Quart does
             query = ImmutableMultiDict(parse_qsl(scope["query_string"].decode(), keep_blank_values=True,
@@ -164,7 +165,7 @@ class DirectRoutes:
         """What Quart does before the view, in its order: the app's before-request hook (NUL check, access check
         with the route's policy), the blueprint's; then the body as the view reads it."""
         refuse_nul(req.path, req.query_string)
-        body = parse_model(route.model, parse_json(req.body))
+        body = parse_model(route.model, parse_json(req.body)) if route.model is not None else None
         authority = self.coordinator.authority
         if authority is not None:
             authority.check(caller(authority, req), await route.needs(self.coordinator, req, body))

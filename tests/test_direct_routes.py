@@ -145,6 +145,20 @@ def test_lance_versions_and_refusals_are_quarts(http, served):
                      json_body={"version": 7, "manifest_path": "nowhere"})).status_code == 400
     assert same(both(http, served, "POST", "/v1/table/db$t/version/create", content=b'{"version": "x"}')
                 ).status_code == 400
+    # what pylance reads for each commit: the latest version, a version's manifest
+    latest = same(both(http, served, "POST", "/v1/table/db$t/version/list", params={"limit": 1, "descending": "true"},
+                       json_body={"id": ["db", "t"]}))
+    assert [v["version"] for v in latest.json()["versions"]] == [6]
+    assert same(both(http, served, "GET", "/v1/table/db$t/version/list", content=b"")).status_code == 200
+    for params in ({"limit": 0}, {"descending": "maybe"}, {"page_token": "x"}):
+        assert same(both(http, served, "POST", "/v1/table/db$t/version/list", params=params,
+                         json_body={})).status_code == 400, params
+    assert same(both(http, served, "POST", "/v1/table/db$t/version/describe", json_body={"version": 2})
+                ).json()["version"]["version"] == 2
+    for body in ({"version": 99}, {"version": 1, "id": ["db", "u"]}, {"version": "x"}):
+        assert same(both(http, served, "POST", "/v1/table/db$t/version/describe", json_body=body)
+                    ).status_code in (400, 404), body
+    assert same(both(http, served, "POST", "/v1/table/db$none/version/list", json_body={})).status_code == 404
 
 
 def test_what_is_not_ordinary_goes_to_quart(http, served):

@@ -170,8 +170,9 @@ async def _batch_commit_needs() -> Needs:
     return needs
 
 
-def _arg_bool(name: str, default: bool | None = None) -> bool | None:
-    raw = request.args.get(name)
+def _arg_bool(name: str, default: bool | None = None, args=None) -> bool | None:
+    """A boolean query parameter (of `args`; None: the request's)."""
+    raw = (request.args if args is None else args).get(name)
     if raw is None:
         return default
     low = raw.lower()
@@ -182,8 +183,9 @@ def _arg_bool(name: str, default: bool | None = None) -> bool | None:
     raise BadRequest(f"query parameter {name} must be true or false, got {raw!r}")
 
 
-def _arg_int(name: str, minimum: int) -> int | None:
-    raw = request.args.get(name)
+def _arg_int(name: str, minimum: int, args=None) -> int | None:
+    """An integer query parameter (of `args`; None: the request's)."""
+    raw = (request.args if args is None else args).get(name)
     if raw is None or raw == "":
         return None
     try:
@@ -195,8 +197,8 @@ def _arg_int(name: str, minimum: int) -> int | None:
     return value
 
 
-def _limit() -> int | None:
-    limit = _arg_int("limit", 1)
+def _limit(args=None) -> int | None:
+    limit = _arg_int("limit", 1, args)
     return min(limit, 10_000) if limit is not None else None
 
 
@@ -374,40 +376,67 @@ async def _create_version(catalog, ident: tuple[str, ...], body: CreateTableVers
     return json_response(version_response(await catalog.create_table_version(ident, body)))
 
 
-async def _direct_create_version_needs(coordinator, req, body) -> Needs:
-    return _on_table(WRITE)(req.view_args["id"], _delimiter(req.args))
+# What a Lance writer asks for each commit (pylance: the latest version, perhaps its manifest, then the new one)
+# is served without Quart's request machinery (api/direct.py), by the routes' own code.
+
+
+def _direct_on_table(privilege: Privilege):
+    async def needs(coordinator, req, body) -> Needs:
+        return _on_table(privilege)(req.view_args["id"], _delimiter(req.args))
+    return needs
+
+
+def _direct_table(req, body: BaseModel | None) -> tuple[str, ...]:
+    """The route's table, as `_table` and `_body` read it (a body naming another id is refused)."""
+    ident = _table(req.view_args["id"], _delimiter(req.args))
+    if body is not None:
+        _same_id(body, ident)
+    return ident
 
 
 async def _direct_create_version(coordinator, req, body: CreateTableVersionRequest) -> Response:
-    ident = _table(req.view_args["id"], _delimiter(req.args))
-    _same_id(body, ident)
-    return await _create_version(coordinator.lance, ident, body)
+    return await _create_version(coordinator.lance, _direct_table(req, body), body)
+
+
+async def _direct_describe_version(coordinator, req, body: DescribeTableVersionRequest) -> Response:
+    return await _describe_version(coordinator.lance, _direct_table(req, body), body)
+
+
+async def _direct_list_versions(coordinator, req, body: None) -> Response:
+    return await _list_versions(coordinator.lance, _direct_table(req, None), req.args)
 
 
 async def _direct_no_slash_in_the_id(coordinator, req) -> None:
     no_slash_in_the_id(req.raw_path)
 
 
-# A new version is served without Quart's request machinery (api/direct.py).
-DIRECT = {f"{bp.name}.create_table_version": DirectRoute(CreateTableVersionRequest, _direct_create_version_needs,
-                                                          _direct_create_version, _direct_no_slash_in_the_id)}
+DIRECT = {f"{bp.name}.{endpoint}": DirectRoute(model, _direct_on_table(privilege), view, _direct_no_slash_in_the_id)
+          for endpoint, model, privilege, view in (
+              ("create_table_version", CreateTableVersionRequest, WRITE, _direct_create_version),
+              ("describe_table_version", DescribeTableVersionRequest, READ, _direct_describe_version),
+              ("list_table_versions", None, READ, _direct_list_versions))}
 
 
 @bp.post("/v1/table/<id>/version/describe")
 @guard(_on_table(READ))
 async def describe_table_version(id: str) -> Response:
     ident = _table(id)
-    body = await _body(DescribeTableVersionRequest, ident)
-    return json_response(version_response(await _catalog().describe_table_version(ident, body.version,
-                                                                                  body.branch)))
+    return await _describe_version(_catalog(), ident, await _body(DescribeTableVersionRequest, ident))
+
+
+async def _describe_version(catalog, ident: tuple[str, ...], body: DescribeTableVersionRequest) -> Response:
+    return json_response(version_response(await catalog.describe_table_version(ident, body.version, body.branch)))
 
 
 @bp.route("/v1/table/<id>/version/list", methods=["GET", "POST"])
 @guard(_on_table(READ))
 async def list_table_versions(id: str) -> Response:
-    ident = _table(id)
-    page = await _catalog().list_table_versions(ident, _limit(), request.args.get("page_token"),
-                                                _arg_bool("descending", False), request.args.get("branch"))
+    return await _list_versions(_catalog(), _table(id), request.args)
+
+
+async def _list_versions(catalog, ident: tuple[str, ...], args) -> Response:
+    page = await catalog.list_table_versions(ident, _limit(args), args.get("page_token"),
+                                             _arg_bool("descending", False, args), args.get("branch"))
     return _page("versions", page, [v.to_spec() for v in page.items])
 
 
