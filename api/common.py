@@ -186,12 +186,21 @@ def _check_value(value: Any) -> None:
 
 
 async def read_json(allow_empty: bool = False) -> Any:
-    data = await request.get_data()
+    return body_json(await request.get_data(), allow_empty)
+
+
+def body_json(data: bytes, allow_empty: bool = False) -> Any:
+    """A request body's JSON (`allow_empty`: an empty body reads as `{}`)."""
     if not data:
         if allow_empty:
             return {}
         raise BadRequest("request body is empty; expected a JSON object")
     return parse_json(data)
+
+
+def json_model(model: type[M]) -> Callable[[Any], M]:
+    """How a direct route (api/direct.py) reads its body as `model`, as `read_model` does."""
+    return lambda req: parse_model(model, body_json(req.body))
 
 
 def parse_model(model: type[M], value: Any) -> M:

@@ -25,7 +25,8 @@ from coordinator.errors import (AlreadyExists, BadRequest, CatalogExists, Commit
                                 Unavailable, from_storage)
 
 from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, readable, visible
-from .common import CommitPart, INT64_MAX, json_response, parse_model, parsed_once, query_flag, read_json, read_model
+from .common import (CommitPart, INT64_MAX, body_json, json_model, json_response, parse_model, parsed_once, query_flag,
+                     read_model)
 from .direct import DirectRoute
 
 log = logging.getLogger(__name__)
@@ -326,13 +327,18 @@ def _get_commits_request() -> Awaitable[GetCommitsRequest]:
 
 
 async def _read_get_commits_request() -> GetCommitsRequest:
+    return _get_commits_of(await request.get_data(), request.args)
+
+
+def _get_commits_of(data: bytes, args) -> GetCommitsRequest:
     """The spec puts GET's parameters in a JSON body; some HTTP clients (unitycatalog-client's aiohttp among
-    them) never send a GET body, so query parameters are read too. Both given and different is an error."""
-    body = await read_json(allow_empty=True)
+    them) never send a GET body, so query parameters (`args`) are read too. Both given and different is an
+    error."""
+    body = body_json(data, allow_empty=True)
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     for key in ("table_id", "table_uri", *_GET_COMMITS_INTS):
-        raw = request.args.get(key)
+        raw = args.get(key)
         if raw is None:
             continue
         value: Any = raw
@@ -353,7 +359,11 @@ async def _read_get_commits_request() -> GetCommitsRequest:
 @bp.get("/delta/preview/commits")
 @guard(_get_commits_needs)
 async def get_commits() -> Response:
-    commits, latest = await _service().get_commits(await _get_commits_request())
+    return await _get_commits(_service(), await _get_commits_request())
+
+
+async def _get_commits(service, req: GetCommitsRequest) -> Response:
+    commits, latest = await service.get_commits(req)
     return json_response({"commits": commits, "latest_table_version": latest})
 
 
@@ -369,17 +379,27 @@ async def _commit(service, req: CommitRequest) -> Response:
     return json_response({})
 
 
-async def _direct_commit_needs(coordinator, req, body: CommitRequest) -> Needs:
-    return await _on_table_id(WRITE, body.table_id, coordinator.delta)
+# What a Delta writer calls for each commit (the table's latest commits, then its own) is served without Quart's
+# request machinery (api/direct.py), by the routes' own code.
+
+
+def _direct_on_table_id(privilege: Privilege):
+    async def needs(coordinator, req, body) -> Needs:
+        return await _on_table_id(privilege, body.table_id, coordinator.delta)
+    return needs
 
 
 async def _direct_commit(coordinator, req, body: CommitRequest) -> Response:
     return await _commit(coordinator.delta, body)
 
 
-# The commit (and backfill report) is served without Quart's request machinery (api/direct.py).
-_DIRECT_COMMIT = DirectRoute(CommitRequest, _direct_commit_needs, _direct_commit)
-DIRECT = {f"{bp.name}.commit": _DIRECT_COMMIT}
+async def _direct_get_commits(coordinator, req, body: GetCommitsRequest) -> Response:
+    return await _get_commits(coordinator.delta, body)
+
+
+DIRECT = {f"{bp.name}.commit": DirectRoute(json_model(CommitRequest), _direct_on_table_id(WRITE), _direct_commit),
+          f"{bp.name}.get_commits": DirectRoute(lambda req: _get_commits_of(req.body, req.args),
+                                                _direct_on_table_id(READ), _direct_get_commits)}
 
 
 @bp.post("/delta/metrics")

@@ -29,7 +29,6 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import trio
-from pydantic import BaseModel
 from quart import Response
 from quart.utils import encode_headers
 from werkzeug.datastructures import ImmutableMultiDict
@@ -40,7 +39,7 @@ from coordinator.errors import CoordinatorError
 from storage.errors import StorageError
 
 from .access import Needs, caller
-from .common import body_timeout, parse_json, parse_model, refuse_nul
+from .common import body_timeout, refuse_nul
 from .request_log import next_request_id
 
 log = logging.getLogger(__name__)
@@ -51,10 +50,10 @@ HANDLED = (HTTPException, CoordinatorError, StorageError)   # what the app's err
 
 @dataclass(frozen=True)
 class DirectRoute:
-    """A route served directly: its body's model, and what its Quart route runs, as functions of the coordinator,
-    the route's arguments and the parsed body."""
+    """A route served directly: how its body is read, and what its Quart route runs, as functions of the
+    coordinator, the request and the body as read."""
 
-    model: type[BaseModel] | None   # None: the view reads no body (as its Quart route reads none)
+    read: Callable[[DirectRequest], Any] | None   # the body as the route's view reads it (None: it reads none)
     needs: Callable[[Any, DirectRequest, Any], Awaitable[Needs]]   # its access policy (api/access.py)
     view: Callable[[Any, DirectRequest, Any], Awaitable[Response]]
     before: Callable[[Any, DirectRequest], Awaitable[None]] | None = None   # its blueprint's before-request hook
@@ -165,7 +164,7 @@ class DirectRoutes:
         """What Quart does before the view, in its order: the app's before-request hook (NUL check, access check
         with the route's policy), the blueprint's; then the body as the view reads it."""
         refuse_nul(req.path, req.query_string)
-        body = parse_model(route.model, parse_json(req.body)) if route.model is not None else None
+        body = route.read(req) if route.read is not None else None
         authority = self.coordinator.authority
         if authority is not None:
             authority.check(caller(authority, req), await route.needs(self.coordinator, req, body))

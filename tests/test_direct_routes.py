@@ -117,6 +117,16 @@ def test_delta_commits_and_refusals_are_quarts(http, served, tmp_path):
                      json_body=commit(3, str(uuid.uuid4())))).status_code == 404
     for body in (b"{}", b'{"table_id": "x", "table_uri": "y"}', b"not json"):
         assert same(both(http, served, "POST", f"{UC}/delta/preview/commits", content=body)).status_code == 400
+    # what a Delta writer reads before it commits: the latest commits, asked in the body or in the query
+    ident = {"table_id": table["table_id"], "table_uri": table["storage_location"]}
+    latest = same(both(http, served, "GET", f"{UC}/delta/preview/commits", json_body={**ident, "start_version": 1}))
+    assert latest.json()["latest_table_version"] == 2
+    assert same(both(http, served, "GET", f"{UC}/delta/commits", params={**ident, "start_version": 2},
+                     content=b"")).json()["latest_table_version"] == 2
+    for params, body, status in (({"start_version": "x"}, ident, 400), ({"table_id": str(uuid.uuid4())}, ident, 400),
+                                 ({}, {**ident, "table_id": str(uuid.uuid4())}, 404), ({}, {}, 400)):
+        assert same(both(http, served, "GET", f"{UC}/delta/preview/commits", params=params, json_body=body)
+                    ).status_code == status, (params, body)
 
 
 def test_lance_versions_and_refusals_are_quarts(http, served):

@@ -24,7 +24,8 @@ from coordinator.idempotency import LIFETIME_S, IdempotencyKey
 from coordinator.warehouses import DEFAULT as DEFAULT_WAREHOUSE
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
-from ..common import CommitPart, empty_response, json_response, parse_model, query_flag, read_json, read_model
+from ..common import (CommitPart, empty_response, json_model, json_response, parse_model, query_flag, read_json,
+                      read_model)
 from ..direct import DirectRoute
 from .endpoints import ENDPOINTS
 from .errors import error_type
@@ -394,8 +395,8 @@ async def _direct_know_warehouse(coordinator, req) -> None:
 
 # A table commit without an Idempotency-Key is served without Quart's request machinery (api/direct.py); with
 # one, `idempotent` above serves it.
-_DIRECT_COMMIT = DirectRoute(CommitTableRequest, _direct_commit_needs, _direct_commit, _direct_know_warehouse,
-                             takes=lambda req: "idempotency-key" not in req.headers)
+_DIRECT_COMMIT = DirectRoute(json_model(CommitTableRequest), _direct_commit_needs, _direct_commit,
+                             _direct_know_warehouse, takes=lambda req: "idempotency-key" not in req.headers)
 DIRECT = {f"{bp.name}.commit_table": _DIRECT_COMMIT, f"{bp.name}.commit_table_p": _DIRECT_COMMIT}
 
 

@@ -99,7 +99,10 @@ def _same_id(body: BaseModel, levels: tuple[str, ...]) -> None:
 
 
 async def _read_body(model: type[BaseModel]) -> Any:
-    data = await request.get_data()
+    return _model_of(model, await request.get_data())
+
+
+def _model_of(model: type[BaseModel], data: bytes) -> Any:
     value = parse_json(data) if data.strip() else {}
     if value is None:
         value = {}
@@ -410,10 +413,14 @@ async def _direct_no_slash_in_the_id(coordinator, req) -> None:
     no_slash_in_the_id(req.raw_path)
 
 
-DIRECT = {f"{bp.name}.{endpoint}": DirectRoute(model, _direct_on_table(privilege), view, _direct_no_slash_in_the_id)
-          for endpoint, model, privilege, view in (
-              ("create_table_version", CreateTableVersionRequest, WRITE, _direct_create_version),
-              ("describe_table_version", DescribeTableVersionRequest, READ, _direct_describe_version),
+def _direct_body(model: type[BaseModel]):
+    return lambda req: _model_of(model, req.body)
+
+
+DIRECT = {f"{bp.name}.{endpoint}": DirectRoute(read, _direct_on_table(privilege), view, _direct_no_slash_in_the_id)
+          for endpoint, read, privilege, view in (
+              ("create_table_version", _direct_body(CreateTableVersionRequest), WRITE, _direct_create_version),
+              ("describe_table_version", _direct_body(DescribeTableVersionRequest), READ, _direct_describe_version),
               ("list_table_versions", None, READ, _direct_list_versions))}
 
 
