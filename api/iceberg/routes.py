@@ -344,17 +344,21 @@ async def register_table(prefix: str, namespace: str) -> Response:
 @routes("/namespaces/<namespace>/tables/<table>", ["GET", "HEAD"])
 @guard(_on_object(READ))
 async def load_table(prefix: str, namespace: str, table: str) -> Response:
+    return await _load(_catalog(), prefix, namespace, table, request.method, request.args, request.headers)
+
+
+async def _load(catalog, prefix: str, namespace: str, table: str, method: str, args, headers) -> Response:
     ident = _ident(prefix, namespace, table)
-    snapshots = request.args.get("snapshots", "all")
+    snapshots = args.get("snapshots", "all")
     if snapshots not in ("all", "refs"):
         raise BadRequest(f"snapshots must be 'all' or 'refs', got {snapshots!r}")
-    loaded = await _catalog().load_table(ident)
-    if request.method == "HEAD":
+    loaded = await catalog.load_table(ident)
+    if method == "HEAD":
         return empty_response(204)
     etag = loaded.etag
     if snapshots == "refs":
         etag = etag[:-1] + '-refs"'
-    tags = _etags(request.headers.get("If-None-Match"))
+    tags = _etags(headers.get("If-None-Match"))
     if etag in tags or "*" in tags:   # RFC 9110: `*` matches any current representation
         return empty_response(304, {"ETag": etag})
     if snapshots == "refs":
@@ -379,6 +383,11 @@ async def _commit(catalog, prefix: str, namespace: str, table: str, body: Commit
                          headers={"ETag": committed.etag})
 
 
+# A table's commit (without an Idempotency-Key: with one, `idempotent` above serves it), and its load, which a
+# writer repeats after a conflict and a streaming engine before each batch, are served without Quart's request
+# machinery (api/direct.py), by the routes' own code.
+
+
 async def _direct_commit_needs(coordinator, req, body: CommitTableRequest) -> Needs:
     args = req.view_args
     return _change_needs(args["prefix"], _namespace(args["namespace"]), args["table"], body)
@@ -389,15 +398,23 @@ async def _direct_commit(coordinator, req, body: CommitTableRequest) -> Response
     return await _commit(coordinator.iceberg, args["prefix"], args["namespace"], args["table"], body, None)
 
 
+async def _direct_load_needs(coordinator, req, body: None) -> Needs:
+    return _on_object(READ)(**req.view_args)
+
+
+async def _direct_load(coordinator, req, body: None) -> Response:
+    return await _load(coordinator.iceberg, **req.view_args, method=req.method, args=req.args, headers=req.headers)
+
+
 async def _direct_know_warehouse(coordinator, req) -> None:
     await know_warehouse(coordinator, req.view_args)
 
 
-# A table commit without an Idempotency-Key is served without Quart's request machinery (api/direct.py); with
-# one, `idempotent` above serves it.
 _DIRECT_COMMIT = DirectRoute(json_model(CommitTableRequest), _direct_commit_needs, _direct_commit,
                              _direct_know_warehouse, takes=lambda req: "idempotency-key" not in req.headers)
-DIRECT = {f"{bp.name}.commit_table": _DIRECT_COMMIT, f"{bp.name}.commit_table_p": _DIRECT_COMMIT}
+_DIRECT_LOAD = DirectRoute(None, _direct_load_needs, _direct_load, _direct_know_warehouse)
+DIRECT = {f"{bp.name}.commit_table": _DIRECT_COMMIT, f"{bp.name}.commit_table_p": _DIRECT_COMMIT,
+          f"{bp.name}.load_table": _DIRECT_LOAD, f"{bp.name}.load_table_p": _DIRECT_LOAD}
 
 
 @routes("/transactions/commit", ["POST"])
