@@ -246,3 +246,20 @@ def test_authentication_and_grants_are_quarts(secured, served):
         created = http.post("/v1/table/ln$t/version/create", headers=api_key,
                             json={"version": 1, "manifest_path": stage(location, 1, fake_manifest())})
         assert created.status_code == 200, created.text
+
+
+def test_the_hooks_the_direct_routes_stand_in_for(config):
+    """The direct routes do what the app's and its blueprints' hooks do (api/direct.py, DirectRoutes._checked, and
+    each route's `before`): a hook added to the app must be added there too, or this fails."""
+    from api.app import create_app
+    from coordinator.service import Coordinator
+    app = create_app(Coordinator(config))
+    hooks = {attr: {bp: [f.__qualname__ for f in fns] for bp, fns in getattr(app, attr).items() if fns}
+             for attr in ("before_request_funcs", "after_request_funcs", "teardown_request_funcs",
+                          "url_value_preprocessors")}
+    assert hooks == {"before_request_funcs": {None: ["create_app.<locals>._start"], "iceberg": ["_know_warehouse"],
+                                              "lance": ["_no_slash_in_the_id"]},
+                     "after_request_funcs": {None: ["create_app.<locals>._finish"]},
+                     "teardown_request_funcs": {}, "url_value_preprocessors": {}}
+    blueprints_with_direct_routes = {endpoint.split(".")[0] for endpoint in app.direct.routes}
+    assert blueprints_with_direct_routes == {"iceberg", "delta", "lance"}
