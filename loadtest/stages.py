@@ -70,7 +70,8 @@ RULES: dict[str, str | None] = {
     # the body: JSON, the duplicate-key pass, pydantic models (pydantic itself is charged to its caller)
     "api/common.py": BODY, "coordinator/iceberg/models.py": BODY, "coordinator/iceberg/changes.py": BODY,
     "coordinator/delta/models.py": BODY, "coordinator/lance/models.py": BODY, "api/lance/routes.py:_body": BODY,
-    "api/lance/routes.py:_read_body": BODY, "loadtest/bare.py": BODY,
+    "api/lance/routes.py:_read_body": BODY, "api/lance/routes.py:_model_of": BODY,
+    "api/delta.py:_get_commits_of": BODY, "loadtest/bare.py": BODY,
     "api/lance/routes.py:_no_slash_in_the_id": ROUTING, "api/lance/routes.py:no_slash_in_the_id": ROUTING,
     # the view and the format's service, up to the table's mailbox
     "api/": PLANNING, "coordinator/service.py": PLANNING, "coordinator/names.py": PLANNING,
@@ -92,11 +93,12 @@ RULES: dict[str, str | None] = {
     "coordinator/iceberg/models.py:commit_result": ANSWER, "coordinator/iceberg/models.py:load_result": ANSWER,
     "coordinator/iceberg/models.py:answer_json": ANSWER, "coordinator/lance/state.py:TableVersion.to_spec": ANSWER,
     "api/lance/routes.py:version_response": ANSWER, "api/app.py:create_app.<locals>._error": ANSWER,
+    "api/app.py:error_answer": ANSWER,
     "api/iceberg/errors.py": ANSWER, "api/lance/errors.py": ANSWER, "api/delta.py:error_response": ANSWER,
     "api/delta.py:uc_error": ANSWER, "api/commits.py:error_response": ANSWER,
     # one log line and the metrics per request
     "logging/": LOGGING, "api/request_log.py": LOGGING, "api/server.py:JsonFormatter": LOGGING,
-    "api/app.py:create_app.<locals>._finish": LOGGING, "api/app.py:next_request_id": LOGGING,
+    "api/app.py:create_app.<locals>._finish": LOGGING, "api/app.py:create_app.<locals>.finish": LOGGING,
     "prometheus_client/": LOGGING, "coordinator/metrics.py": LOGGING,
     "coordinator/cluster/": CLUSTER, "storage/leases.py": CLUSTER,
     # everything else named is transparent: the entry point, trio's core and primitives, the standard library
