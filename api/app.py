@@ -66,7 +66,7 @@ def error_answer(exc: BaseException, req) -> Response:
 
 class App(QuartTrio):
     url_map_class = CachingMap
-    direct: DirectRoutes | None = None
+    direct: DirectRoutes | None = None   # set by create_app
 
     async def __call__(self, scope, receive, send) -> None:
         # Java's Iceberg REST client (and lance_namespace's Python one) encode a space in a path segment as `+`, and
@@ -83,8 +83,7 @@ class App(QuartTrio):
             await super().__call__(scope, receive, send)
 
 
-def create_app(coordinator: Coordinator, direct_routes: bool = True) -> QuartTrio:
-    """The app; `direct_routes=False` serves every request through Quart (tests compare the two paths)."""
+def create_app(coordinator: Coordinator) -> QuartTrio:
     app = App(__name__)
     app.asgi_http_class = HTTPConnection
     app.request_class = Request
@@ -145,8 +144,7 @@ def create_app(coordinator: Coordinator, direct_routes: bool = True) -> QuartTri
     async def _error(exc: Exception) -> Response:
         return error_answer(exc, request._get_current_object())
 
-    if direct_routes:
-        app.direct = DirectRoutes(app, coordinator, DIRECT_ROUTES, super(App, app).__call__, error_answer, finish)
+    app.direct = DirectRoutes(app, coordinator, DIRECT_ROUTES, super(App, app).__call__, error_answer, finish)
 
     @app.get("/")
     @public

@@ -9,11 +9,11 @@ access policy, view and answer, the app's error translation, metrics and log lin
 
 Ordinary: a GET or POST the route takes, a query string that is UTF-8 throughout, no body or a Content-Length
 of at most DIRECT_MAX_BODY (no Transfer-Encoding), and whatever the route asks besides (Iceberg: no
-Idempotency-Key). Anything else goes to Quart untouched. A request that fails before its view runs (its body's JSON or model, its
-credential and grants, a NUL in its path, the blueprint's before-request check) goes to Quart too, with the body
-it sent replayed: so every such refusal is Quart's own, in the same words and order. What the view raises is answered here by the
-app's error translation, as Quart's error handler would: the view may have handed a commit to its table's
-actor, which must not be done twice.
+Idempotency-Key). Anything else goes to Quart untouched. A request that fails before its view runs (its body's
+JSON or model, its credential and grants, a NUL in its path, the blueprint's before-request check) goes to Quart
+too, with the body it sent replayed: so every such refusal is Quart's own, in the same words and order. What the
+view raises is answered here by the app's error translation, as Quart's error handler would: the view may have
+handed a commit to its table's actor, which must not be done twice.
 
 Unlike Quart's, the view here is not cancelled when the client disconnects while it runs: the commit it handed to
 its table's actor goes on either way, and its answer (and log line) is then written to a closed connection.
@@ -21,7 +21,7 @@ its table's actor goes on either way, and its answer (and log line) is then writ
 
 from __future__ import annotations
 
-import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -41,8 +41,6 @@ from storage.errors import StorageError
 from .access import Needs, caller
 from .common import body_timeout, refuse_nul
 from .request_log import next_request_id
-
-log = logging.getLogger(__name__)
 
 DIRECT_MAX_BODY = 1024 * 1024   # larger bodies (rare for a commit) are read by Quart, under its lingering limit
 HANDLED = (HTTPException, CoordinatorError, StorageError)   # what the app's error handler answers
@@ -99,6 +97,7 @@ class DirectRoutes:
         self.app, self.coordinator, self.routes, self.quart = app, coordinator, routes, quart
         self.error_answer, self.finish = error_answer, finish
         self.body_timeout_s = coordinator.config.http_body_timeout_s
+        self.response_timeout_s = app.config["RESPONSE_TIMEOUT"]   # Quart's bound on sending an answer
         self._urls = None
 
     def route(self, scope: dict) -> tuple[DirectRoute, str, DirectRequest] | None:
@@ -161,8 +160,8 @@ class DirectRoutes:
         await self._answer(send, req, response, request_id, started, rule)
 
     async def _checked(self, route: DirectRoute, req: DirectRequest) -> Any:
-        """What Quart does before the view, in its order: the app's before-request hook (NUL check, access check
-        with the route's policy), the blueprint's; then the body as the view reads it."""
+        """What Quart does before the view (the app's before-request hook: NUL check, access check with the route's
+        policy; the blueprint's), and the body as the view reads it. What fails here, Quart words, in its order."""
         refuse_nul(req.path, req.query_string)
         body = route.read(req) if route.read is not None else None
         authority = self.coordinator.authority
@@ -187,16 +186,17 @@ class DirectRoutes:
     async def _answer(self, send, req: DirectRequest, response: Response, request_id: str, started: float,
                       rule: str) -> None:
         await self.finish(req, response, request_id, started, rule)
-        await send({"type": "http.response.start", "status": response.status_code,
-                    "headers": encode_headers(response.headers)})
-        # The body's last part goes with the end of the response: one message (and one write) fewer than Quart.
-        last = None
-        async with response.response as parts:
-            async for part in parts:
-                if last is not None:
-                    await send({"type": "http.response.body", "body": last, "more_body": True})
-                last = part
-        await send({"type": "http.response.body", "body": last or b"", "more_body": False})
+        with trio.move_on_after(math.inf if self.response_timeout_s is None else self.response_timeout_s):
+            await send({"type": "http.response.start", "status": response.status_code,
+                        "headers": encode_headers(response.headers)})
+            # The body's last part goes with the end of the response: one message fewer than Quart sends.
+            last = None
+            async with response.response as parts:
+                async for part in parts:
+                    if last is not None:
+                        await send({"type": "http.response.body", "body": last, "more_body": True})
+                    last = part
+            await send({"type": "http.response.body", "body": last or b"", "more_body": False})
 
 
 def _first_handled(exc: BaseException) -> BaseException | None:

@@ -72,6 +72,8 @@ RULES: dict[str, str | None] = {
     "coordinator/delta/models.py": BODY, "coordinator/lance/models.py": BODY, "api/lance/routes.py:_body": BODY,
     "api/lance/routes.py:_read_body": BODY, "api/lance/routes.py:_model_of": BODY,
     "api/delta.py:_get_commits_of": BODY, "loadtest/bare.py": BODY,
+    "coordinator/iceberg/rules/requirements.py:parse_requirements": BODY,   # (what the view parses, too)
+    "coordinator/iceberg/rules/updates.py:parse_updates": BODY,
     "api/lance/routes.py:_no_slash_in_the_id": ROUTING, "api/lance/routes.py:no_slash_in_the_id": ROUTING,
     # the view and the format's service, up to the table's mailbox
     "api/": PLANNING, "coordinator/service.py": PLANNING, "coordinator/names.py": PLANNING,
