@@ -379,6 +379,29 @@ async def _create_version(catalog, ident: tuple[str, ...], body: CreateTableVers
     return json_response(version_response(await catalog.create_table_version(ident, body)))
 
 
+@bp.post("/v1/table/<id>/version/describe")
+@guard(_on_table(READ))
+async def describe_table_version(id: str) -> Response:
+    ident = _table(id)
+    return await _describe_version(_catalog(), ident, await _body(DescribeTableVersionRequest, ident))
+
+
+async def _describe_version(catalog, ident: tuple[str, ...], body: DescribeTableVersionRequest) -> Response:
+    return json_response(version_response(await catalog.describe_table_version(ident, body.version, body.branch)))
+
+
+@bp.route("/v1/table/<id>/version/list", methods=["GET", "POST"])
+@guard(_on_table(READ))
+async def list_table_versions(id: str) -> Response:
+    return await _list_versions(_catalog(), _table(id), request.args)
+
+
+async def _list_versions(catalog, ident: tuple[str, ...], args) -> Response:
+    page = await catalog.list_table_versions(ident, _limit(args), args.get("page_token"),
+                                             _arg_bool("descending", False, args), args.get("branch"))
+    return _page("versions", page, [v.to_spec() for v in page.items])
+
+
 # What a Lance writer asks for each commit (pylance: the latest version, perhaps its manifest, then the new one)
 # is served without Quart's request machinery (api/direct.py), by the routes' own code.
 
@@ -422,29 +445,6 @@ DIRECT = {f"{bp.name}.{endpoint}": DirectRoute(read, _direct_on_table(privilege)
               ("create_table_version", _direct_body(CreateTableVersionRequest), WRITE, _direct_create_version),
               ("describe_table_version", _direct_body(DescribeTableVersionRequest), READ, _direct_describe_version),
               ("list_table_versions", None, READ, _direct_list_versions))}
-
-
-@bp.post("/v1/table/<id>/version/describe")
-@guard(_on_table(READ))
-async def describe_table_version(id: str) -> Response:
-    ident = _table(id)
-    return await _describe_version(_catalog(), ident, await _body(DescribeTableVersionRequest, ident))
-
-
-async def _describe_version(catalog, ident: tuple[str, ...], body: DescribeTableVersionRequest) -> Response:
-    return json_response(version_response(await catalog.describe_table_version(ident, body.version, body.branch)))
-
-
-@bp.route("/v1/table/<id>/version/list", methods=["GET", "POST"])
-@guard(_on_table(READ))
-async def list_table_versions(id: str) -> Response:
-    return await _list_versions(_catalog(), _table(id), request.args)
-
-
-async def _list_versions(catalog, ident: tuple[str, ...], args) -> Response:
-    page = await catalog.list_table_versions(ident, _limit(args), args.get("page_token"),
-                                             _arg_bool("descending", False, args), args.get("branch"))
-    return _page("versions", page, [v.to_spec() for v in page.items])
 
 
 @bp.post("/v1/table/<id>/version/delete")
