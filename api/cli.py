@@ -63,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--tls-proxy", action="store_true", default=None,
                    help="clients come over HTTPS through a proxy that ends TLS: the console's sign-in cookie is "
                         f"Secure and its form must come from https:// {default('tls_proxy')}")
+    # The commit feed (docs/events.md).
+    s.add_argument("--events-retention-s", type=float,
+                   help=f"keep the feed's events this long {default('events_retention_s')}")
+    s.add_argument("--events-max", type=int, help=f"keep at most this many events {default('events_max')}")
     h = sub.add_parser("hash-secret", help="hash a client secret for the auth file (reads it from stdin)")
     h.add_argument("--secret", help="the secret (default: read one line from stdin)")
     # Scale-out (docs/cluster.md).

@@ -33,7 +33,7 @@ from storage.files import file_write
 from storage.interface import Files, Store
 from storage.records import TableRow, TableWrite
 
-from . import commit
+from . import commit, events
 from .commit import Commit, Part, written_row
 from .config import Config
 from .decision import Decision, Proposal
@@ -378,7 +378,12 @@ class TableActor:
         w = TableWrite(table_id=self.table_id, expected_version=row.row_version,
                        epoch=row.epoch if self.epoch is None else self.epoch, bump=len(decisions))
         part = Part(w)
+        name = (row.catalog, row.namespace, row.name)
         for d in decisions:
+            if d.rename is not None:
+                name = d.rename
+            if d.changes:   # one commit per request, named as that request leaves the table
+                w.events.extend(events.records(self.table_id, name, d.changes))
             if d.row_state is not None:
                 w.state = d.row_state
             w.log.extend(d.log)

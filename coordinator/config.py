@@ -78,6 +78,10 @@ class Config:
     metrics_report_max_bytes: int = 64 * 1024
     metrics_reports_per_table: int = 100
     metrics_report_retain_s: float = 7 * 24 * 3600.0
+    # The commit feed (GET /api/coordinator/v1/events, docs/events.md) keeps events this long and at most this
+    # many, whichever deletes more. An event takes about 0.6 KB in the database: 1,000,000 are about 0.6 GB.
+    events_retention_s: float = 7 * 24 * 3600.0
+    events_max: int = 1_000_000
 
     # Storage
     db_pool_size: int = 4

@@ -15,6 +15,16 @@ from storage.files import FileWrite
 from storage.records import IdempotencyRecord, LogEntry, PurgeClaim, TableRow
 
 
+@dataclass(frozen=True)
+class Change:
+    """What the commit feed says about a change once it applied: the event's type (`<format>.table.committed`,
+    ...) and its format's data (at least `format` and `version`). The commit path adds the table's id and name
+    and the commit's id (coordinator/events.py)."""
+
+    type: str
+    data: dict[str, Any]
+
+
 @dataclass
 class Decision:
     """What one request decided against a table's state.
@@ -43,6 +53,7 @@ class Decision:
     idempotency: IdempotencyRecord | None = None
     after_durable: Callable[[], Awaitable[None]] | None = None         # best-effort clean-up (old files)
     marker: IdempotencyRecord | None = None   # a forwarded request's receipt (coordinator/cluster/routing.py)
+    changes: list[Change] = field(default_factory=list)   # the commit feed's events, in order
 
     @property
     def writes(self) -> bool:
@@ -85,6 +96,7 @@ class NewTable:
     log: list[LogEntry] = field(default_factory=list)
     files: list[tuple[str, bytes]] = field(default_factory=list)
     published: list[FileWrite] = field(default_factory=list)   # as Decision.published
+    changes: list[Change] = field(default_factory=list)        # as Decision.changes
 
 
 @dataclass

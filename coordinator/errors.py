@@ -193,6 +193,12 @@ class TooManyRequests(CoordinatorError):
         self.retry_after_s = retry_after_s
 
 
+class EventsExpired(CoordinatorError):
+    """The commit feed no longer holds the events after a reader's position: retention deleted them."""
+
+    status = 410
+
+
 class Unavailable(CoordinatorError):
     """Known not applied, safe to retry: full mailbox, database down before the write began, owner moving."""
 

@@ -9,8 +9,13 @@ import uuid
 
 
 def new_key() -> str:
-    """A fresh key. Python gains `uuid.uuid7` only in 3.14."""
+    """A fresh key."""
+    return str(uuid7())
+
+
+def uuid7() -> uuid.UUID:
+    """A fresh UUIDv7: time-ordered to the millisecond, then random. Python gains `uuid.uuid7` only in 3.14."""
     ms = int(time.time() * 1000)
     rand = int.from_bytes(os.urandom(10), "big")
     value = (ms << 80) | (0x7 << 76) | ((rand >> 64) & 0xFFF) << 64 | (0b10 << 62) | (rand & ((1 << 62) - 1))
-    return str(uuid.UUID(int=value))
+    return uuid.UUID(int=value)

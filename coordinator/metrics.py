@@ -33,6 +33,7 @@ SAMPLED_HELP = {
     "coordinator_active_actors": "Tables with a running actor (a task holding the table in memory) now",
     "coordinator_mailbox_depth": "Requests queued in all actors' mailboxes, waiting to be decided, now",
     "coordinator_dormant_tables": "Idle tables kept in memory in compact form, ready to serve without a reload",
+    "coordinator_feed_waiting_readers": "Commit feed readers in a long-poll, waiting for a commit, now",
     "coordinator_db_flushes_total": "Database transactions of the group-commit writer (each writes many commits)",
     "coordinator_db_groups_total": "Commits (groups of table rows) written by the group-commit writer",
     "coordinator_db_fenced_writes_total": "Commits refused by the database because their member lost the "

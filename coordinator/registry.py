@@ -21,7 +21,7 @@ from storage.records import UNFENCED, IdempotencyRecord, LogEntry, TableRow, sha
 from .actor import Participant, TableActor
 from .config import Config
 from .commit import Part
-from .decision import KEEP_STATE, Compaction, NewTable, Proposal
+from .decision import KEEP_STATE, Change, Compaction, NewTable, Proposal
 from .errors import NotOwner, Unavailable
 from .metrics import Metrics
 from .purges import Listing, Resumer
@@ -195,11 +195,12 @@ class Registry:
     # -- creation: a table that does not exist yet has no actor; its row is inserted by the writer ------------
 
     async def create(self, row: TableRow, *, state: Any, row_state: dict[str, Any], log_entries: list[LogEntry] = (),
-                     files: list[tuple[str, bytes]] = (), idempotency: IdempotencyRecord | None = None) -> None:
+                     files: list[tuple[str, bytes]] = (), idempotency: IdempotencyRecord | None = None,
+                     changes: list[Change] = ()) -> None:
         """Create a table row (unique by name) with its first files and log entries: a commit of one new table.
         Raises TableExists/ViewExists, NoSuchNamespace or LocationTaken. On success the table's actor starts
         with `state` already in memory."""
-        new = NewTable(row, state, row_state, list(log_entries), list(files))
+        new = NewTable(row, state, row_state, list(log_entries), list(files), changes=list(changes))
         if self.cluster is not None:
             return await self.cluster.router.create(new, idempotency)
         await self.create_local(new, idempotency)

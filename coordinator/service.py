@@ -19,6 +19,7 @@ from storage.postgres import APPLICATION_NAME, PostgresStore
 from .auth import AuthConfig, Authority, Throttle, new_signing_key
 from .config import Config, ConfigError
 from .errors import CoordinatorError
+from .feed import PRUNE_EVERY_S, Feed
 from .idempotency import RETAIN_S, Idempotency
 from .metrics import Metrics
 from .registry import Registry
@@ -64,6 +65,8 @@ class Coordinator:
             raise ConfigError(f"{exc}; check --database-url and that the server is running and accepts "
                               "this user") from None
         self.registry = Registry(self.config, self.store, self.files, self.metrics)
+        self.feed = Feed(self.store, self.config)
+        self.metrics.add_gauges(lambda: {"coordinator_feed_waiting_readers": self.feed.waiting})
         self.idempotency = Idempotency(self.store)
         from .warehouses import Warehouses; self.warehouses = Warehouses(self)  # noqa: E702
         from .iceberg.service import IcebergService; self.iceberg = IcebergService(self)  # noqa: E702
@@ -91,6 +94,7 @@ class Coordinator:
             self.authority = Authority(self.auth, key, Throttle(c.token_requests_per_s, c.token_requests_burst,
                                                                 c.token_requests_queued))
         await self.warehouses.load()
+        self.feed.attach()
         async with trio.open_nursery() as nursery:
             await nursery.start(self.registry.run)
             if self.cluster is not None:
@@ -100,6 +104,9 @@ class Coordinator:
             retain_s = self.config.metrics_report_retain_s
             nursery.start_soon(_expire_forever, "metrics reports", lambda: self.store.purge_reports(retain_s),
                                min(300.0, retain_s / 2))
+            c = self.config
+            nursery.start_soon(_expire_forever, "feed events",
+                               lambda: self.store.events.prune(c.events_retention_s, c.events_max), PRUNE_EVERY_S)
             task_status.started(self)
 
 

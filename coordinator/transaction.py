@@ -23,11 +23,12 @@ from uuid import UUID
 from storage.interface import Files, Store
 from storage.records import IdempotencyRecord, TableRow, TableWrite
 
-from . import commit
+from . import commit, events
 from .actor import Participant
 from .commit import Commit, Part, written_row
 from .decision import NewTable, Proposal
 from .errors import BadRequest, CoordinatorError, Unpublished
+from .keys import new_key
 
 
 class Owners(Protocol):
@@ -71,9 +72,15 @@ async def transact(owners: Owners, parts: list[tuple[UUID, Proposal]], *, create
             except CoordinatorError as exc:
                 exc.part = i
                 raise
+        commit_id = new_key()   # the commit feed's events of every part carry it
+        for i in order:
+            events.share_commit_id(prepared[i][1].write.events, commit_id)
         new_parts = [Part(TableWrite(table_id=c.row.table_id, expected_version=0,
                                      epoch=owners.insert_epoch(c.row.table_id), state=c.row_state, bump=1,
-                                     log=list(c.log), insert=c.row), list(c.files), list(c.published))
+                                     log=list(c.log), insert=c.row,
+                                     events=events.records(c.row.table_id, (c.row.catalog, c.row.namespace,
+                                                                            c.row.name), c.changes, commit_id)),
+                          list(c.files), list(c.published))
                      for c in creates]
         if callable(idempotency):
             idempotency = idempotency([prepared[i][0] for i in range(len(parts))])

@@ -2,7 +2,7 @@
 
     python -m loadtest.ab /work/ab-old /work/ab-new                         # 3 rounds, 600 commits/s, 15 s
     python -m loadtest.ab /work/ab-old /work/ab-new --rounds 1 --duration 8 # quick check that it works
-    python -m loadtest.ab /work/ab-old /work/ab-new --rate 0                # closed loop: the peak
+    python -m loadtest.ab /work/ab-old /work/ab-new --processes 1,2          # ... and as 2 cluster members each
 
 Starts one throwaway PostgreSQL (storage.embedded.EmbeddedPostgres) and two services side by side, each
 `python -m api.cli serve` run from its own checkout (cwd and PYTHONPATH = the checkout, so that checkout's code
@@ -12,6 +12,10 @@ against B: A, B, A, B, ... so both see the same hour of this noisy, shared machi
 checkout's (the same for both). Prints a table per flow x round with server CPU ms per request and per commit,
 commits/s, p99, errors and late commits for A and B, then the medians per flow and the ratio B/A. Services and PostgreSQL are
 stopped on every exit, Ctrl-C included.
+
+`--processes 1,2` starts each side also as a cluster of 2 members (each on a port of its own, writers spread over
+them round-robin as in commit_bench; `--one-port`: as `serve --workers 2`) and measures every count in every round,
+then prints each side's CPU per commit and commits/s with 2 members against its own with 1.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -31,7 +36,7 @@ import orjson
 from storage.embedded import EmbeddedPostgres, free_port
 
 from . import procs
-from .commit_bench import measure
+from .commit_bench import measure, wait_balanced, wait_workers
 from .flows import FLOWS
 from .retry import MODES
 
@@ -40,21 +45,47 @@ FIELDS = (("server_cpu_ms_per_request", "CPU ms/req"), ("server_cpu_ms_per_commi
           ("late", "late"))   # late: due in the window but never started (the service did not keep up)
 
 
-def start_service(name: str, checkout: Path, pg: EmbeddedPostgres, tmp: Path,
-                  log_level: str = "warning") -> tuple[procs.Child, str]:
-    """The service from `checkout`, on its own database of `pg`; procs.service builds the command, but it must
-    run with cwd = the checkout (procs.Child.launch runs it in this checkout)."""
+@dataclass
+class Side:
+    """One checkout's service, as one process or as a cluster of members."""
+
+    children: list[procs.Child]
+    bases: list[str]   # where the load generator connects (one per member, or the one shared port)
+    pids: list[int]    # whose CPU counts
+
+
+def launch(child: procs.Child, checkout: Path) -> procs.Child:
+    """procs.service builds the command, but it must run with cwd = the checkout (Child.launch runs it here)."""
+    with open(child.log, "ab") as out:
+        child.proc = subprocess.Popen(child.argv, stdout=out, stderr=subprocess.STDOUT, cwd=checkout, env=child.env)
+    return child
+
+
+def start_service(name: str, checkout: Path, pg: EmbeddedPostgres, tmp: Path, processes: int = 1,
+                  one_port: bool = False, log_level: str = "warning") -> Side:
+    """The service from `checkout`, on its own database of `pg`: one process, `processes` cluster members on ports
+    of their own, or (`one_port`) `serve --workers N`."""
     db = f"ab_{name.lower()}"
     pg._psql("-c", f"CREATE DATABASE {db}")
     dsn = f"postgresql://coordinator@127.0.0.1:{pg.port}/{db}"
-    port = free_port()
-    child = procs.service(port, dsn, tmp / name, tmp / f"{name}.log", warehouse=tmp / name / "warehouse",
-                          env={"PYTHONPATH": str(checkout)}, extra_args=["--log-level", log_level])
-    with open(child.log, "ab") as out:
-        child.proc = subprocess.Popen(child.argv, stdout=out, stderr=subprocess.STDOUT, cwd=checkout, env=child.env)
-    base = f"http://127.0.0.1:{port}"
-    child.start(base + "/readyz")
-    return child, base
+    env = {"PYTHONPATH": str(checkout)}
+    children, bases = [], []
+    for i in range(1 if one_port else processes):
+        port = free_port()
+        extra = ["--log-level", log_level] + (["--workers", str(processes)] if one_port and processes > 1 else [])
+        child = procs.service(port, dsn, tmp / f"{name}-{i}", tmp / f"{name}-{i}.log",
+                              warehouse=tmp / name / "warehouse", cluster=processes > 1 and not one_port, env=env,
+                              extra_args=extra)
+        children.append(launch(child, checkout))
+        bases.append(f"http://127.0.0.1:{port}")
+    for child, base in zip(children, bases):
+        child.start(base + "/readyz")
+    if processes == 1:
+        return Side(children, bases, [children[0].pid])
+    if one_port:
+        return Side(children, bases, wait_workers(bases[0], children[0].pid, processes))
+    wait_balanced(bases)
+    return Side(children, bases, [c.pid for c in children])
 
 
 def which_code(checkout: Path) -> str:
@@ -74,12 +105,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--flows", default="iceberg,delta,lance")
     ap.add_argument("--matrix", default="64x1", help="TABLESxWRITERS (one configuration)")
-    ap.add_argument("--rate", type=float, default=600, help="commits/s offered in all (open loop); 0: closed loop "
-                                                             "(each writer commits again when answered: the peak)")
+    ap.add_argument("--rate", type=float, default=600, help="commits/s offered in all (open loop); 0: a closed "
+                                                            "loop, each writer committing as fast as it is answered")
     ap.add_argument("--duration", type=float, default=15, help="seconds per run")
     ap.add_argument("--retry", choices=MODES, default="client")
     ap.add_argument("--log-level", default="warning", help="the services' log level (info: a line per request, "
                                                             "as `serve` logs by default)")
+    ap.add_argument("--processes", default="1", help="comma-separated member counts, each measured for A and B, "
+                                                     "e.g. 1,2 (1 = one process, no cluster)")
+    ap.add_argument("--one-port", action="store_true", help="run member counts N > 1 as `serve --workers N`")
     ap.add_argument("--json", type=Path, help="also write every run's row here")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (service logs, warehouses)")
     args = ap.parse_args()
@@ -98,26 +132,29 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="ab-"))
     tmp.chmod(0o755)                      # PostgreSQL runs as its own OS user when we are root
     pg = None
-    services: dict[str, tuple[procs.Child, str]] = {}
+    services: dict[tuple[str, int], Side] = {}
     rows: list[dict] = []
+    counts = [int(n) for n in args.processes.split(",")]
     try:
         print("starting PostgreSQL ...", flush=True)
         pg = EmbeddedPostgres(tmp / "pg")
         pg.start()
-        for name, c in checkouts.items():
-            print(f"starting service {name} from {c} ...", flush=True)
-            services[name] = start_service(name, c, pg, tmp, args.log_level)
+        for n in counts:
+            for name, c in checkouts.items():
+                print(f"starting service {name} from {c} as {n} process(es) ...", flush=True)
+                services[name, n] = start_service(f"{name}{n}", c, pg, tmp, n, args.one_port, args.log_level)
         bench = argparse.Namespace(flows=None, matrix=args.matrix, duration=args.duration, rate=args.rate or None,
                                    retry=args.retry)
         for rnd in range(1, args.rounds + 1):
             for flow in flows:
-                for name, (child, base) in services.items():
-                    if child.proc.poll() is not None:
-                        raise SystemExit(f"service {name} exited ({child.proc.returncode}); see {child.log}")
-                    print(f"round {rnd}/{args.rounds}, {flow}, {name}: ", end="", flush=True)
+                for (name, n), side in services.items():
+                    for child in side.children:
+                        if child.proc.poll() is not None:
+                            raise SystemExit(f"service {name} exited ({child.proc.returncode}); see {child.log}")
+                    print(f"round {rnd}/{args.rounds}, {flow}, {name} x{n}: ", end="", flush=True)
                     bench.flows = flow
                     got: list[dict] = []
-                    measure(bench, [base], child.pid, got, processes=1, pg_pid=procs.postmaster_pid(pg.pgdata))
+                    measure(bench, side.bases, side.pids, got, processes=n, pg_pid=procs.postmaster_pid(pg.pgdata))
                     r = {**got[0], "side": name, "round": rnd, "flow": flow}
                     rows.append(r)
                     print(f"  -> {r['commits_per_s']} commits/s, CPU {r['server_cpu_ms_per_request']} ms/req "
@@ -129,8 +166,9 @@ def main() -> None:
         print("\ninterrupted; stopping the services and PostgreSQL", flush=True)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not cut the cleanup short
-        for child, _ in services.values():
-            child.stop()
+        for side in services.values():
+            for child in side.children:
+                child.stop()
         if pg is not None:
             pg.destroy()
         if args.keep:
@@ -146,27 +184,47 @@ def main() -> None:
 def table(rows: list[dict], flows: list[str], args) -> None:
     if not rows:
         return
-    load = f"{args.rate:g} commits/s offered" if args.rate else "closed loop"
-    print(f"\n{args.matrix}, {load}, {args.duration:g} s per run, log level "
-          f"{args.log_level}; A = {args.a}, B = {args.b}\n")
+    counts = sorted({r["processes"] for r in rows})
+    ways = " (serve --workers N)" if args.one_port else ""
+    offered = f"{args.rate:g} commits/s offered" if args.rate else "closed loop"
+    print(f"\n{args.matrix}, {offered}, {args.duration:g} s per run, log level {args.log_level}; A = {args.a}, "
+          f"B = {args.b}"
+          + (f"; processes {','.join(map(str, counts))}{ways}" if counts != [1] else "") + "\n")
     head = ["flow", "round"] + [f"{side} {label}" for _, label in FIELDS for side in "AB"]
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|")
-    at = {(r["flow"], r["round"], r["side"]): r for r in rows}
+    at = {(r["flow"], r["processes"], r["round"], r["side"]): r for r in rows}
+    medians: dict[tuple[str, int, str, str], float | None] = {}
     for flow in flows:
-        rounds = sorted({r["round"] for r in rows if r["flow"] == flow})
-        for rnd in rounds:
-            cells = [str(at.get((flow, rnd, s), {}).get(k, "")) for k, _ in FIELDS for s in "AB"]
-            print(f"| {flow} | {rnd} | " + " | ".join(cells) + " |")
-        medians, ratios = [], []
-        for k, _ in FIELDS:
-            m = {s: [at[flow, r, s][k] for r in rounds if (flow, r, s) in at and at[flow, r, s][k] is not None]
-                 for s in "AB"}
-            med = {s: statistics.median(v) if v else None for s, v in m.items()}
-            medians += [f"{med[s]:g}" if med[s] is not None else "" for s in "AB"]
-            ratios += ["", f"{med['B'] / med['A']:.3f}" if med["A"] and med["B"] is not None else ""]
-        print(f"| **{flow}** | median | " + " | ".join(medians) + " |")
-        print(f"| **{flow}** | B/A | " + " | ".join(ratios) + " |")
+        for n in counts:
+            label = flow if counts == [1] else f"{flow} x{n}"
+            rounds = sorted({r["round"] for r in rows if r["flow"] == flow and r["processes"] == n})
+            for rnd in rounds:
+                cells = [str(at.get((flow, n, rnd, s), {}).get(k, "")) for k, _ in FIELDS for s in "AB"]
+                print(f"| {label} | {rnd} | " + " | ".join(cells) + " |")
+            cells, ratios = [], []
+            for k, _ in FIELDS:
+                for s in "AB":
+                    found = [at.get((flow, n, r, s), {}).get(k) for r in rounds]
+                    v = [x for x in found if x is not None]
+                    medians[flow, n, s, k] = statistics.median(v) if v else None
+                cells += [f"{medians[flow, n, s, k]:g}" if medians[flow, n, s, k] is not None else "" for s in "AB"]
+                a, b = medians[flow, n, "A", k], medians[flow, n, "B", k]
+                ratios += ["", f"{b / a:.3f}" if a and b is not None else ""]
+            print(f"| **{label}** | median | " + " | ".join(cells) + " |")
+            print(f"| **{label}** | B/A | " + " | ".join(ratios) + " |")
+    if len(counts) > 1:
+        print(f"\nEach side's medians with N processes against its own with {counts[0]}:\n")
+        print("| flow | N | A CPU ms/commit | B CPU ms/commit | A commits/s | B commits/s |")
+        print("|---|---|---:|---:|---:|---:|")
+        for flow in flows:
+            for n in counts[1:]:
+                cells = []
+                for k in ("server_cpu_ms_per_commit", "commits_per_s"):
+                    for s in "AB":
+                        one, many = medians.get((flow, counts[0], s, k)), medians.get((flow, n, s, k))
+                        cells.append(f"{many / one:.2f}x" if one and many is not None else "")
+                print(f"| {flow} | {n} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

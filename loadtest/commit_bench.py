@@ -3,6 +3,7 @@
     python -m loadtest.commit_bench                                  # own PostgreSQL + service
     python -m loadtest.commit_bench --url http://127.0.0.1:8181 --flows iceberg --matrix 64x8 --duration 20
     python -m loadtest.commit_bench --processes 1,2 --flows iceberg-props,iceberg --matrix 8x1,64x1   # scale-out
+    python -m loadtest.commit_bench --processes 1,2 --one-port --flows iceberg-props --matrix 8x1   # serve --workers 2
     python -m loadtest.commit_bench --flows lance --matrix 64x1 --rate 600 --duration 15   # open loop, fixed rate
 
 `--processes 1,2` measures, in one run on one PostgreSQL, the service as one process (the default, no cluster)
@@ -21,6 +22,9 @@ request at the same load (`--rate` on the same connections, or closed loop): `x_
 request over the bare app's in the same run, the figure issue 34's targets are set in. `--stages` records the
 service (and the bare app) with py-spy during each run and prints where the CPU per commit went, by stage
 (loadtest/stages.py).
+
+`--one-port` runs each member count N > 1 as `serve --workers N` instead: N members on one port, each connection
+handed by the kernel to one of them; their CPU is summed (the supervisor, which only waits, is left out).
 
 `--warehouses local,s3` measures, in one run, the service with a local warehouse and with one on S3: it starts
 moto's S3 server on loopback (`pip install 'moto[server]'`), a bucket in it, and the service with
@@ -63,6 +67,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the rows to this file")
     ap.add_argument("--processes", default="1", help="comma-separated member counts to measure in this run, "
                                                      "e.g. 1,2 (1 = the default single process)")
+    ap.add_argument("--one-port", action="store_true",
+                    help="with --processes: run N > 1 as `serve --workers N` (N member processes on one port, the "
+                         "kernel handing each connection to one of them) instead of N members on ports of their own")
     ap.add_argument("--rate", type=float, help="open loop: offer this many commits/s in all (Poisson arrivals, "
                                                "latency from the scheduled time) instead of a closed loop")
     ap.add_argument("--retry", choices=MODES, default="client",
@@ -113,18 +120,29 @@ def main() -> None:
                 where = dict(warehouse=tmp / f"warehouse-{n}")
                 if warehouse == "s3":
                     where = dict(warehouse=f"s3://{s3.bucket()}/wh", env=s3.env, extra_args=s3.serve_args)
-                for i in range(n):
+                if args.one_port and n > 1:
                     port = free_port()
-                    child = procs.service(port, dsn, tmp / f"p{n}-{i}-{warehouse}", tmp / f"p{n}-{i}-{warehouse}.log",
-                                          cluster=n > 1, **where)
+                    workers = where.get("extra_args", []) + ["--workers", str(n)]
+                    child = procs.service(port, dsn, tmp / f"w{n}-{warehouse}", tmp / f"w{n}-{warehouse}.log",
+                                          **{**where, "extra_args": workers})
                     children.append((child.launch(), f"http://127.0.0.1:{port}"))
+                else:
+                    for i in range(n):
+                        port = free_port()
+                        child = procs.service(port, dsn, tmp / f"p{n}-{i}-{warehouse}",
+                                              tmp / f"p{n}-{i}-{warehouse}.log", cluster=n > 1, **where)
+                        children.append((child.launch(), f"http://127.0.0.1:{port}"))
                 for child, base in children:
                     child.start(base + "/readyz")
                 bases = [base for _, base in children]
-                if n > 1:
-                    wait_balanced(bases)
-                measure(args, bases, [c.pid for c, _ in children], rows, processes=n, pg_pid=pg_pid,
-                        warehouse=warehouse, bare=bare if n == 1 else None, profile_dir=tmp)
+                if args.one_port and n > 1:
+                    pids = wait_workers(bases[0], children[0][0].pid, n)
+                else:
+                    pids = [c.pid for c, _ in children]
+                    if n > 1:
+                        wait_balanced(bases)
+                measure(args, bases, pids, rows, processes=n, pg_pid=pg_pid, warehouse=warehouse,
+                        bare=bare if n == 1 else None, profile_dir=tmp)
                 for child, _ in children:
                     child.stop()
                 children = []
@@ -262,6 +280,25 @@ def bare_run(args, flow, connections: int, bare: tuple[procs.Child, str], profil
     if recording:
         out["bare_stages"] = recording[0].finish(r["requests"])
     return out
+
+
+def wait_workers(base: str, supervisor: int, n: int, timeout_s: float = 30) -> list[int]:
+    """`serve --workers n` on one port: its worker processes' pids, once every one of them is live and holds its
+    share of the shards (each read of /metrics reaches whichever worker accepts the connection)."""
+    deadline = time.monotonic() + timeout_s
+    settled = 0
+    while time.monotonic() < deadline:
+        _, body = procs.http_get(base + "/metrics")
+        figures = {line.split()[0]: float(line.split()[1]) for line in body.decode().splitlines()
+                   if line.startswith(("coordinator_cluster_shards_held ", "coordinator_cluster_members_live "))}
+        held, live = figures.get("coordinator_cluster_shards_held", 0), figures.get("coordinator_cluster_members_live")
+        settled = settled + 1 if live == n and abs(held - 64 / n) <= 1 else 0
+        if settled >= 10:
+            pids = procs.children(supervisor)
+            if len(pids) == n:
+                return pids
+        time.sleep(0.1)
+    raise SystemExit(f"the {n} workers did not share the shards within {timeout_s} s")
 
 
 def wait_balanced(bases: list[str], timeout_s: float = 30) -> None:

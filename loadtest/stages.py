@@ -83,7 +83,7 @@ RULES: dict[str, str | None] = {
     # the table's actor: mailbox, decision, rules, state, the one commit path
     "coordinator/": ACTOR, "coordinator/errors.py": None,
     # making files durable, on trio's worker threads (and the hops there and back)
-    "storage/files.py": FILES, "storage/localfs.py": FILES, "storage/grouped.py": FILES,
+    "storage/files.py": FILES, "storage/localfs.py": FILES, "storage/grouped.py": FILES, "storage/worker.py": FILES,
     "storage/warehouses.py": FILES, "trio/_threads.py": FILES, "trio/_core/_thread_cache.py": FILES,
     # the database: the group-commit writer, the bridge to its asyncio thread, asyncpg
     "storage/writer.py": DB, "storage/bridge.py": DB, "storage/postgres.py": DB, "storage/connections.py": DB,

@@ -31,6 +31,7 @@ from .localfs import (NOT_A_FILE, DeletionStopped, FileWrite, _descend, _opened_
                       _remove_tree, _unlink_beneath, file_write, sync_existing, write_durably)
 from .paths import (is_below, is_within, join, local_path, location_key, path_segment, to_local_path,
                     unsafe_location)
+from .worker import WorkerThread
 
 __all__ = ["FileIO", "FileWrite", "file_write", "DeletionStopped", "NOT_A_FILE", "MAX_READ_WITHIN_BYTES",
            "is_below", "is_within", "join", "local_path", "location_key", "path_segment", "to_local_path",
@@ -43,8 +44,9 @@ log = logging.getLogger(__name__)
 MAX_READ_WITHIN_BYTES = 256 << 20
 
 
-def _in_worker_thread(run_batch: Callable[[list[Any]], list[Any]]) -> GroupedCall:
-    return GroupedCall(functools.partial(trio.to_thread.run_sync, run_batch),
+def _in_worker_thread(name: str, run_batch: Callable[[list[Any]], list[Any]]) -> GroupedCall:
+    """Batches of `run_batch`, one at a time, on a thread of their own (storage/worker.py)."""
+    return GroupedCall(functools.partial(WorkerThread(name).run_sync, run_batch),
                        interrupted=lambda: OSError("the file operation was interrupted"))
 
 
@@ -73,15 +75,16 @@ class FileIO:
         # The commit path's file work, one worker-thread hop per moment for all tables (storage/grouped.py):
         # writes before or after a commit's row, reads of staged Lance manifests, deletes of what commits made
         # obsolete.
-        self._writes = _in_worker_thread(self._write_batches_sync)
+        self._writes = _in_worker_thread("file-writes", self._write_batches_sync)
         # CPU seconds spent making files durable (the kernel's copy into the page cache and fsync, mostly):
         # /metrics shows it, so a commit's cost can be told apart from the cost of the file it must write.
         self.write_cpu_s = 0.0
         # Told each batch's wall time in seconds (the service's latency histogram); called on a worker thread.
         self.on_write: Callable[[float], None] | None = None
-        self._reads = _in_worker_thread(_each(lambda item: self.read_within_sync(*item)))
-        self._durable_reads = _in_worker_thread(_each(lambda item: self._read_durable_sync(*item)))
-        self._deletes = _in_worker_thread(_each(lambda item: self.delete_within_sync(*item)))
+        self._reads = _in_worker_thread("file-reads", _each(lambda item: self.read_within_sync(*item)))
+        self._durable_reads = _in_worker_thread("file-durable-reads",
+                                                _each(lambda item: self._read_durable_sync(*item)))
+        self._deletes = _in_worker_thread("file-deletes", _each(lambda item: self.delete_within_sync(*item)))
 
     # -- public, awaited from trio (blocking work runs in a worker thread) ----------------------------------
 

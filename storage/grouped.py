@@ -1,11 +1,11 @@
 """Group commit for the commit path's file work: many trio tasks' calls to one batch operation, one call per moment.
 
-Table files are written (and Lance's staged manifests read and deleted) by trio's worker threads. Each crossing to
-a worker thread costs a thread wake-up and a GIL hand-off, and with one crossing per commit those, not the file
-work itself, were what a commit's CPU went to. `GroupedCall` makes the crossings per moment instead: while one
-batch is in flight, new callers queue; when it ends, the first of them to wake takes the whole queue into the next
-batch. A lone caller goes at once, so an idle service adds no latency; under load the batches grow on their own,
-as PostgreSQL's group commit does. (The database side needs none of this: the asyncio writer in
+Table files are written (and Lance's staged manifests read and deleted) by worker threads (storage/worker.py).
+Each crossing to a worker thread costs a thread wake-up and a GIL hand-off, and with one crossing per commit those,
+not the file work itself, were what a commit's CPU went to. `GroupedCall` makes the crossings per moment instead:
+while one batch is in flight, new callers queue; when it ends, the first of them to wake takes the whole queue into
+the next batch. A lone caller goes at once, so an idle service adds no latency; under load the batches grow on
+their own, as PostgreSQL's group commit does. (The database side needs none of this: the asyncio writer in
 storage/writer.py already takes every pending write into one transaction. Grouping its crossings as well was
 measured: no clear CPU gain, and a follower then waits for the trio loop between batches.)
 """

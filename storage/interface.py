@@ -16,7 +16,7 @@ from typing import Callable, Protocol
 from uuid import UUID
 
 from .localfs import FileWrite
-from .records import IdempotencyRecord, LeaseRound, LogEntry, TableRow, WriteGroup, WriteResult
+from .records import EventPage, IdempotencyRecord, LeaseRound, LogEntry, Position, TableRow, WriteGroup, WriteResult
 
 
 class TableRows(Protocol):
@@ -158,10 +158,24 @@ class Leases(Protocol):
         """Release all of the member's leases at once and remove its member row."""
 
 
+class Events(Protocol):
+    """The commit feed: the events the writer inserted with each commit (storage/events.py)."""
+
+    async def read(self, after: Position | None, limit: int, *, formats: list[str] | None = None,
+                   subjects: list[str] | None = None) -> EventPage:
+        """Up to `limit` final events after `after` (None: the oldest kept), in feed order, filtered."""
+
+    async def prune(self, max_age_s: float, max_count: int) -> int:
+        """Delete the events past retention (oldest first), raising the feed's floor; how many went."""
+
+
 class Store(TableRows, Namespaces, IdempotencyRecords, PurgeClaims, Protocol):
     """The system of record."""
 
     leases: Leases
+    events: Events
+    # Called on the store's own thread whenever new events may be readable (the feed sets it to wake readers).
+    on_events: Callable[[], None] | None
 
     def open(self) -> None:
         """Connect and bring the schema up to date (blocking; from the thread that owns the service)."""

@@ -16,6 +16,7 @@ import asyncpg
 
 from .bridge import AsyncioThread
 from .connections import APPLICATION_NAME, CONNECTION_ERRORS, connection_setup, keep_session, sent_nothing, why
+from .events import EventLog, listen
 from .errors import (DatabaseUnreachable, NamespaceExists, NamespaceMissing, NamespaceNotEmpty, NamespaceRefilled, OutcomeLost,
                      StoreUnavailable)
 from .leases import LeaseStore
@@ -76,6 +77,11 @@ class PostgresStore:
         # Alone, this process owns the database; fenced, it shares it with cluster members only.
         self.owner = OwnerLock(dsn, shared=fenced, timeout_s=timeout_s)
         self.leases = LeaseStore(self._call)   # the cluster's shard leases and member rows
+        self.events = EventLog(self._call)     # the commit feed
+        # Called on the storage thread whenever new events may be readable: a flush here applied something, or
+        # (fenced) another member said so. The feed wakes its waiting readers.
+        self.on_events: Callable[[], None] | None = None
+        self._listener: asyncio.Task | None = None
 
     # -- lifecycle (blocking; called from the thread that owns the service) -------------------------------
 
@@ -87,7 +93,8 @@ class PostgresStore:
         deadline = time.monotonic() + self.timeout_s * 2
         while True:
             try:
-                self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
+                # (+1: the group-commit writer keeps one connection for itself, storage/writer.py)
+                self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size + 1,
                                                       init=connection_setup(self.timeout_s), reset=keep_session,
                                                       command_timeout=self.timeout_s,
                                                       # each new connection, over every host of a multi-host
@@ -113,14 +120,24 @@ class PostgresStore:
             await key_locations(con)
         self.writer = GroupCommitWriter(self.pool, self.timeout_s, fenced=self.fenced)
         self.writer.on_flush = self.on_flush
+        self.writer.on_applied = self._events_applied
         self.writer.start()
+        if self.fenced:
+            self._listener = asyncio.get_running_loop().create_task(
+                listen(self.dsn, self._events_applied, self.timeout_s))
 
     def close(self) -> None:
         if self.pool is not None:
             self.thread.run_blocking(self._close, timeout=self.timeout_s)
         self.thread.stop()
 
+    def _events_applied(self) -> None:
+        if self.on_events is not None:
+            self.on_events()
+
     async def _close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
         if self.writer:
             await self.writer.stop()
         await self.pool.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import zlib
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -56,6 +57,18 @@ class LogEntry:
 
 
 @dataclass(frozen=True)
+class EventRecord:
+    """One event of the commit feed, written with the commit it reports (table `events`). `data` is the
+    CloudEvent's data; the rest of the envelope is fixed or comes from the row's place in the feed."""
+
+    id: UUID
+    type: str
+    subject: str
+    catalog: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class IdempotencyRecord:
     """A finalized answer to replay. `body_ref`, when set, names an immutable file the body is rebuilt from (an
     Iceberg table's metadata file) instead of `body` holding it."""
@@ -99,6 +112,7 @@ class TableWrite:
     rename: tuple[str, str, str] | None = None                         # (catalog, namespace, name)
     relocate: str | None = None   # the table's new location (Iceberg set-location): still exclusive, re-keyed
     purge: PurgeClaim | None = None   # with `delete`: the location whose files will be deleted, claimed until then
+    events: list[EventRecord] = field(default_factory=list)   # the commit feed's, written only if this applies
 
     @property
     def new_version(self) -> int:
@@ -165,3 +179,26 @@ class LeaseRound:
     renewed: dict[int, int]        # shard -> epoch of every lease this member held and renewed
     live_members: int              # members whose heartbeat is within the ttl (this one included)
     shards: list[ShardLeaseRow]    # every shard's lease, in shard order
+
+
+Position = tuple[int, int]   # (xid, seq): everything at or before it has been read
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    position: Position
+    id: UUID
+    type: str
+    subject: str
+    catalog: str
+    data: dict[str, Any]
+    time: datetime
+
+
+@dataclass(frozen=True)
+class EventPage:
+    events: list[StoredEvent]
+    horizon: int        # the snapshot's xmin: every event below it is final
+    next_xid: int       # the snapshot's xmax: no transaction has an id at or above it yet (a token above it is not ours)
+    floor: Position     # retention deleted everything at or before this
+    pending: bool       # committed events exist at or above the horizon (visible soon)

@@ -44,6 +44,28 @@ _IDEMPOTENCY_CTE = """idem AS (
     ON CONFLICT (key) DO NOTHING
 )"""
 
+
+# The commit feed's outbox (migration 013): each applied row's events, in the same statement as the row.
+_EVENTS_COLUMNS = "seq, table_id, id, type, subject, catalog, data"
+
+
+def _events_unnest(first: int) -> str:
+    types = ("int", "uuid", "uuid", "text", "text", "text", "jsonb")
+    return f"unnest({', '.join(f'${first + i}::{t}[]' for i, t in enumerate(types))}) AS e({_EVENTS_COLUMNS})"
+
+
+def _events_cte(first: int) -> str:
+    return f"""ev AS (
+    INSERT INTO events ({_EVENTS_COLUMNS}) SELECT e.* FROM {_events_unnest(first)}
+    WHERE e.table_id IN (SELECT table_id FROM upd)
+)"""
+
+
+# Members sharing the database wake each other's waiting feed readers (LISTEN in storage/events.py). A NOTIFY is
+# sent at commit, so only if the transaction commits; repeated in one transaction, it is sent once.
+EVENTS_CHANNEL = "coordinator_events"
+_NOTIFY = f"pg_notify('{EVENTS_CHANNEL}', '')"
+
 _SIMPLE_WRITE_SQL = f"""
 WITH u AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::jsonb[])
@@ -57,7 +79,7 @@ WITH u AS (
     SELECT l.table_id, l.version, l.payload
     FROM unnest($6::uuid[], $7::bigint[], $8::jsonb[]) AS l(table_id, version, payload)
     WHERE l.table_id IN (SELECT table_id FROM upd)
-), {_IDEMPOTENCY_CTE}
+), {_IDEMPOTENCY_CTE}, {_events_cte(15)}
 SELECT table_id FROM upd
 """
 
@@ -83,11 +105,26 @@ WITH u AS (
     SELECT l.table_id, l.version, l.payload, upd.epoch
     FROM unnest($6::uuid[], $7::bigint[], $8::jsonb[]) AS l(table_id, version, payload)
     JOIN upd ON upd.table_id = l.table_id
-), {_IDEMPOTENCY_CTE}
+), {_IDEMPOTENCY_CTE}, {_events_cte(16)}
 SELECT u.table_id, upd.table_id IS NOT NULL AS applied,
-       NOT EXISTS (SELECT 1 FROM fence f WHERE f.shard = u.shard AND f.epoch = u.epoch) AS fenced
+       NOT EXISTS (SELECT 1 FROM fence f WHERE f.shard = u.shard AND f.epoch = u.epoch) AS fenced, {_NOTIFY}
 FROM u LEFT JOIN upd ON upd.table_id = u.table_id
 """
+
+_INSERT_EVENTS_SQL = f"INSERT INTO events ({_EVENTS_COLUMNS}) SELECT e.* FROM {_events_unnest(1)}"
+_INSERT_EVENTS_NOTIFY_SQL = f"WITH ev AS ({_INSERT_EVENTS_SQL}) SELECT {_NOTIFY}"
+
+
+def _event_columns(writes: list[TableWrite], first_seq: int) -> list[list]:
+    """The events of `writes` as the outbox's column arrays, numbered from `first_seq` in the transaction."""
+    cols: list[list] = [[], [], [], [], [], [], []]
+    seq = first_seq
+    for w in writes:
+        for e in w.events:
+            for col, value in zip(cols, (seq, w.table_id, e.id, e.type, e.subject, e.catalog, e.data)):
+                col.append(value)
+            seq += 1
+    return cols
 
 
 # The server process that ran an interrupted write, if it still runs on the server we reach now. After a failover
@@ -110,12 +147,15 @@ class GroupCommitWriter:
         self._pending: list[tuple[WriteGroup, asyncio.Future]] = []
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._con: asyncpg.Connection | None = None   # see _connection
         # Figures for /metrics and the benchmark.
         self.flushes = 0
         self.groups_written = 0
         self.last_batch_size = 0
         # Told each flush's wall time in seconds (the service's latency histogram); called on the asyncio thread.
         self.on_flush: Callable[[float], None] | None = None
+        # Called on the asyncio thread after a flush that applied something: the feed's waiting readers wake.
+        self.on_applied: Callable[[], None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -127,6 +167,9 @@ class GroupCommitWriter:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        con, self._con = self._con, None
+        if con is not None:
+            await self.pool.release(con)
 
     def submit(self, group: WriteGroup) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
@@ -155,9 +198,21 @@ class GroupCommitWriter:
             if self.on_flush is not None:
                 self.on_flush(time.perf_counter() - started)
 
+    async def _connection(self) -> asyncpg.Connection:
+        """The writer's connection: kept from one flush to the next (a pool's acquire and release cost ~23 us of
+        this thread's CPU per flush), taken from the pool again once it is closed or a write failed on it."""
+        con, self._con = self._con, None
+        if con is not None:
+            if not con.is_closed():
+                self._con = con
+                return con
+            await self.pool.release(con)   # (the pool replaces a closed connection on its next acquire)
+        self._con = await asyncio.wait_for(self.pool.acquire(), self.resolve_timeout_s)
+        return self._con
+
     async def _flush(self, items: list[tuple[WriteGroup, asyncio.Future]]) -> None:
         try:
-            con = await asyncio.wait_for(self.pool.acquire(), self.resolve_timeout_s)
+            con = await self._connection()
         except (*CONNECTION_ERRORS, asyncpg.PostgresError, asyncpg.exceptions.InternalClientError) as exc:
             # Nothing was sent: every group is known NOT applied.
             err = StoreUnavailable(f"database unavailable: {why(exc)}")
@@ -169,6 +224,7 @@ class GroupCommitWriter:
         except asyncpg.InterfaceError as exc:
             # The connection died between the pool handing it out and now (the pool took it back): nothing was
             # sent on it, so every group is known NOT applied.
+            self._con = None
             await self._discard(con)
             err = StoreUnavailable(f"database connection lost: {why(exc)}; nothing applied")
             for _, fut in items:
@@ -177,15 +233,14 @@ class GroupCommitWriter:
         try:
             results = await self._write(con, [g for g, _ in items])
         except Exception as exc:
-            failed, con = con, None   # released or discarded by _after_failed_write
-            results = await self._after_failed_write(failed, backend, items, exc)
+            self._con = None   # released or discarded by _after_failed_write
+            results = await self._after_failed_write(con, backend, items, exc)
             if results is None:
                 return
-        finally:
-            if con is not None:
-                await self.pool.release(con)
         for (_, fut), result in zip(items, results):
             fut.set_result(result)
+        if self.on_applied is not None and any(r.applied for r in results):
+            self.on_applied()
 
     async def _after_failed_write(self, con: asyncpg.Connection, backend: int,
                                   items: list[tuple[WriteGroup, asyncio.Future]],
@@ -237,10 +292,15 @@ class GroupCommitWriter:
             applied, fenced = await self._write_simple(con, simple)
         else:
             async with con.transaction():
+                if self.fenced:
+                    await self._share_leases(con, groups)
                 applied, fenced = await self._write_simple(con, simple) if simple else (set(), set())
+                # Each group's events are numbered on from the simple groups' (their place in the transaction).
+                seq = 1 + sum(len(g.writes[0].events) for g in simple)
                 for g in groups:
                     if not g.is_simple:
-                        complex_results[id(g)] = await self._write_complex(con, g)
+                        complex_results[id(g)] = await self._write_complex(con, g, seq)
+                        seq += sum(len(w.events) for w in g.writes)
                 # (three tables or more in the transaction: with a cross-format commit, all three formats)
                 if faults.ARMED and len({w.table_id for g in groups for w in g.writes}) >= 3:
                     faults.hit("group-commit-mid")
@@ -278,17 +338,19 @@ class GroupCommitWriter:
                 k_status.append(k.status)
                 k_bodies.append(k.body)
                 k_refs.append(k.body_ref)
+        events = _event_columns([g.writes[0] for g in groups], 1)
         if self.fenced:
             rows = await con.fetch(_FENCED_WRITE_SQL, ids, expected, epochs, versions, states,
                                    l_ids, l_versions, l_payloads, k_ids, k_keys, k_routes, k_status, k_bodies, k_refs,
-                                   [shard_of(i) for i in ids])
+                                   [shard_of(i) for i in ids], *events)
             return ({r["table_id"] for r in rows if r["applied"]},
                     {r["table_id"] for r in rows if r["fenced"] and not r["applied"]})
         rows = await con.fetch(_SIMPLE_WRITE_SQL, ids, expected, epochs, versions, states,
-                               l_ids, l_versions, l_payloads, k_ids, k_keys, k_routes, k_status, k_bodies, k_refs)
+                               l_ids, l_versions, l_payloads, k_ids, k_keys, k_routes, k_status, k_bodies, k_refs,
+                               *events)
         return {r["table_id"] for r in rows}, set()
 
-    async def _write_complex(self, con: asyncpg.Connection, group: WriteGroup) -> WriteResult:
+    async def _write_complex(self, con: asyncpg.Connection, group: WriteGroup, first_seq: int) -> WriteResult:
         try:
             async with con.transaction():  # a savepoint inside the flush's transaction
                 if self.fenced:
@@ -299,6 +361,9 @@ class GroupCommitWriter:
                     await self._write_one(con, w)
                 for k in group.idempotency:
                     await put_idempotency(con, k)
+                if any(w.events for w in group.writes):
+                    await con.execute(_INSERT_EVENTS_NOTIFY_SQL if self.fenced else _INSERT_EVENTS_SQL,
+                                      *_event_columns(group.writes, first_seq))
         except NotApplied as na:
             return WriteResult(False, na.refusal)
         except asyncpg.UniqueViolationError as exc:
@@ -312,6 +377,17 @@ class GroupCommitWriter:
         commits, so two cannot both pass."""
         await con.execute("SELECT pg_advisory_xact_lock($1)", LOCATIONS_LOCK)
         return await location_in_use(con, key, exclude)
+
+    @staticmethod
+    async def _share_leases(con: asyncpg.Connection, groups: list[WriteGroup]) -> None:
+        """Every lease row the transaction's statements will hold FOR SHARE, taken first and in shard order. Each
+        statement takes its own in shard order, but one group after another they came in any order, and a member's
+        lease renewal (FOR UPDATE of its rows, in shard order) then deadlocked with them: holding shard 10 and
+        waiting for 40 while this transaction held 40 and waited for 10."""
+        shards = sorted({shard_of(w.table_id) for g in groups for w in g.writes if w.epoch != UNFENCED})
+        if shards:
+            await con.execute("SELECT 1 FROM shard_leases WHERE shard = ANY($1::int[]) ORDER BY shard FOR SHARE",
+                              shards)
 
     async def _check_leases(self, con: asyncpg.Connection, writes: list[TableWrite]) -> None:
         """Every written table's shard lease must still carry its writer's epoch, held FOR SHARE until commit

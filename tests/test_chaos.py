@@ -12,6 +12,7 @@ The checker (`check`, a pure function of the log and the state read back) requir
 * lost = 0: every acknowledged commit is present, at the version it was acknowledged at;
 * duplicated = 0: no commit id appears twice in a table, unknown ones included;
 * phantom = 0: no commit refused with a 4xx is present;
+* the commit feed (docs/events.md) reports every version each table holds once, in order, and nothing else;
 * contiguous versions: Iceberg snapshot sequence numbers 1..N, every snapshot an ancestor of main, the
   snapshot-log equal to main's ancestry and the metadata files numbered without holes; Delta versions 0..N, the
   tail GET commits serves (page by page) equal to the commit log; Lance versions 1..N, each manifest on disk
@@ -42,6 +43,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from coordinator.client import events
 from coordinator.lance.files import version_of_manifest_name
 from tests.chaos_crash_points import CRASH_POINTS, CRASH_WAIT_S, AimedCrashes, start_armed, wait_for_death
 from tests.chaos_power import PowerLoss, iceberg_read_back, skip_reason
@@ -201,6 +203,36 @@ def check(outcomes: Iterable[Outcome], states: Iterable[TableState]) -> Figures:
             f.torn.append(f"cross-format commit {cid}: present in {sorted(k for k, v in present.items() if v)}, "
                           f"absent from {sorted(k for k, v in present.items() if not v)}")
     return f
+
+
+def read_feed(base: str) -> dict[tuple[str, str], list[int]]:
+    """(format, table) -> the versions the commit feed reports committed, in feed order."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for e in events(base, follow=False, limit=1000):
+        if e["type"].endswith(".committed"):
+            out.setdefault((e["data"]["format"], e["data"]["name"][-1]), []).append(e["data"]["version"])
+    return out
+
+
+def check_feed(feed: dict[tuple[str, str], list[int]], states: Iterable[TableState]) -> list[str]:
+    """The feed against the tables read back: every version a commit made (from 1 on; a table's creation makes
+    its first) reported once, in version order, and no other. Pure, like `check`. (For Iceberg the feed's version
+    is the metadata file's number, equal to the snapshot's sequence number here: every commit adds one.)"""
+    problems, seen = [], set()
+    for s in states:
+        seen.add((s.fmt, s.table))
+        held = sorted(v for v, _ in s.entries if v >= 1)
+        reported = feed.get((s.fmt, s.table), [])
+        missing = sorted(set(held) - set(reported))
+        extra = sorted((Counter(reported) - Counter(held)).elements())
+        if missing:
+            problems.append(f"feed {s.fmt} {s.table}: versions {_spans(missing)} missing")
+        if extra:
+            problems.append(f"feed {s.fmt} {s.table}: versions {_spans(extra)} reported but not held (or twice)")
+        if reported != sorted(reported):
+            problems.append(f"feed {s.fmt} {s.table}: versions out of order")
+    problems += [f"feed {fmt} {table}: events for a table not read back" for fmt, table in feed.keys() - seen]
+    return problems
 
 
 def _spans(versions: list[int]) -> str:
@@ -626,6 +658,7 @@ class Run:
     crash_hits: Counter = field(default_factory=Counter)   # aimed crashes: how often each point killed the service
     crash_target: int = 0
     read_back: list[str] = field(default_factory=list)       # what a real client could not read after a cut
+    feed: dict[tuple[str, str], list[int]] = field(default_factory=dict)   # the commit feed, read at the end
 
 
 def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, load_s: tuple[float, float] = (1.0, 3.0),
@@ -728,7 +761,7 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
         states = read_state(base, database_url, tables)
         figures = check(log.outcomes, states)
         return Run(done, time.monotonic() - t0, figures, log.errors, stalled, log.outcomes, states,
-                   aimed.hits() if aimed else Counter(), aimed.target if aimed else 0, read_back)
+                   aimed.hits() if aimed else Counter(), aimed.target if aimed else 0, read_back, read_feed(base))
     finally:
         stop.set()
         give_up.set()
@@ -760,6 +793,8 @@ def figures_table(run: Run) -> str:
               f"|{'-' * (width + 2)}|" + "|".join("-" * 9 for _ in FORMATS) + "|---------|"]
     for label, values in rows:
         lines.append(f"| {label:<{width}} | " + " | ".join(f"{v:>7}" for v in values) + f" | {sum(values):>7} |")
+    lines.append(f"commit feed: {sum(map(len, run.feed.values()))} commits reported; against the tables: "
+                 f"{len(check_feed(run.feed, run.states))} problems (missing, extra or out of order)")
     across = Counter(o.status for o in run.outcomes if o.across and o.fmt == FORMATS[0])
     errors = sum(n for (fmt, _), n in run.errors.items() if fmt == "across")
     lines.append(f"cross-format commits (one part per format, counted in the columns above too): "
@@ -783,6 +818,7 @@ def verdict(run: Run) -> list[str]:
     if odd:
         problems.append(f"unexpected answers (format, status): count: {odd}")
     problems += run.read_back
+    problems += check_feed(run.feed, run.states)
     short = {p: n for p, n in run.crash_hits.items() if n < run.crash_target}
     if short:
         problems.append(f"crash points hit fewer than {run.crash_target} times: {short}")
@@ -793,6 +829,10 @@ def verdict(run: Run) -> list[str]:
                              s.anomalies) for s in run.states]
         if not [line for line in check(run.outcomes, states).lost if victim.cid in line]:
             problems.append(f"checker self-test: commit {victim.cid} removed from the state, not reported lost")
+    # And the feed's checker: one reported version taken away must be missed.
+    reported = next(((k, v) for k, v in run.feed.items() if v), None)
+    if reported is not None and not check_feed({**run.feed, reported[0]: reported[1][1:]}, run.states):
+        problems.append(f"checker self-test: a version removed from the feed of {reported[0]}, not reported")
     return problems
 
 
@@ -864,15 +904,18 @@ def test_verdict_fails_a_run_with_a_5xx_or_no_progress_after_the_last_restart():
     outcomes = _delta_log(a="acked@1")
     states = [TableState("delta", "t", 0, [(0, None), (1, "a")])]
     counts_ok = check(outcomes, states)
-    run = Run(1, 1.0, counts_ok, Counter(), [], outcomes, states)
+    feed = {("delta", "t"): [1]}
+    run = Run(1, 1.0, counts_ok, Counter(), [], outcomes, states, feed=feed)
     assert [p for p in verdict(run) if "no iceberg commit" in p]   # (only Delta committed here)
     for fmt in ("iceberg", "lance"):
         counts_ok.counts[fmt]["acked"] = 1
     assert not verdict(run)
-    assert "500" in " ".join(verdict(Run(1, 1.0, counts_ok, Counter({("delta", "500"): 1}), [], outcomes, states)))
-    stalled = Run(1, 1.0, counts_ok, Counter(), ["after the last restart: lance"], outcomes, states)
+    assert "500" in " ".join(verdict(Run(1, 1.0, counts_ok, Counter({("delta", "500"): 1}), [], outcomes, states,
+                                         feed=feed)))
+    assert "feed delta t" in " ".join(verdict(Run(1, 1.0, counts_ok, Counter(), [], outcomes, states)))
+    stalled = Run(1, 1.0, counts_ok, Counter(), ["after the last restart: lance"], outcomes, states, feed=feed)
     assert "no progress after the last restart" in " ".join(verdict(stalled))
-    short = Run(1, 1.0, counts_ok, Counter(), [], outcomes, states, Counter({"after-files": 1}), 20)
+    short = Run(1, 1.0, counts_ok, Counter(), [], outcomes, states, Counter({"after-files": 1}), 20, feed=feed)
     assert "fewer than 20" in " ".join(verdict(short))
 
 
@@ -911,6 +954,15 @@ def test_checker_flags_lost_duplicated_phantom_and_holes():
     elsewhere = check(log, [TableState("delta", "t", 0, [(0, None), (1, "a")]),
                             TableState("delta", "u", 0, [(0, None), (1, "b")])])
     assert any("commit b" in line for line in elsewhere.lost)
+
+
+def test_feed_checker_flags_missing_extra_and_reordered_versions():
+    states = [TableState("delta", "t", 0, [(0, None), (1, "a"), (2, "b")])]
+    assert check_feed({("delta", "t"): [1, 2]}, states) == []
+    assert "versions 2 missing" in check_feed({("delta", "t"): [1]}, states)[0]
+    assert "reported but not held" in check_feed({("delta", "t"): [1, 2, 2]}, states)[0]
+    assert "out of order" in check_feed({("delta", "t"): [2, 1]}, states)[0]
+    assert "not read back" in check_feed({("delta", "t"): [1, 2], ("lance", "u"): [1]}, states)[0]
 
 
 def test_checker_flags_a_cross_format_commit_applied_in_some_formats_only():

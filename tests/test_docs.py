@@ -3,7 +3,8 @@
 The convention, for README.md and every docs/*.md (files added later are found the same way):
 
 - A fenced block labelled ```python or ```sh is run. ```python spark / ```sh spark blocks are run only by the
-  `spark` test (they need PySpark and the Iceberg runtime jars from tests/spark/build_runtime.sh).
+  `spark` test (they need PySpark and the Iceberg runtime jars from tests/spark/build_runtime.sh); ```python
+  dagster blocks only by the `dagster` test (the `dagster` extra; CI installs it, and there it must run).
 - A block that must not run (it installs something, starts a server, needs a systemd host) says so:
   ```sh no-run. Output, configuration and other languages are labelled ```text, ```toml, ```ini, ```json ...
   and are not run. An unlabelled block, or one labelled bash/shell/py, is an error: say which you mean.
@@ -55,6 +56,10 @@ class Block:
     def needs_spark(self) -> bool:
         return "spark" in self.flags
 
+    @property
+    def needs_dagster(self) -> bool:
+        return "dagster" in self.flags
+
 
 def doc_files() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -78,8 +83,9 @@ def blocks_of(path: Path) -> list[Block]:
 
 
 ALL_BLOCKS = [block for path in doc_files() for block in blocks_of(path)]
-RUN_BLOCKS = [block for block in ALL_BLOCKS if block.runs and not block.needs_spark]
+RUN_BLOCKS = [block for block in ALL_BLOCKS if block.runs and not block.needs_spark and not block.needs_dagster]
 SPARK_BLOCKS = [block for block in ALL_BLOCKS if block.runs and block.needs_spark]
+DAGSTER_BLOCKS = [block for block in ALL_BLOCKS if block.runs and block.needs_dagster]
 
 
 def test_every_block_says_whether_it_runs():
@@ -149,6 +155,14 @@ def test_doc_block_runs(block, service_url, environments):
 @pytest.mark.parametrize("block", SPARK_BLOCKS, ids=[b.id for b in SPARK_BLOCKS])
 def test_doc_spark_block_runs(block, service_url, environments):
     pytest.importorskip("pyspark")
+    run_block(block, service_url, environments(block.path))
+
+
+@pytest.mark.parametrize("block", DAGSTER_BLOCKS, ids=[b.id for b in DAGSTER_BLOCKS])
+def test_doc_dagster_block_runs(block, service_url, environments):
+    """The Dagster sensor of docs/events.md, with Dagster itself: `pip install -e '.[test,dagster]'`; CI does."""
+    if not os.environ.get("CI"):
+        pytest.importorskip("dagster")
     run_block(block, service_url, environments(block.path))
 
 

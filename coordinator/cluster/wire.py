@@ -23,7 +23,7 @@ import importlib
 import struct
 import types
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import msgpack
 
@@ -71,6 +71,17 @@ class Codec:
     def __init__(self, local: dict[str, Any]):
         self._by_name = dict(local)
         self._by_id = {id(obj): name for name, obj in local.items()}
+        self._local_classes = {type(obj) for obj in local.values()}
+        self._encoders: dict[type, Callable[[Any], msgpack.ExtType]] = {}
+        loads = self.loads
+        self._decoders: dict[int, Callable[[bytes], Any]] = {
+            _LOCAL: self._local, _TUPLE: lambda data: tuple(loads(data)), _SET: lambda data: set(loads(data)),
+            _FROZENSET: lambda data: frozenset(loads(data)), _UUID: lambda data: uuid.UUID(bytes=data),
+            _DATETIME: lambda data: datetime.datetime.fromisoformat(data.decode()),
+            _DATE: lambda data: datetime.date.fromisoformat(data.decode()), _PARTIAL: self._partial,
+            _MAPPINGPROXY: lambda data: types.MappingProxyType(loads(data)),
+            _DECIMAL: lambda data: decimal.Decimal(data.decode()), _BIGINT: lambda data: int(data.decode()),
+            _ENUM: self._enum, _ERROR: self._error, _NAMEDTUPLE: self._namedtuple, _OBJECT: self._object}
         # One packer per nesting level of extension values (a packer cannot be re-entered from its `default`);
         # making a new one for each value was most of the encoding's cost.
         self._packers: list[msgpack.Packer] = []
@@ -96,39 +107,61 @@ class Codec:
         return FRAME_HEADER.pack(len(payload)) + payload
 
     def _default(self, obj: Any) -> msgpack.ExtType:
-        local = self._by_id.get(id(obj))
-        if local is not None:
-            return msgpack.ExtType(_LOCAL, local.encode())
         cls = type(obj)
+        encode = self._encoders.get(cls)
+        if encode is None:
+            encode = self._encoders[cls] = self._encoder(cls)
+        return encode(obj)
+
+    def _encoder(self, cls: type) -> Callable[[Any], msgpack.ExtType]:
+        """How values of `cls` are encoded, decided once per class (an isinstance chain, and a failed attribute
+        lookup through pydantic's __getattr__, for every value was most of the encoding's cost)."""
+        dumps = self.dumps
+        if cls in self._local_classes:
+            by_id, other = self._by_id, self._own_encoder(cls)
+
+            def local(obj: Any) -> msgpack.ExtType:
+                name = by_id.get(id(obj))
+                return msgpack.ExtType(_LOCAL, name.encode()) if name is not None else other(obj)
+            return local
         if cls is functools.partial:
-            return msgpack.ExtType(_PARTIAL, self.dumps([self._function(obj.func), list(obj.args), obj.keywords]))
+            return lambda obj: msgpack.ExtType(_PARTIAL, dumps([self._function(obj.func), list(obj.args),
+                                                                obj.keywords]))
         if cls is tuple:
-            return msgpack.ExtType(_TUPLE, self.dumps(list(obj)))
+            return lambda obj: msgpack.ExtType(_TUPLE, dumps(list(obj)))
         if cls is set or cls is frozenset:
-            return msgpack.ExtType(_SET if cls is set else _FROZENSET, self.dumps(list(obj)))
-        if isinstance(obj, uuid.UUID):  # asyncpg hands out its own subclass
-            return msgpack.ExtType(_UUID, obj.bytes)
+            code = _SET if cls is set else _FROZENSET
+            return lambda obj: msgpack.ExtType(code, dumps(list(obj)))
+        if issubclass(cls, uuid.UUID):  # asyncpg hands out its own subclass
+            return lambda obj: msgpack.ExtType(_UUID, obj.bytes)
         if cls is datetime.datetime:
-            return msgpack.ExtType(_DATETIME, obj.isoformat().encode())
+            return lambda obj: msgpack.ExtType(_DATETIME, obj.isoformat().encode())
         if cls is datetime.date:
-            return msgpack.ExtType(_DATE, obj.isoformat().encode())
+            return lambda obj: msgpack.ExtType(_DATE, obj.isoformat().encode())
         if cls is types.MappingProxyType:  # a frozen dict (Delta's catalog entry)
-            return msgpack.ExtType(_MAPPINGPROXY, self.dumps(dict(obj)))
+            return lambda obj: msgpack.ExtType(_MAPPINGPROXY, dumps(dict(obj)))
         if cls is decimal.Decimal:
-            return msgpack.ExtType(_DECIMAL, str(obj).encode())
+            return lambda obj: msgpack.ExtType(_DECIMAL, str(obj).encode())
         if cls is int:  # beyond msgpack's 64 bits
-            return msgpack.ExtType(_BIGINT, str(obj).encode())
+            return lambda obj: msgpack.ExtType(_BIGINT, str(obj).encode())
+        return self._own_encoder(cls)
+
+    def _own_encoder(self, cls: type) -> Callable[[Any], msgpack.ExtType]:
+        dumps, name = self.dumps, _name(cls)
         if not cls.__module__.startswith(OWN_PACKAGES):
-            raise TypeError(f"{_name(cls)} cannot cross the cluster channel: only plain data and the "
-                            f"coordinator's own types do")
-        if isinstance(obj, enum.Enum):
-            return msgpack.ExtType(_ENUM, self.dumps([_name(cls), obj.value]))
-        if isinstance(obj, BaseException):
-            return msgpack.ExtType(_ERROR, self.dumps([_name(cls), list(obj.args), dict(vars(obj))]))
-        if isinstance(obj, tuple):  # a NamedTuple: rebuilt from its fields
-            return msgpack.ExtType(_NAMEDTUPLE, self.dumps([_name(cls), list(obj)]))
-        to_wire = getattr(obj, "_to_wire", None)  # a class that chooses its own form (and rebuilds from it)
-        return msgpack.ExtType(_OBJECT, self.dumps([_name(cls), obj.__getstate__() if to_wire is None else to_wire()]))
+            def refuse(obj: Any) -> msgpack.ExtType:
+                raise TypeError(f"{name} cannot cross the cluster channel: only plain data and the coordinator's "
+                                f"own types do")
+            return refuse
+        if issubclass(cls, enum.Enum):
+            return lambda obj: msgpack.ExtType(_ENUM, dumps([name, obj.value]))
+        if issubclass(cls, BaseException):
+            return lambda obj: msgpack.ExtType(_ERROR, dumps([name, list(obj.args), dict(vars(obj))]))
+        if issubclass(cls, tuple):  # a NamedTuple: rebuilt from its fields
+            return lambda obj: msgpack.ExtType(_NAMEDTUPLE, dumps([name, list(obj)]))
+        if hasattr(cls, "_to_wire"):  # a class that chooses its own form (and rebuilds from it)
+            return lambda obj: msgpack.ExtType(_OBJECT, dumps([name, obj._to_wire()]))
+        return lambda obj: msgpack.ExtType(_OBJECT, dumps([name, obj.__getstate__()]))
 
     def _function(self, fn: Any) -> list:
         owner = getattr(fn, "__self__", None)
@@ -157,71 +190,68 @@ class Codec:
             raise WireError(f"malformed frame: {exc}") from None
 
     def _ext(self, code: int, data: bytes) -> Any:
-        if code == _LOCAL:
-            name = data.decode()
-            if name not in self._by_name:
-                raise WireError(f"unknown process-local object {name!r}")
-            return self._by_name[name]
-        if code == _TUPLE:
-            return tuple(self.loads(data))
-        if code == _SET:
-            return set(self.loads(data))
-        if code == _FROZENSET:
-            return frozenset(self.loads(data))
-        if code == _UUID:
-            return uuid.UUID(bytes=data)
-        if code == _DATETIME:
-            return datetime.datetime.fromisoformat(data.decode())
-        if code == _DATE:
-            return datetime.date.fromisoformat(data.decode())
-        if code == _PARTIAL:
-            ref, args, keywords = self.loads(data)
-            return functools.partial(self._callable(ref), *args, **keywords)
-        if code == _MAPPINGPROXY:
-            return types.MappingProxyType(self.loads(data))
-        if code == _DECIMAL:
-            return decimal.Decimal(data.decode())
-        if code == _BIGINT:
-            return int(data.decode())
-        if code == _ENUM:
-            name, value = self.loads(data)
-            cls = _own_class(name)
-            if not issubclass(cls, enum.Enum):
-                raise WireError(f"{name!r} is not an enum")
-            return cls(value)
-        if code == _ERROR:
-            name, args, attrs = self.loads(data)
-            cls = _own_class(name)
-            if not issubclass(cls, Exception):
-                raise WireError(f"{name!r} is not an error")
-            exc = cls.__new__(cls)
-            exc.args = tuple(args)
-            vars(exc).update(attrs)
-            return exc
-        if code == _NAMEDTUPLE:
-            name, fields = self.loads(data)
-            cls = _own_class(name)
-            if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
-                raise WireError(f"{name!r} is not a named tuple")
-            return cls(*fields)
-        if code == _OBJECT:
-            name, state = self.loads(data)
-            cls = _own_class(name)
-            if issubclass(cls, (BaseException, enum.Enum, tuple)):
-                raise WireError(f"{name!r} cannot be rebuilt from a state")
-            return _restore(cls, state)
-        raise WireError(f"unknown extension type {code} in a frame")
+        decode = self._decoders.get(code)
+        if decode is None:
+            raise WireError(f"unknown extension type {code} in a frame")
+        return decode(data)
+
+    def _local(self, data: bytes) -> Any:
+        name = data.decode()
+        if name not in self._by_name:
+            raise WireError(f"unknown process-local object {name!r}")
+        return self._by_name[name]
+
+    def _partial(self, data: bytes) -> functools.partial:
+        ref, args, keywords = self.loads(data)
+        return functools.partial(self._callable(ref), *args, **keywords)
+
+    def _enum(self, data: bytes) -> enum.Enum:
+        name, value = self.loads(data)
+        cls = _own_class(name)
+        if not issubclass(cls, enum.Enum):
+            raise WireError(f"{name!r} is not an enum")
+        return cls(value)
+
+    def _error(self, data: bytes) -> Exception:
+        name, args, attrs = self.loads(data)
+        cls = _own_class(name)
+        if not issubclass(cls, Exception):
+            raise WireError(f"{name!r} is not an error")
+        exc = cls.__new__(cls)
+        exc.args = tuple(args)
+        vars(exc).update(attrs)
+        return exc
+
+    def _namedtuple(self, data: bytes) -> tuple:
+        name, fields = self.loads(data)
+        cls = _own_class(name)
+        if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
+            raise WireError(f"{name!r} is not a named tuple")
+        return cls(*fields)
+
+    def _object(self, data: bytes) -> Any:
+        name, state = self.loads(data)
+        return _restorer(name)(state)
 
 
-def _restore(cls: type, state: Any) -> Any:
-    """Pickle's default rebuild (object.__reduce_ex__ protocol 2) for one of our classes: a bare instance, then
-    its own __setstate__ if it has one (pydantic models, slotted dataclasses), else its attributes. A class with
-    its own wire form (`_to_wire`) rebuilds itself from it (`_from_wire`)."""
+@functools.lru_cache(maxsize=1024)
+def _restorer(name: str) -> Callable[[Any], Any]:
+    """How an instance of our class `name` is rebuilt from its state (`_restore`), decided once per class."""
+    cls = _own_class(name)
+    if issubclass(cls, (BaseException, enum.Enum, tuple)):
+        raise WireError(f"{name!r} cannot be rebuilt from a state")
     from_wire = getattr(cls, "_from_wire", None)
     if from_wire is not None:
-        return from_wire(state)
+        return from_wire
+    return functools.partial(_restore, cls, hasattr(cls, "__setstate__"))
+
+
+def _restore(cls: type, setstate: bool, state: Any) -> Any:
+    """Pickle's default rebuild (object.__reduce_ex__ protocol 2) for one of our classes: a bare instance, then
+    its own __setstate__ if it has one (pydantic models, slotted dataclasses), else its attributes. (A class with
+    its own wire form, `_to_wire`, rebuilds itself from it instead: `_from_wire`.)"""
     obj = cls.__new__(cls)
-    if hasattr(obj, "__setstate__"):
+    if setstate:
         obj.__setstate__(state)
         return obj
     if isinstance(state, tuple) and len(state) == 2:  # (__dict__, slots), as object.__getstate__ gives them

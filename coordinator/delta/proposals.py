@@ -8,9 +8,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from storage.files import join
 from storage.records import LogEntry, PurgeClaim
 
-from ..decision import Decision
+from ..decision import Change, Decision
 from ..name_limits import check_table_key
 from ..purges import delete_own_location
 from . import rules
@@ -50,7 +51,7 @@ class DropTable:
         # (coordinator/cluster/channel.py).
         claim = PurgeClaim(managed, uuid.uuid4()) if managed is not None else None
         cleanup = functools.partial(_forget_dropped, self.store, self.files, table.table_id, claim)
-        return Decision(None, delete=True, after_durable=cleanup, purge=claim)
+        return Decision(None, delete=True, after_durable=cleanup, purge=claim, changes=[feed_change("dropped", table)])
 
 
 @dataclass
@@ -85,7 +86,7 @@ class CreateFromStaging:
         table = DeltaTable(staging.table_id, freeze(info), last=0, published=0, unpublished=(),
                            newest=self.first_commit)
         return Decision(table, reply=table, row_state=table.row_state(), log=[LogEntry(0, self.first_commit)],
-                        rename=self.full)
+                        rename=self.full, changes=[feed_change("created", table)])
 
 
 @dataclass
@@ -100,8 +101,10 @@ class Commit:
         new = rules.decide_commit(table, self.request, max_unpublished=self.max_unpublished, now_ms=self.now_ms)
         if new is table:
             return Decision(table)
-        log = [LogEntry(new.last, new.newest)] if new.last > table.last else []
-        return Decision(new, row_state=new.row_state(), log=log)
+        if new.last == table.last:   # a backfill reported: no new version, nothing for the feed
+            return Decision(new, row_state=new.row_state())
+        return Decision(new, row_state=new.row_state(), log=[LogEntry(new.last, new.newest)],
+                        changes=[feed_change("committed", new)])
 
 
 @dataclass
@@ -136,3 +139,13 @@ class Locate:
         if isinstance(state, StagingTable):
             return Decision(state, reply=state.location)
         return Decision(state, reply=rules.require_table(state, self.table_id).location)
+
+
+def feed_change(what: str, table: DeltaTable) -> Change:
+    """The commit feed's `delta.table.<what>`: the table's latest ratified version (null while the catalog
+    coordinates none: an EXTERNAL table) and that commit's file."""
+    data: dict[str, Any] = {"format": "delta", "version": table.last if table.last >= 0 else None}
+    if table.newest is not None and table.newest["version"] == table.last:
+        staged = "_delta_log" if table.last == 0 else "_delta_log/_staged_commits"   # 0.json is published at once
+        data["commit-file"] = join(table.location, staged, table.newest["file_name"])
+    return Change(f"delta.table.{what}", data)

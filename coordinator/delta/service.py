@@ -40,7 +40,8 @@ from .files import read_first_commit
 from .models import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
                      GenerateTemporaryPathCredential, GenerateTemporaryTableCredential, GetCommitsRequest,
                      MetricsRequest, UpdateCatalogOrSchema)
-from .proposals import CheckMetrics, CheckStaging, Commit, CreateFromStaging, DropTable, GetCommits, LoadTable, Locate
+from .proposals import (CheckMetrics, CheckStaging, Commit, CreateFromStaging, DropTable, GetCommits, LoadTable, Locate,
+                        feed_change)
 from .rules import FullName
 from .state import DeltaTable, StagingTable, freeze, load_state, owned, table_info
 
@@ -361,7 +362,8 @@ class DeltaService:
         row = TableRow(table_id=table_id, realm=REALM, catalog=full[0], namespace=full[1], name=full[2],
                        format=FORMAT, location=location)
         try:
-            await self.registry.create(row, state=table, row_state=table.row_state())
+            await self.registry.create(row, state=table, row_state=table.row_state(),
+                                       changes=[feed_change("created", table)])
         except STORE_ERRORS as exc:
             if isinstance(from_storage(exc), NotFound):
                 raise NoSuchNamespace(f"Schema does not exist: {full[0]}.{full[1]}") from None

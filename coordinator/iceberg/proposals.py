@@ -16,8 +16,9 @@ import orjson
 from storage.files import is_below, join
 from storage.records import IdempotencyRecord, LogEntry, TableRow
 
-from coordinator.decision import Decision, NewTable
+from coordinator.decision import Change, Decision, NewTable
 from coordinator.errors import NameMoved
+from coordinator.events import name_parts
 from coordinator.idempotency import IdempotencyKey
 from coordinator.name_limits import check_table_key
 from coordinator.purges import purge_after_drop
@@ -74,6 +75,7 @@ class DropTable:
     idempotency_key: IdempotencyKey | None = None
     warehouse: str | None = None  # purge deletes only what lies below it
     store: Any = None             # purge asks it whether the location is still the table's own
+    kind: str = "table"           # or "view": what the commit feed says was dropped
 
     def decide(self, state: IcebergTable | UnreadableTable) -> Decision:
         """purgeRequested: "purge the underlying table's data and metadata", once the drop is durable. Java
@@ -102,7 +104,8 @@ class DropTable:
             else:
                 after = functools.partial(purge_named_files, self.files, self.store, location, state)
         return Decision(None, reply=None, delete=True, after_durable=after, purge=claim,
-                        idempotency=idempotency_record(self.idempotency_key, 204, None))
+                        idempotency=idempotency_record(self.idempotency_key, 204, None),
+                        changes=[feed_change(self.kind, "dropped", state.metadata_location)])
 
 
 @dataclass
@@ -114,9 +117,12 @@ class RenameTable:
     def decide(self, state: IcebergTable) -> Decision:
         check_ident(state, self.ident)
         check_table_key(self.to.catalog, self.to.ns_path, self.to.name)
+        was = self.ident
         return Decision(replace(state, ident=self.to), reply=None,
                         rename=(self.to.catalog, self.to.ns_path, self.to.name),
-                        idempotency=idempotency_record(self.idempotency_key, 204, None))
+                        idempotency=idempotency_record(self.idempotency_key, 204, None),
+                        changes=[feed_change(kind_of(state.metadata), "renamed", state.metadata_location,
+                                             {"previous-name": name_parts(was.catalog, was.ns_path, was.name)})])
 
 
 @dataclass
@@ -146,6 +152,7 @@ def next_version(state: IcebergTable, new: dict[str, Any], data: bytes, list_jso
     owns = state.owns_location and moved is None   # moved (even back): the place may hold others' files now
     table = IcebergTable(state.ident, new, location, data, list_json, owns)
     return Decision(table, reply=table, row_state=row_state(location, owns),
+                    changes=[feed_change(kind_of(new), "committed", location, main_moved(state.metadata, new))],
                     log=[LogEntry(version, {"operation": _new_snapshot_operation(state.metadata, new),
                                              "metadata-location": location, "previous": state.metadata_location,
                                              "last-updated-ms": new.get("last-updated-ms")})],
@@ -184,7 +191,25 @@ def creation(ident: TableIdent, metadata: dict[str, Any], table_uuid: str, metad
                     [LogEntry(max(metadata_version(metadata_location), 0),
                               {"metadata-location": metadata_location, "previous": None,
                                "last-updated-ms": metadata.get("last-updated-ms")})],
-                    files)
+                    files, changes=[feed_change(kind, "created", metadata_location, main_moved({}, metadata))])
+
+
+def kind_of(metadata: dict[str, Any]) -> str:
+    return "view" if "view-uuid" in metadata else "table"
+
+
+def feed_change(kind: str, what: str, metadata_location: str, extra: dict[str, Any] | None = None) -> Change:
+    """The commit feed's event: `iceberg.table.committed` (or `.view.`, `.created`, ...), with the number in the
+    metadata file's name as the version."""
+    return Change(f"iceberg.{kind}.{what}", {"format": "iceberg", "version": max(metadata_version(metadata_location), 0),
+                                            "metadata-location": metadata_location, **(extra or {})})
+
+
+def main_moved(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`{"snapshot-id": ...}` when the commit moved the `main` branch (the current snapshot), else nothing."""
+    main = (new.get("refs") or {}).get("main", {}).get("snapshot-id", new.get("current-snapshot-id"))
+    before = (old.get("refs") or {}).get("main", {}).get("snapshot-id", old.get("current-snapshot-id"))
+    return {"snapshot-id": main} if main not in (None, -1) and main != before else {}
 
 
 def check_ident(state: IcebergTable | UnreadableTable, ident: TableIdent, *, unreadable_ok: bool = False) -> None:

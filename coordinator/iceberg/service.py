@@ -258,7 +258,8 @@ class IcebergService:
         new = creation(ident, metadata, table_uuid, metadata_location, kind, owns_location)
         try:
             await self.registry.create(new.row, state=new.state, row_state=new.row_state, log_entries=new.log,
-                                       files=new.files, idempotency=idempotency_record(idempotency_key, 200, new.state))
+                                       files=new.files, idempotency=idempotency_record(idempotency_key, 200, new.state),
+                                       changes=new.changes)
         except AlreadyExists:
             row = await self.store.find_table(REALM, ident.catalog, ident.ns_path, ident.name)
             raise name_taken(row, ident, kind) from None
@@ -449,7 +450,8 @@ class IcebergService:
                                   kind="view")
 
     async def drop_view(self, ident: TableIdent, idempotency_key: IdempotencyKey | None = None) -> None:
-        await self._submit(ident, lambda: DropTable(ident, False, self.files, idempotency_key), kind="view")
+        await self._submit(ident, lambda: DropTable(ident, False, self.files, idempotency_key, kind="view"),
+                           kind="view")
         self.names.forget((ident, "view"))
 
     async def rename_view(self, source: TableIdent, dest: TableIdent,

@@ -11,7 +11,7 @@ from ..decision import NewTable, Proposal
 from ..errors import BadRequest, NoSuchNamespace, NoSuchTable, NotFound, TableExists
 from . import rules
 from .files import show
-from .proposals import DeleteVersions, RemoveTable, Steps
+from .proposals import DeleteVersions, RemoveTable, Steps, feed_change
 from .rules import Ident
 from .state import LanceTable
 
@@ -159,7 +159,8 @@ class Batch:
             d = Steps(t.steps).decide(initial)   # pure; raises (nothing applied) like an actor would
             replies.update(d.reply)
             replies[t.declared_by] = d.state
-            creates.append(NewTable(row, d.state, d.state.row_state(), d.log, published=d.published))
+            creates.append(NewTable(row, d.state, d.state.row_state(), d.log, published=d.published,
+                                    changes=[feed_change("created", initial), *d.changes]))
             if d.after_durable is not None:
                 after.append(d.after_durable)
         try:

@@ -20,7 +20,7 @@ from typing import Any, Awaitable, Callable
 from storage.files import local_path
 from storage.records import LogEntry, PurgeClaim
 
-from ..decision import Decision, Proposal
+from ..decision import Change, Decision, Proposal
 from ..errors import CoordinatorError
 from . import rules
 from .files import manifest_uri
@@ -84,7 +84,7 @@ class CreateVersion:
         if consumed and local_path(self.staging_uri) is None:
             after = self.discard_staging()
         return Decision(new, reply=entry, row_state=new.row_state(), log=[LogEntry(self.version, entry.payload())],
-                        published=[published], after_durable=after)
+                        published=[published], after_durable=after, changes=[feed_change("committed", new, entry)])
 
     def discard_staging(self) -> AfterDurable | None:
         """Removes the staged manifest when publishing will not (an object store; a version taken back)."""
@@ -129,7 +129,8 @@ class RemoveTable:
     claim: PurgeClaim | None = None   # on what `purge` deletes, until it has (registry.purge_after_drop)
 
     def decide(self, state: LanceTable) -> Decision:
-        return Decision(None, reply=state, delete=True, after_durable=self.purge, purge=self.claim)
+        return Decision(None, reply=state, delete=True, after_durable=self.purge, purge=self.claim,
+                        changes=[feed_change("dropped", state)])
 
 
 @dataclass
@@ -145,8 +146,10 @@ class Steps:
     def decide(self, state: LanceTable) -> Decision:
         replies: dict[int, Any] = {}
         current = state
-        # (log entry, its published files, what removes its staged manifest if the entry is taken back)
-        created: list[tuple[LogEntry, list, AfterDurable | None]] = []
+        # (log entry, its published files, what removes its staged manifest if the entry is taken back, its
+        # events for the commit feed)
+        created: list[tuple[LogEntry, list, AfterDurable | None, list[Change]]] = []
+        removal: list[Change] = []
         deleted_ranges: list[tuple[int, int]] = []
         afters: list[AfterDurable] = []
         removed_by: int | None = None
@@ -172,13 +175,14 @@ class Steps:
             if d.delete:
                 removed_by = index
                 purge = d.purge
+                removal = d.changes
                 current = d.state
-                afters.extend(discard for *_, discard in created if discard is not None)
+                afters.extend(discard for _, _, discard, _ in created if discard is not None)
                 continue
             if d.log_delete:
                 # The store applies deletions before inserts; a version this batch created and a later operation
                 # deletes must therefore not be inserted at all (nor its manifest written).
-                afters.extend(discard for e, _, discard in created
+                afters.extend(discard for e, _, discard, _ in created
                               if discard is not None and in_ranges(e.version, d.log_delete))
                 created = [c for c in created if not in_ranges(c[0].version, d.log_delete)]
                 deleted_ranges.extend(d.log_delete)
@@ -186,17 +190,17 @@ class Steps:
                 # (an object store's staged manifest is removed afterwards in any case: d.after_durable)
                 discard = (proposal.discard_staging() if isinstance(proposal, CreateVersion)
                            and d.after_durable is None else None)
-                created.extend((e, d.published if i == 0 else [], discard if i == 0 else None)
-                               for i, e in enumerate(d.log))
+                created.extend((e, d.published if i == 0 else [], discard if i == 0 else None,
+                                d.changes if i == 0 else []) for i, e in enumerate(d.log))
             current = d.state
         after = _chain(afters)
         if removed_by is not None:
-            return Decision(None, reply=replies, delete=True, after_durable=after, purge=purge)
+            return Decision(None, reply=replies, delete=True, after_durable=after, purge=purge, changes=removal)
         # One write, so the deletion counter rises once, as the row's version does (it is loaded as that version).
         current = replace(current, deletes=state.deletes + (current.deletes > state.deletes)).trimmed()
         return Decision(current, reply=replies, row_state=current.row_state(), log=[e for e, *_ in created],
-                        log_delete=deleted_ranges, published=[f for _, fs, _ in created for f in fs],
-                        after_durable=after)
+                        log_delete=deleted_ranges, published=[f for _, fs, _, _ in created for f in fs],
+                        after_durable=after, changes=[c for *_, cs in created for c in cs])
 
 
 def _chain(afters: list[AfterDurable]) -> AfterDurable | None:
@@ -210,3 +214,13 @@ def _chain(afters: list[AfterDurable]) -> AfterDurable | None:
             except Exception as exc:  # clean-up only: the commit already stands
                 log.warning("lance clean-up after commit failed: %s", exc)
     return run
+
+
+def feed_change(what: str, state: LanceTable, version: TableVersion | None = None) -> Change:
+    """The commit feed's `lance.table.<what>`: the version (the table's latest when not given; a declared table's
+    is 0) and its manifest."""
+    version = version or state.latest
+    data: dict[str, Any] = {"format": "lance", "version": version.version if version else state.high_water}
+    if version is not None:
+        data["manifest"] = version.manifest_uri
+    return Change(f"lance.table.{what}", data)

@@ -36,7 +36,7 @@ from .batch import commit_batch
 from .files import infer_scheme, is_staged, object_path, resolve_path, show
 from .models import CreateTableVersionEntry, CreateTableVersionRequest, Page, parse_mode
 from .namespaces import CATALOG, REALM, LanceNamespaces
-from .proposals import CreateVersion, DeleteVersions, ReadTable, RemoveTable
+from .proposals import CreateVersion, DeleteVersions, ReadTable, RemoveTable, feed_change
 from .rules import Ident, check_branch, check_table_ident
 from .state import INT64_MAX, LanceTable, TableVersion
 
@@ -236,7 +236,8 @@ class LanceService:
         """The registry's create, its refusals as the typed errors they mean here: the name is taken, or the
         namespace was dropped meanwhile."""
         try:
-            await self.registry.create(row, state=state, row_state=state.row_state(), log_entries=entries)
+            await self.registry.create(row, state=state, row_state=state.row_state(), log_entries=entries,
+                                       changes=[feed_change("created", state)])
         except AlreadyExists:
             raise TableExists(f"Table already exists: {show(ident)}") from None
         except NotFound as exc:
@@ -269,7 +270,8 @@ class LanceService:
         if existing is not None and mode == "overwrite":
             # Replace the registration atomically: deregister the old row and insert the new in one transaction.
             await self.registry.transact([(existing.table_id, RemoveTable())],
-                                         creates=[NewTable(row, state, state.row_state(), entries)])
+                                         creates=[NewTable(row, state, state.row_state(), entries,
+                                                           changes=[feed_change("created", state)])])
             self.remember(ident, row.table_id, row.location)
         else:
             await self._create(ident, row, state, entries)
