@@ -98,19 +98,24 @@ async def enforce() -> None:
     authority = app.config["COORDINATOR"].authority
     if authority is None:  # no auth configured (loopback only): everyone is anonymous and allowed, whatever
         return             # credential a client sends along
-    credential = _credential(req)
-    if credential is None:
-        raise Unauthorized("authentication required: send 'Authorization: Bearer <token>' (tokens come from "
-                           "POST /v1/oauth/tokens with grant_type=client_credentials)")
-    principal = authority.principal(credential)
-    CALLER.set(principal.name)
-    g.principal = principal
+    principal = g.principal = caller(authority, req)
     if policy is None:  # no route matched: the caller is known, and will get the protocol's 404
         return
     needs = policy(**(req.view_args or {}))
     if inspect.isawaitable(needs):
         needs = await needs
     authority.check(principal, needs)
+
+
+def caller(authority, req):
+    """The principal `req`'s credential names (it becomes the CALLER); Unauthorized if it names none."""
+    credential = _credential(req)
+    if credential is None:
+        raise Unauthorized("authentication required: send 'Authorization: Bearer <token>' (tokens come from "
+                           "POST /v1/oauth/tokens with grant_type=client_credentials)")
+    principal = authority.principal(credential)
+    CALLER.set(principal.name)
+    return principal
 
 
 def challenge(exc: Exception, req) -> str | None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import itertools
-import os
 import time
 from importlib import resources
 from urllib.parse import unquote
@@ -16,27 +14,19 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTim
 from werkzeug.exceptions import NotFound as NoRoute  # werkzeug's: the 404 of a path no route matches
 
 from coordinator.actor import COMMITTED
-from coordinator.errors import BadRequest, CoordinatorError, NotFound, from_storage
+from coordinator.errors import CoordinatorError, NotFound, from_storage
 from coordinator.service import Coordinator
 from storage.errors import StorageError
 
 from . import commits, console, delta, events, iceberg, lance, oauth, warehouses
 from .access import challenge, enforce, public
-from .common import framework_error_message, json_response, protocol_of
-from .request_log import log_request
+from .common import body_timeout, framework_error_message, json_response, protocol_of, refuse_nul
+from .direct import DirectRoutes
+from .request_log import log_request, next_request_id
 from .routing import CachingMap
 from .transport import HTTPConnection, Request
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
-
-# X-Request-Id when the client sends none: unique across processes and restarts (a random prefix), and cheaper
-# per request than a uuid4 (no urandom call, no UUID object).
-_REQUEST_ID_PREFIX = os.urandom(8).hex()
-_request_numbers = itertools.count()
-
-
-def next_request_id() -> str:
-    return f"{_REQUEST_ID_PREFIX}{next(_request_numbers):x}"
 
 # `GET /openapi/<name>.yaml`: the reference spec of each protocol (Iceberg, Lance: unchanged copies of
 # shared/specs), and for Unity Catalog a document of exactly the routes api/delta.py serves. Service-level paths,
@@ -49,20 +39,34 @@ def openapi_document(name: str) -> bytes:
     return resources.files(__package__).joinpath("openapi", f"{name}.yaml").read_bytes()
 
 
-def _service_error(exc: BaseException) -> Response:
+def _service_error(exc: BaseException, req) -> Response:
     """Errors on the service's own routes (health, metrics, OpenAPI documents)."""
     exc = from_storage(exc)
     if isinstance(exc, HTTPException):
-        return json_response({"error": {"message": framework_error_message(exc), "code": exc.code}}, exc.code or 400)
+        return json_response({"error": {"message": framework_error_message(exc, req), "code": exc.code}},
+                             exc.code or 400)
     return json_response({"error": {"message": exc.message, "code": exc.status}}, exc.status)
 
 
 ERROR_RESPONSES = {"iceberg": iceberg.error_response, "delta": delta.error_response, "lance": lance.error_response,
                    "coordinator": commits.error_response, "service": _service_error}
+# The routes served without Quart's request machinery, by endpoint (api/direct.py).
+DIRECT_ROUTES = {**iceberg.DIRECT, **delta.DIRECT, **lance.DIRECT}
+
+
+def error_answer(exc: BaseException, req) -> Response:
+    """Every error, whoever raised it (a handler, the access check, the framework when no route matched), is
+    answered in the protocol the path belongs to, by that protocol's one translation."""
+    response = ERROR_RESPONSES[protocol_of(req.path)](exc, req)
+    bearer = challenge(exc, req)
+    if bearer is not None:
+        response.headers["WWW-Authenticate"] = bearer
+    return response
 
 
 class App(QuartTrio):
     url_map_class = CachingMap
+    direct: DirectRoutes | None = None   # set by create_app
 
     async def __call__(self, scope, receive, send) -> None:
         # Java's Iceberg REST client (and lance_namespace's Python one) encode a space in a path segment as `+`, and
@@ -72,7 +76,11 @@ class App(QuartTrio):
         raw = scope.get("raw_path")
         if raw and b"+" in raw and raw.startswith(b"/v1/"):
             scope = {**scope, "path": unquote(raw.replace(b"+", b"%20").decode("ascii"))}
-        await super().__call__(scope, receive, send)
+        taken = self.direct.route(scope) if self.direct is not None else None
+        if taken is not None:
+            await self.direct.serve(taken, scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
 
 
 def create_app(coordinator: Coordinator) -> QuartTrio:
@@ -102,7 +110,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         headers = req.headers
         ctx.started = time.perf_counter()
         ctx.request_id = headers.get("X-Request-Id") or next_request_id()
-        COMMITTED.set(None)  # set by the commit this request applies, if any (logged by _finish)
+        COMMITTED.set(None)  # set by the commit this request applies, if any (logged by finish)
         # Always consume the body, whatever the method and even when a handler rejects the request early: an
         # unread body left on a keep-alive connection stalls the client's next request, and reading it here puts
         # every body under BODY_TIMEOUT (a GET whose body trickles in would otherwise hold its connection). A
@@ -113,38 +121,32 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
             except RequestEntityTooLarge:
                 raise RequestEntityTooLarge(f"request body too large: the limit is {MAX_BODY_BYTES} bytes") from None
             except RequestTimeout:
-                raise RequestTimeout(f"request body did not arrive within "
-                                     f"{coordinator.config.http_body_timeout_s:g} s") from None
-        # A NUL (%00) can name nothing: PostgreSQL text cannot hold it and the OS cannot open a path with it. (h11
-        # refuses a raw NUL in the request line, so a query string can only hold it encoded.)
-        if "\x00" in req.path or b"%00" in req.query_string:
-            raise BadRequest("the path or a query parameter has a NUL character (%00)")
+                raise body_timeout(coordinator.config.http_body_timeout_s) from None
+        refuse_nul(req.path, req.query_string)
         await enforce()
+
+    async def finish(req, response: Response, request_id: str, started: float | None, rule: str | None) -> None:
+        """Every answer's metrics, X-Request-Id and log line (Quart's requests and the direct routes'); `rule`: the
+        route's (None: no route matched)."""
+        elapsed = time.perf_counter() - started if started is not None else 0.0
+        metrics.observe_request(protocol_of(req.path), req.method, rule, response.status_code, elapsed)
+        response.headers["X-Request-Id"] = request_id
+        await log_request(req, response, request_id, elapsed, coordinator.authority is not None)
 
     @app.after_request
     async def _finish(response: Response) -> Response:
         req, ctx = request._get_current_object(), g._get_current_object()
-        started = getattr(ctx, "started", None)
-        elapsed = time.perf_counter() - started if started is not None else 0.0
-        rule = req.url_rule.rule if req.url_rule is not None else None
-        metrics.observe_request(protocol_of(req.path), req.method, rule, response.status_code, elapsed)
-        request_id = getattr(ctx, "request_id", "")
-        response.headers["X-Request-Id"] = request_id
-        await log_request(req, response, request_id, elapsed, coordinator.authority is not None)
+        await finish(req, response, getattr(ctx, "request_id", ""), getattr(ctx, "started", None),
+                     req.url_rule.rule if req.url_rule is not None else None)
         return response
 
-    # Every error, whoever raised it (a handler, the access check, the framework when no route matched), is
-    # answered in the protocol the path belongs to, by that protocol's one translation.
     @app.errorhandler(HTTPException)
     @app.errorhandler(CoordinatorError)
     @app.errorhandler(StorageError)
     async def _error(exc: Exception) -> Response:
-        req = request._get_current_object()
-        response = ERROR_RESPONSES[protocol_of(req.path)](exc)
-        bearer = challenge(exc, req)
-        if bearer is not None:
-            response.headers["WWW-Authenticate"] = bearer
-        return response
+        return error_answer(exc, request._get_current_object())
+
+    app.direct = DirectRoutes(app, coordinator, DIRECT_ROUTES, super(App, app).__call__, error_answer, finish)
 
     @app.get("/")
     @public

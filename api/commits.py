@@ -93,7 +93,7 @@ def _registry():
     return current_app.config["COORDINATOR"].registry
 
 
-def error_response(exc: BaseException) -> Response:
+def error_response(exc: BaseException, req=None) -> Response:
     """Any error on the service's own API: a part's refusal in its protocol's words, anything else as itself."""
     exc = from_storage(exc)
     if isinstance(exc, HTTPException):

@@ -25,7 +25,9 @@ from coordinator.errors import (AlreadyExists, BadRequest, CatalogExists, Commit
                                 Unavailable, from_storage)
 
 from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, readable, visible
-from .common import CommitPart, INT64_MAX, json_response, parse_model, parsed_once, query_flag, read_json, read_model
+from .common import (CommitPart, INT64_MAX, body_json, json_model, json_response, parse_model, parsed_once, query_flag,
+                     read_model)
+from .direct import DirectRoute
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +77,9 @@ def uc_error(status: int, code: str, message: str, headers: dict[str, str] | Non
     return json_response({"error_code": code, "message": message, "details": details}, status, headers)
 
 
-def error_response(exc: BaseException) -> Response:
+def error_response(exc: BaseException, req=None) -> Response:
     """Any error raised while serving a Unity Catalog path, as UC's error body: the one translation for this protocol
-    (api/app.py sends every error here by the request's path)."""
+    (api/app.py sends every error here by the request's path; UC's body does not name the request, `req`)."""
     exc = from_storage(exc)
     if isinstance(exc, HTTPException):
         return _http_error_response(exc)
@@ -168,8 +170,8 @@ def _on_new_table(privilege: Privilege, model):
     return needs
 
 
-async def _on_table_id(privilege: Privilege, table_id: str) -> Needs:
-    return [(privilege, await _service().securable(table_id))]
+async def _on_table_id(privilege: Privilege, table_id: str, service=None) -> Needs:
+    return [(privilege, await (service or _service()).securable(table_id))]
 
 
 async def _create_schema_needs() -> Needs:
@@ -325,13 +327,18 @@ def _get_commits_request() -> Awaitable[GetCommitsRequest]:
 
 
 async def _read_get_commits_request() -> GetCommitsRequest:
+    return _get_commits_of(await request.get_data(), request.args)
+
+
+def _get_commits_of(data: bytes, args) -> GetCommitsRequest:
     """The spec puts GET's parameters in a JSON body; some HTTP clients (unitycatalog-client's aiohttp among
-    them) never send a GET body, so query parameters are read too. Both given and different is an error."""
-    body = await read_json(allow_empty=True)
+    them) never send a GET body, so query parameters (`args`) are read too. Both given and different is an
+    error."""
+    body = body_json(data, allow_empty=True)
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     for key in ("table_id", "table_uri", *_GET_COMMITS_INTS):
-        raw = request.args.get(key)
+        raw = args.get(key)
         if raw is None:
             continue
         value: Any = raw
@@ -352,7 +359,11 @@ async def _read_get_commits_request() -> GetCommitsRequest:
 @bp.get("/delta/preview/commits")
 @guard(_get_commits_needs)
 async def get_commits() -> Response:
-    commits, latest = await _service().get_commits(await _get_commits_request())
+    return await _get_commits(_service(), await _get_commits_request())
+
+
+async def _get_commits(service, req: GetCommitsRequest) -> Response:
+    commits, latest = await service.get_commits(req)
     return json_response({"commits": commits, "latest_table_version": latest})
 
 
@@ -360,8 +371,35 @@ async def get_commits() -> Response:
 @bp.post("/delta/preview/commits")
 @guard(_commit_needs)
 async def commit() -> Response:
-    await _service().commit(await read_model(CommitRequest))
+    return await _commit(_service(), await read_model(CommitRequest))
+
+
+async def _commit(service, req: CommitRequest) -> Response:
+    await service.commit(req)
     return json_response({})
+
+
+# What a Delta writer calls for each commit (the table's latest commits, then its own) is served without Quart's
+# request machinery (api/direct.py), by the routes' own code.
+
+
+def _direct_on_table_id(privilege: Privilege):
+    async def needs(coordinator, req, body) -> Needs:
+        return await _on_table_id(privilege, body.table_id, coordinator.delta)
+    return needs
+
+
+async def _direct_commit(coordinator, req, body: CommitRequest) -> Response:
+    return await _commit(coordinator.delta, body)
+
+
+async def _direct_get_commits(coordinator, req, body: GetCommitsRequest) -> Response:
+    return await _get_commits(coordinator.delta, body)
+
+
+DIRECT = {f"{bp.name}.commit": DirectRoute(json_model(CommitRequest), _direct_on_table_id(WRITE), _direct_commit),
+          f"{bp.name}.get_commits": DirectRoute(lambda req: _get_commits_of(req.body, req.args),
+                                                _direct_on_table_id(READ), _direct_get_commits)}
 
 
 @bp.post("/delta/metrics")

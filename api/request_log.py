@@ -8,8 +8,10 @@ when the request applied a commit. Probes (health, readiness, metrics scrapes) a
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import os
 from typing import Any
 
 import jwt
@@ -23,6 +25,15 @@ log = logging.getLogger("coordinator.http")
 # Asked every few seconds by load balancers and Prometheus: at info they would drown the requests that matter.
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 ERROR_MESSAGE_MAX = 500  # characters of an error message kept in the log line
+
+# X-Request-Id when the client sends none: unique across processes and restarts (a random prefix), and cheaper
+# per request than a uuid4 (no urandom call, no UUID object).
+_REQUEST_ID_PREFIX = os.urandom(8).hex()
+_request_numbers = itertools.count()
+
+
+def next_request_id() -> str:
+    return f"{_REQUEST_ID_PREFIX}{next(_request_numbers):x}"
 
 
 def error_of(body: Any) -> tuple[Any, str | None]:

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import errno
 import gc
-import json
 import logging
 import shutil
 import signal
 import sys
 import tempfile
 import threading
-from datetime import datetime, timezone
+import time
 from pathlib import Path
 
+import orjson
 import trio
 from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve as hypercorn_serve
@@ -36,21 +36,32 @@ log = logging.getLogger(__name__)
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line; fields in docs/observability.md."""
+    """One JSON object per line; fields in docs/observability.md. At the default level every request writes a
+    line, so it is written with orjson and the timestamp's second is formatted once per second: a third of the
+    stdlib's cost (datetime, json.dumps)."""
 
     FIELDS = ("request_id", "method", "path", "status", "ms", "error_type", "error", "client_id", "format", "table",
               "version")
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._second: int | None = None
+        self._second_text = ""
+
     def format(self, record: logging.LogRecord) -> str:
-        ts = datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")
-        out = {"ts": ts.replace("+00:00", "Z"), "level": record.levelname.lower(), "logger": record.name,
-               "msg": record.getMessage()}
+        second = int(record.created)
+        if second != self._second:
+            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        out = {"ts": f"{self._second_text}.{int(record.msecs):03d}Z", "level": record.levelname.lower(),
+               "logger": record.name, "msg": record.getMessage()}
+        fields = record.__dict__
         for key in self.FIELDS:
-            if hasattr(record, key):
-                out[key] = getattr(record, key)
+            if key in fields:
+                out[key] = fields[key]
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out)
+        return orjson.dumps(out, default=str).decode()
 
 
 def configure_logging(level: str) -> None:
@@ -59,6 +70,10 @@ def configure_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # The lines name no source file, thread or process: the logging module need not look them up for every record
+    # (the logging HOWTO's "Optimization"; finding the caller walks the stack).
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     # One line per request comes from our own logger; hypercorn's access log would duplicate it.
     logging.getLogger("hypercorn.access").setLevel(logging.WARNING)
 

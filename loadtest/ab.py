@@ -63,7 +63,7 @@ def launch(child: procs.Child, checkout: Path) -> procs.Child:
 
 
 def start_service(name: str, checkout: Path, pg: EmbeddedPostgres, tmp: Path, processes: int = 1,
-                  one_port: bool = False) -> Side:
+                  one_port: bool = False, log_level: str = "warning") -> Side:
     """The service from `checkout`, on its own database of `pg`: one process, `processes` cluster members on ports
     of their own, or (`one_port`) `serve --workers N`."""
     db = f"ab_{name.lower()}"
@@ -73,7 +73,7 @@ def start_service(name: str, checkout: Path, pg: EmbeddedPostgres, tmp: Path, pr
     children, bases = [], []
     for i in range(1 if one_port else processes):
         port = free_port()
-        extra = ["--workers", str(processes)] if one_port and processes > 1 else []
+        extra = ["--log-level", log_level] + (["--workers", str(processes)] if one_port and processes > 1 else [])
         child = procs.service(port, dsn, tmp / f"{name}-{i}", tmp / f"{name}-{i}.log",
                               warehouse=tmp / name / "warehouse", cluster=processes > 1 and not one_port, env=env,
                               extra_args=extra)
@@ -110,6 +110,8 @@ def main() -> None:
                                                             "loop, each writer committing as fast as it is answered")
     ap.add_argument("--duration", type=float, default=15, help="seconds per run")
     ap.add_argument("--retry", choices=MODES, default="client")
+    ap.add_argument("--log-level", default="warning", help="the services' log level (info: a line per request, "
+                                                            "as `serve` logs by default)")
     ap.add_argument("--processes", default="1", help="comma-separated member counts, each measured for A and B, "
                                                      "e.g. 1,2 (1 = one process, no cluster)")
     ap.add_argument("--one-port", action="store_true", help="run member counts N > 1 as `serve --workers N`")
@@ -141,7 +143,7 @@ def main() -> None:
         for n in counts:
             for name, c in checkouts.items():
                 print(f"starting service {name} from {c} as {n} process(es) ...", flush=True)
-                services[name, n] = start_service(f"{name}{n}", c, pg, tmp, n, args.one_port)
+                services[name, n] = start_service(f"{name}{n}", c, pg, tmp, n, args.one_port, args.log_level)
         bench = argparse.Namespace(flows=None, matrix=args.matrix, duration=args.duration, rate=args.rate or None,
                                    retry=args.retry)
         for rnd in range(1, args.rounds + 1):
@@ -186,7 +188,8 @@ def table(rows: list[dict], flows: list[str], args) -> None:
     counts = sorted({r["processes"] for r in rows})
     ways = " (serve --workers N)" if args.one_port else ""
     offered = f"{args.rate:g} commits/s offered" if args.rate else "closed loop"
-    print(f"\n{args.matrix}, {offered}, {args.duration:g} s per run; A = {args.a}, B = {args.b}"
+    print(f"\n{args.matrix}, {offered}, {args.duration:g} s per run, log level {args.log_level}; A = {args.a}, "
+          f"B = {args.b}"
           + (f"; processes {','.join(map(str, counts))}{ways}" if counts != [1] else "") + "\n")
     head = ["flow", "round"] + [f"{side} {label}" for _, label in FIELDS for side in "AB"]
     print("| " + " | ".join(head) + " |")

@@ -1,7 +1,7 @@
 """The benchmark: one command, its own PostgreSQL and service, a fixed matrix, ONE table of figures.
 
     python -m loadtest.bench                     # the full matrix (about 10 minutes on 2 cores)
-    python -m loadtest.bench --profile           # ... and a py-spy profile of the Iceberg commit load
+    python -m loadtest.bench --profile           # ... and each format's CPU per commit by stage (py-spy)
     python -m loadtest.bench --smoke             # ~30 s, tiny matrix: checks that everything runs (CI)
     python -m loadtest.bench --only matrix,rss   # some sections only (see --help)
 
@@ -15,7 +15,7 @@ active. The last rows compare the ratios with the targets of issue 6.
 The load generator is this process: trio with raw HTTP/1.1 keep-alive connections, ~20x cheaper per request
 than httpx. Its own CPU is in every row ("loadgen CPU %", of one core); near 100% it would be the bottleneck.
 Outputs: the table on stdout, and in --out: results.json (rows and every raw figure), latency_vs_load.png,
-the service logs and, with --profile, the raw py-spy file and its summary.
+the service logs and, with --profile, the stage tables (stages.md) and the raw py-spy files.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import trio
 
 from storage.embedded import EmbeddedPostgres, free_port
 
-from . import baselines, procs, pyspy
+from . import baselines, procs, pyspy, stages
 from .flows import FLOWS, ICEBERG_SCHEMA, IcebergFlow, TakingTurns, iceberg_commit_body, iceberg_state, parallel
 from .http import HttpConnection
 from .report import Report, Row, plot_latency_vs_load
@@ -55,6 +55,7 @@ from .runner import RunResult, hammer, run
 SECTIONS = ("limits", "matrix", "openloop", "profile", "snapshots", "baselines", "rss")
 PROTOCOLS = ("iceberg", "delta", "lance")
 LOADGEN_BUSY_PCT = 85   # above this the load generator may be what limits a run
+STAGE_RATE = 250        # commits/s offered in the stage breakdown's moderate load (issue 34)
 
 
 @dataclass
@@ -79,7 +80,7 @@ class Plan:
     rss_warm: int
     rss_active: int
     ratio_config: tuple[int, int] = (64, 1)   # conflict-free, as many connections as the bare app: the CPU ratio
-    profile_s: int = 10
+    profile_s: int = 12
 
 
 FULL = Plan(matrix=[(1, 8), (64, 2), (1000, 1)], duration_s=10, open_config=(64, 2),
@@ -298,35 +299,50 @@ class Bench:
         return {**r.as_dict(), "fraction_of_peak": frac}
 
     def run_profile(self) -> None:
-        cfg = (64, 2) if not self.smoke else self.plan.open_config
+        """Where a commit's CPU goes, by stage (loadtest/stages.py), for each format at 64 x 1: at STAGE_RATE
+        commits/s offered and closed loop (the peak), each run after the bare app's at the same load (the same
+        request on as many connections, at the same rate or closed loop), all recorded by py-spy."""
+        cfg = self.plan.ratio_config
         seconds = self.plan.profile_s
-        raw_path = self.out / "pyspy-iceberg-commit.txt"
-        holder: dict[str, Any] = {}
-
-        def start() -> None:
-            holder["proc"] = pyspy.record(self.service.pid, seconds, raw_path)
-        self.say(f"iceberg: {label(cfg)} closed loop under py-spy for {seconds} s ...")
+        port = free_port()
+        bare = self.start_child(procs.bare_app(port, self.logs / "bare-stages.log"), f"http://127.0.0.1:{port}/healthz")
+        tables: list[str] = []
+        self.raw["stages"] = {}
         try:
-            r = self.run_flow("iceberg", cfg, seconds + 1.5, f"{label(cfg)} profiled", on_start=start)
-        except FileNotFoundError as exc:
+            for proto in PROTOCOLS:
+                columns: dict[str, stages.Breakdown] = {}
+                for rate in (STAGE_RATE, None):
+                    load = f"{rate}/s" if rate else "peak"
+                    path, body = FLOWS[proto].sample_request()
+                    self.say(f"{proto}: bare app then service, {label(cfg)} {load}, under py-spy for {seconds} s ...")
+                    recording: list[stages.Recording] = []
+                    raw = self.out / f"pyspy-bare-{proto}-{load.replace('/', '')}.txt"
+
+                    def start(pid: int, raw: Path, recording=recording) -> None:
+                        recording.append(stages.Recording(pid, seconds, raw))
+                    b = trio.run(hammer, f"http://127.0.0.1:{port}", path, body, cfg[0] * cfg[1], seconds,
+                                 procs.CpuMeter(bare.pid, None), rate, lambda: start(bare.pid, raw))
+                    columns[f"bare {load}"] = recording.pop().finish(b["requests"])
+                    raw = self.out / f"pyspy-{proto}-{load.replace('/', '')}.txt"
+                    r = self.run_flow(proto, cfg, seconds, f"{label(cfg)} {rate or 'peak'} profiled", rate=rate,
+                                      on_start=lambda: start(self.service.pid, raw))
+                    columns[f"{load} ({r.commits_per_s:.0f} commits/s)"] = recording.pop().finish(r.commits)
+                    self.raw["stages"][f"{proto} {load}"] = {"run": r.as_dict(), "bare": b, "raw_file": str(raw)}
+                    if proto == "iceberg" and rate is None:
+                        summary = pyspy.summarize(raw)
+                        (self.out / "pyspy-iceberg-commit.md").write_text(pyspy.format_summary(
+                            summary, seconds, title=f"service during Iceberg {label(cfg)} commit load "
+                                                    f"({r.commits_per_s:.0f} commits/s)") + "\n")
+                tables.append(f"### {proto}: server CPU ms per commit (bare app: per request) by stage, "
+                              f"{label(cfg)}\n\n{stages.table(columns)}\n\nWhat each stage's samples were doing "
+                              f"(peak):\n\n{stages.top_functions(list(columns.values())[-1])}")
+        except FileNotFoundError as exc:   # no py-spy
             self.report.add(Row("profile", "py-spy", notes=f"skipped: {exc}"))
-            return
-        proc = holder["proc"]
-        out, _ = proc.communicate(timeout=60)
-        if proc.returncode != 0 or not raw_path.exists():
-            self.report.add(Row("profile", "py-spy", notes=f"py-spy failed ({proc.returncode}): "
-                                                           f"{out.decode(errors='replace')[-200:]}"))
-            return
-        summary = pyspy.summarize(raw_path)
-        self.profile_text = pyspy.format_summary(summary, seconds, title=f"service during Iceberg {label(cfg)} "
-                                                                         f"commit load ({r.commits_per_s:.0f} commits/s)")
-        (self.out / "pyspy-iceberg-commit.md").write_text(self.profile_text + "\n")
-        self.raw["profile"] = {"run": r.as_dict(), "summary": summary, "raw_file": str(raw_path)}
-        self.report.add(Row("profile", f"iceberg {label(cfg)} under py-spy --gil",
-                            f"{r.commits_per_s:.0f} commits/s", r.p50_ms, r.p99_ms, r.server_cpu_ms_per_commit,
-                            r.loadgen_cpu_pct, f"{summary['samples']} samples; project code "
-                                               f"{100 * summary['project_own'] / max(summary['samples'], 1):.0f}% own; "
-                                               f"see pyspy-iceberg-commit.md"))
+        finally:
+            self.stop_child(bare)
+        self.profile_text = "\n\n".join(tables) or None
+        if self.profile_text:
+            (self.out / "stages.md").write_text(self.profile_text + "\n")
 
     def snapshots(self) -> None:
         """Commit cost against the table's size. One writer commits to `turns` tables of n snapshots in turn, so
@@ -791,7 +807,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny matrix, ~30 s, no thresholds (what CI runs)")
     ap.add_argument("--profile", action="store_true",
-                    help="also record the service with py-spy during an Iceberg commit load and summarise it")
+                    help="also break each format's CPU per commit down by stage (py-spy; loadtest/stages.py)")
     ap.add_argument("--only", help=f"comma-separated sections to run: {','.join(SECTIONS)} (default: all)")
     ap.add_argument("--duration", type=float, help="seconds per matrix run (default 10; --smoke 0.8)")
     ap.add_argument("--retry", choices=MODES, default="client",

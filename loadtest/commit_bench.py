@@ -17,6 +17,12 @@ and retry on 409), `delta` (staged commit at last+1, backfill every few versions
 version/create at latest+1), and `iceberg-props` (set-properties with no requirement: never conflicts, the
 coordinator's raw commit rate). For the fixed matrix with baselines and targets, use `python -m loadtest.bench`.
 
+With one process, each flow and matrix is measured on the bare quart-trio app first, with the flow's commit
+request at the same load (`--rate` on the same connections, or closed loop): `x_bare` is the service's CPU per
+request over the bare app's in the same run, the figure issue 34's targets are set in. `--stages` records the
+service (and the bare app) with py-spy during each run and prints where the CPU per commit went, by stage
+(loadtest/stages.py).
+
 `--one-port` runs each member count N > 1 as `serve --workers N` instead: N members on one port, each connection
 handed by the kernel to one of them; their CPU is summed (the supervisor, which only waits, is left out).
 
@@ -40,14 +46,15 @@ import trio
 
 from storage.embedded import EmbeddedPostgres, free_port
 
-from . import flows, procs
+from . import flows, procs, stages
 from .flows import FLOWS
 from .retry import MODES
 from .runner import hammer, run
 
 COLUMNS = ("warehouse", "processes", "protocol", "scenario", "commits_per_s", "p50_ms", "p99_ms", "commit_request_p99_ms",
-           "conflicts", "gave_up", "errors", "server_cpu_ms_per_request", "writes_per_db_txn", "server_cpu_pct",
-           "pg_cpu_pct", "loadgen_cpu_pct")
+           "conflicts", "gave_up", "errors", "server_cpu_ms_per_request", "server_cpu_ms_per_commit",
+           "bare_cpu_ms_per_request", "x_bare", "writes_per_db_txn", "server_cpu_pct", "pg_cpu_pct",
+           "loadgen_cpu_pct")
 
 
 def main() -> None:
@@ -69,6 +76,9 @@ def main() -> None:
                     help="how writers wait after a 409: as the real clients do, or at once (loadtest/retry.py)")
     ap.add_argument("--warehouses", default="local", help="comma-separated: local, s3 (moto's S3 server, started "
                                                           "here); each is measured in turn")
+    ap.add_argument("--no-bare", action="store_true", help="skip the bare app's run before each of one process")
+    ap.add_argument("--stages", action="store_true", help="py-spy each run of one process (and of the bare app) "
+                                                          "and print its CPU per commit by stage")
     args = ap.parse_args()
     warehouses = args.warehouses.split(",")
     if set(warehouses) - {"local", "s3"}:
@@ -82,16 +92,20 @@ def main() -> None:
     counts = [int(p) for p in args.processes.split(",")]
     if args.url and counts != [1]:
         ap.error("--processes starts its own services; it cannot be combined with --url")
-    tmp = pg = s3 = None
+    tmp = pg = s3 = bare = None
     children: list = []
     rows = []
     ceiling: list[dict] = []
     try:
+        tmp = Path(tempfile.mkdtemp(prefix="commit-bench-"))
+        tmp.chmod(0o755)
+        if not args.no_bare and 1 in counts:
+            port = free_port()
+            bare = (procs.bare_app(port, tmp / "bare.log").start(f"http://127.0.0.1:{port}/healthz"),
+                    f"http://127.0.0.1:{port}")
         if args.url:
-            measure(args, [args.url], args.server_pid, rows, processes=1)
+            measure(args, [args.url], args.server_pid, rows, processes=1, bare=bare, profile_dir=tmp)
         else:
-            tmp = Path(tempfile.mkdtemp(prefix="commit-bench-"))
-            tmp.chmod(0o755)
             print("starting PostgreSQL ...", flush=True)
             pg = EmbeddedPostgres(tmp / "pg")
             dsn = pg.start()
@@ -127,13 +141,16 @@ def main() -> None:
                     pids = [c.pid for c, _ in children]
                     if n > 1:
                         wait_balanced(bases)
-                measure(args, bases, pids, rows, processes=n, pg_pid=pg_pid, warehouse=warehouse)
+                measure(args, bases, pids, rows, processes=n, pg_pid=pg_pid, warehouse=warehouse,
+                        bare=bare if n == 1 else None, profile_dir=tmp)
                 for child, _ in children:
                     child.stop()
                 children = []
     finally:
         for child, _ in children:
             child.stop()
+        if bare is not None:
+            bare[0].stop()
         if s3 is not None:
             s3.stop()
         if pg is not None:
@@ -152,7 +169,18 @@ def main() -> None:
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "|".join("---" for _ in COLUMNS) + "|")
     for r in rows:
-        print("| " + " | ".join(str(r[c]) for c in COLUMNS) + " |")
+        print("| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |")
+    for r in rows:
+        if "stages" in r:
+            print(f"\n{r['protocol']} {r['scenario']}" + (f" at {args.rate:g}/s offered" if args.rate else
+                                                         " closed loop") + f", {r['commits_per_s']} commits/s: "
+                  f"server CPU ms per commit (bare app: per request) by stage\n")
+            columns = {"service": r.pop("stages")}
+            if "bare_stages" in r:
+                columns["bare app"] = r.pop("bare_stages")
+            print(stages.table(columns))
+            print()
+            print(stages.top_functions(columns["service"]))
     if args.json:
         args.json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
 
@@ -188,30 +216,70 @@ def start_s3(tmp: Path):
 
 
 def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid: int | None = None,
-            warehouse: str = "local") -> None:
+            warehouse: str = "local", bare: tuple[procs.Child, str] | None = None,
+            profile_dir: Path | None = None) -> None:
+    """Each flow x matrix against the service (after the bare app's run at the same load, if `bare`); with
+    `args.stages` (and one process) recorded by py-spy, its breakdown by stage in the row's "stages"."""
+    profile = getattr(args, "stages", False) and processes == 1 and profile_dir is not None
     for name in args.flows.split(","):
         flow = FLOWS[name]
         for cfg in args.matrix.split(","):
             tables, writers = (int(x) for x in cfg.split("x"))
             offered = f" at {args.rate:g} commits/s offered" if args.rate else ""
+            row: dict = {}
+            if bare is not None:
+                row.update(bare_run(args, flow, tables * writers, bare, profile_dir if profile else None))
             print(f"running {name}: {tables} tables x {writers} writers on {processes} process(es){offered}, "
                   f"{warehouse} warehouse, for {args.duration:g} s ...", flush=True)
             tag = f"cb_{name.replace('-', '_')}_{cfg}_{free_port()}"
+            recording: list[stages.Recording] = []
+
+            def on_start(tag=tag) -> None:
+                if profile:
+                    recording.append(stages.Recording(pids[0] if isinstance(pids, list) else pids, args.duration,
+                                                      profile_dir / f"pyspy-{tag}.txt"))
 
             async def go(flow=flow, tables=tables, writers=writers, cfg=cfg, tag=tag):
                 ts = await flow.prepare(bases[0], tables, tag)
                 return await run(flow, bases, ts, writers, args.duration, meter=procs.CpuMeter(pids, pg_pid),
-                                 metrics_base=bases, scenario=cfg, retry=args.retry, rate_per_s=args.rate)
+                                 metrics_base=bases, scenario=cfg, retry=args.retry, rate_per_s=args.rate,
+                                 on_start=on_start)
             r = trio.run(go)
             # What the machine's cores went to: the service processes, PostgreSQL and this load generator.
             pg_pct = None if r.pg_cpu_ms_per_commit is None else round(r.pg_cpu_ms_per_commit * r.commits_per_s / 10, 1)
-            rows.append({"warehouse": warehouse, "processes": processes, **r.as_dict(), "pg_cpu_pct": pg_pct})
+            row = {"warehouse": warehouse, "processes": processes, **r.as_dict(), "pg_cpu_pct": pg_pct, **row}
+            if row.get("bare_cpu_ms_per_request") and r.server_cpu_ms_per_request:
+                row["x_bare"] = round(r.server_cpu_ms_per_request / row["bare_cpu_ms_per_request"], 2)
+            if recording:
+                row["stages"] = recording[0].finish(r.commits)
+            rows.append(row)
     if processes > 1:
         for base in bases:
             _, body = procs.http_get(base + "/metrics")
             forwarded = [line for line in body.decode().splitlines()
                          if line.startswith("coordinator_cluster_forwarded_total ")]
             print(f"{base}: {forwarded[0] if forwarded else 'no forwarding figure'}")
+
+
+def bare_run(args, flow, connections: int, bare: tuple[procs.Child, str], profile_dir: Path | None) -> dict:
+    """The bare app at the same load as the flow's run: its commit request, on as many connections, at the same
+    offered rate (or closed loop)."""
+    path, body = flow.sample_request()
+    offered = f" at {args.rate:g} requests/s offered" if args.rate else ", closed loop"
+    print(f"running the bare quart-trio app: {flow.name}'s commit request on {connections} connections{offered}, "
+          f"for {args.duration:g} s ...", flush=True)
+    child, base = bare
+    recording: list[stages.Recording] = []
+
+    def on_start() -> None:
+        if profile_dir is not None:
+            recording.append(stages.Recording(child.pid, args.duration, profile_dir / f"pyspy-bare-{free_port()}.txt"))
+    r = trio.run(hammer, base, path, body, connections, args.duration, procs.CpuMeter(child.pid, None), args.rate,
+                 on_start)
+    out = {"bare_cpu_ms_per_request": r["server_cpu_ms_per_request"]}
+    if recording:
+        out["bare_stages"] = recording[0].finish(r["requests"])
+    return out
 
 
 def wait_workers(base: str, supervisor: int, n: int, timeout_s: float = 30) -> list[int]:

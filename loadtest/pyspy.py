@@ -28,12 +28,13 @@ def py_spy() -> str | None:
     return str(beside) if beside.exists() else None
 
 
-def record(pid: int, seconds: int, out: Path, rate: int = 100) -> subprocess.Popen:
+def record(pid: int, seconds: int, out: Path, rate: int = 100, threads: bool = False) -> subprocess.Popen:
+    """`threads`: each stack starts with its thread, `thread (TID): NAME` (loadtest/stages.py reads them)."""
     exe = py_spy()
     if exe is None:
         raise FileNotFoundError("py-spy is not installed: pip install py-spy (or pip install -e '.[loadtest]')")
     return subprocess.Popen([exe, "record", "-p", str(pid), "-d", str(seconds), "--gil", "-f", "raw",
-                             "-r", str(rate), "-o", str(out), "--nonblocking"],
+                             "-r", str(rate), "-o", str(out), "--nonblocking"] + (["--threads"] if threads else []),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
@@ -80,7 +81,9 @@ def summarize(path: Path, top: int = 20) -> dict:
             continue
         count = int(count_s)
         total += count
-        frames = [_frame(f) for f in stack.split(";")]
+        frames = [_frame(f) for f in stack.split(";") if not f.startswith("thread (")]   # (`threads=True`)
+        if not frames:
+            continue
         keys = [f"{n} ({f})" for n, f in frames]
         own[keys[-1]] += count
         packages[_package(frames[-1][1])] += count

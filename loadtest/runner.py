@@ -195,37 +195,55 @@ async def run(flow: Flow, base: str | list[str], tables: list[Any], writers_per_
         workers_cpu_ms_per_commit=round(1000 * cpu.workers_s / max(stats.commits, 1), 3) if server else None)
 
 
-async def hammer(base: str | list[str], path: str, body: Any, connections: int, duration_s: float, meter: CpuMeter
-                 ) -> dict[str, float]:
+async def hammer(base: str | list[str], path: str, body: Any, connections: int, duration_s: float, meter: CpuMeter,
+                 rate_per_s: float | None = None, on_start: Callable[[], None] | None = None) -> dict[str, float]:
     """The same request over and over on `connections` keep-alive connections (for the bare app), spread
-    round-robin over the bases when there are several."""
+    round-robin over the bases when there are several: as fast as answered, or with `rate_per_s`, on the open
+    loop's Poisson schedule (as `run` offers commits)."""
     import orjson
     data = orjson.dumps(body)
     count = 0
     bad = 0
     latencies: list[float] = []
-    meter.start()
-    deadline = time.perf_counter() + duration_s
-
     bases = base if isinstance(base, list) else [base]
+    conns = [HttpConnection(bases[i % len(bases)]) for i in range(connections)]
+    try:
+        for conn in conns:   # connected before the window, as the commit flows' writers are
+            await conn.connect()
+        meter.start()
+        if on_start is not None:
+            on_start()
+        t0 = time.perf_counter()
+        deadline = t0 + duration_s
 
-    async def loop(i: int) -> None:
-        nonlocal count, bad
-        conn = HttpConnection(bases[i % len(bases)])
-        try:
-            while time.perf_counter() < deadline:
-                t = time.perf_counter()
-                status, _ = await conn.request("POST", path, data)
-                latencies.append(time.perf_counter() - t)
-                count += 1
-                bad += status != 200
-        finally:
-            await conn.close()
+        async def send(conn: HttpConnection) -> None:
+            nonlocal count, bad
+            t = time.perf_counter()
+            status, _ = await conn.request("POST", path, data)
+            latencies.append(time.perf_counter() - t)
+            count += 1
+            bad += status != 200
 
-    async with trio.open_nursery() as n:
-        for i in range(connections):
-            n.start_soon(loop, i)
-    cpu = meter.stop()
+        async def loop(conn: HttpConnection) -> None:
+            if rate_per_s is None:
+                while time.perf_counter() < deadline:
+                    await send(conn)
+                return
+            rng = random.Random()
+            due = t0 + rng.expovariate(rate_per_s / connections)
+            while due < deadline:
+                await trio.sleep(max(0.0, due - time.perf_counter()))
+                await send(conn)
+                due += rng.expovariate(rate_per_s / connections)
+
+        async with trio.open_nursery() as n:
+            for conn in conns:
+                n.start_soon(loop, conn)
+        cpu = meter.stop()
+    finally:
+        with trio.CancelScope(shield=True):
+            for conn in conns:
+                await conn.close()
     if bad:
         raise SystemExit(f"the bare app answered {bad} of {count} requests to {path} with an error; "
                          f"see its log")

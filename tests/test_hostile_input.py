@@ -505,7 +505,11 @@ def test_idle_connections_are_closed(impatient):
 @pytest.mark.parametrize("method, path, fmt", [("POST", "/v1/namespaces", "iceberg"),
                                                ("GET", "/v1/config", "iceberg"),
                                                ("POST", "/v1/namespace/db/create", "lance"),
-                                               ("GET", f"{UC}/delta/commits", "uc")])
+                                               ("GET", f"{UC}/delta/commits", "uc"),
+                                               # the commit routes (api/direct.py)
+                                               ("POST", "/v1/namespaces/db/tables/t", "iceberg"),
+                                               ("POST", "/v1/table/db$t/version/create", "lance"),
+                                               ("POST", f"{UC}/delta/preview/commits", "uc")])
 def test_slow_bodies_time_out(impatient, method, path, fmt):
     """A body that trickles in must arrive whole within the body deadline; after it the client gets 408 in the
     protocol's format (Lance: 400 with code 13) and the connection is closed."""
@@ -564,6 +568,27 @@ def test_a_json_object_with_a_key_twice_is_refused_in_every_protocol(http):
     assert http.post("/v1/namespace/dup3/exists", json={}).status_code == 404
     uc_error(http.post(f"{UC}/catalogs", content='{"name": "c1", "name": "c2"}'))
     assert http.get(f"{UC}/catalogs/c1").status_code == 404 and http.get(f"{UC}/catalogs/c2").status_code == 404
+
+
+@pytest.mark.parametrize("body, key", [
+    (b'{"a": 1, "a": 2}', "a"),
+    (b'{"a": "x:y", "b": {"c": 1, "c": "p:q"}}', "c"),            # colons in strings, a nested object
+    (b'{"a": 1, "\\u0061": 2}', "a"),                            # the same key spelled with an escape
+    (b'{"a": "\\u003a", "a": 1}', "a"),                          # an escaped colon
+    (b'[{"k": ":"}, {"k": 1, "k": 1}]', "k"),
+])
+def test_a_repeated_key_is_found_however_the_body_is_spelled(body, key):
+    from api.common import parse_json
+    from coordinator.errors import BadRequest
+    with pytest.raises(BadRequest, match=f"the key '{key}' twice"):
+        parse_json(body)
+
+
+@pytest.mark.parametrize("body", [b'{"a": "x:y", "b:c": {"c": ":"}}', b'{"a": "\\u003a", "\\u003a": 1}', b'[]',
+                                  b'"::"', b'{"a": [{"a": 1}, {"a": 2}]}'])
+def test_keys_once_per_object_pass(body):
+    from api.common import parse_json
+    assert parse_json(body) == json.loads(body)
 
 
 # -- name limits -----------------------------------------------------------------------------------------------

@@ -4,6 +4,6 @@ Unity Catalog's Delta tables (`uniform.py`, the blueprint `uniform.bp`)."""
 
 from . import uniform
 from .errors import error_response
-from .routes import bp, cross_format_part
+from .routes import DIRECT, bp, cross_format_part
 
-__all__ = ["bp", "cross_format_part", "error_response", "uniform"]
+__all__ = ["DIRECT", "bp", "cross_format_part", "error_response", "uniform"]

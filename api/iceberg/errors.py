@@ -48,13 +48,13 @@ def error_type(exc: CoordinatorError) -> str:
     return "BadRequestException"
 
 
-def error_response(exc: BaseException) -> Response:
-    """Any error raised while serving an Iceberg path, as the spec's ErrorModel: the one translation for this
-    protocol (api/app.py sends every error here by the request's path; an idempotent replay raises the error it
-    recorded again)."""
+def error_response(exc: BaseException, req) -> Response:
+    """Any error raised while serving an Iceberg path (`req`, its method and path), as the spec's ErrorModel: the
+    one translation for this protocol (api/app.py sends every error here by the request's path; an idempotent
+    replay raises the error it recorded again)."""
     exc = from_storage(exc)
     if isinstance(exc, HTTPException):
-        return _http_error_response(exc)
+        return _http_error_response(exc, req)
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
     kind = error_type(exc)
     status = STATUSES.get(kind, exc.status)
@@ -62,11 +62,11 @@ def error_response(exc: BaseException) -> Response:
     return json_response(body, status, headers)
 
 
-def _http_error_response(exc: HTTPException) -> Response:
-    message = framework_error_message(exc)
+def _http_error_response(exc: HTTPException, req) -> Response:
+    message = framework_error_message(exc, req)
     if (exc.code or 400) >= 500:  # a fault we did not foresee (quart's 500): not the client's bad request
         return json_response({"error": {"message": message, "type": "InternalServerError", "code": exc.code}},
                              exc.code)
     err = NoSuchRoute(message) if exc.code == 404 else BadRequest(message)
     err.status = exc.code or 400
-    return error_response(err)
+    return error_response(err, req)

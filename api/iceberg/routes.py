@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable
 
-from quart import Blueprint, Response, current_app, request
+from quart import Blueprint, Response, current_app, has_request_context, request
 
 from coordinator.auth import Privilege, Resource, table_securable
 from coordinator.errors import BadRequest
@@ -20,11 +20,13 @@ from coordinator.iceberg.models import (COMMIT_TABLE_ROUTE, CommitTableRequest, 
                                         commit_result, load_result, staged_result)
 from coordinator.iceberg.rules import parse_view_requirements, parse_view_updates
 from coordinator.iceberg.state import IcebergTable, TableIdent
-from coordinator.idempotency import LIFETIME_S
+from coordinator.idempotency import LIFETIME_S, IdempotencyKey
 from coordinator.warehouses import DEFAULT as DEFAULT_WAREHOUSE
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
-from ..common import CommitPart, empty_response, json_response, parse_model, query_flag, read_json, read_model
+from ..common import (CommitPart, empty_response, json_model, json_response, parse_model, query_flag, read_json,
+                      read_model)
+from ..direct import DirectRoute
 from . import uniform
 from .endpoints import ENDPOINTS, config_defaults
 from .errors import error_type
@@ -41,8 +43,9 @@ RESERVED_PREFIXES = {"namespace", "table", "transaction", "config", "oauth"}
 
 
 def _uniform() -> bool:
-    """The request reads Unity Catalog's Delta tables as Iceberg (`uniform.py`'s mount), not this catalog."""
-    return request.blueprint == uniform.bp.name
+    """The request reads Unity Catalog's Delta tables as Iceberg (`uniform.py`'s mount), not this catalog. A direct
+    route (api/direct.py) has no Quart request: it serves only this catalog's own routes."""
+    return has_request_context() and request.blueprint == uniform.bp.name
 
 
 def _catalog():
@@ -230,10 +233,14 @@ def routes(rule: str, methods: list[str], reads: bool = False):
 
 @bp.before_request
 async def _know_warehouse() -> None:
+    await know_warehouse(current_app.config["COORDINATOR"], request.view_args)
+
+
+async def know_warehouse(coordinator, view_args: dict | None) -> None:
     """A prefix may name a warehouse another cluster member created: look it up before placing anything."""
-    prefix = (request.view_args or {}).get("prefix")
+    prefix = (view_args or {}).get("prefix")
     if prefix:
-        await current_app.config["COORDINATOR"].warehouses.resolve(prefix)
+        await coordinator.warehouses.resolve(prefix)
 
 
 @bp.get("/v1/config")
@@ -347,17 +354,21 @@ async def register_table(prefix: str, namespace: str) -> Response:
 @routes("/namespaces/<namespace>/tables/<table>", ["GET", "HEAD"], reads=True)
 @guard(_on_object(READ))
 async def load_table(prefix: str, namespace: str, table: str) -> Response:
+    return await _load(_catalog(), prefix, namespace, table, request.method, request.args, request.headers)
+
+
+async def _load(catalog, prefix: str, namespace: str, table: str, method: str, args, headers) -> Response:
     ident = _ident(prefix, namespace, table)
-    snapshots = request.args.get("snapshots", "all")
+    snapshots = args.get("snapshots", "all")
     if snapshots not in ("all", "refs"):
         raise BadRequest(f"snapshots must be 'all' or 'refs', got {snapshots!r}")
-    loaded = await _catalog().load_table(ident)
-    if request.method == "HEAD":
+    loaded = await catalog.load_table(ident)
+    if method == "HEAD":
         return empty_response(204)
     etag = loaded.etag
     if snapshots == "refs":
         etag = etag[:-1] + '-refs"'
-    tags = _etags(request.headers.get("If-None-Match"))
+    tags = _etags(headers.get("If-None-Match"))
     if etag in tags or "*" in tags:   # RFC 9110: `*` matches any current representation
         return empty_response(304, {"ETag": etag})
     if snapshots == "refs":
@@ -369,13 +380,51 @@ async def load_table(prefix: str, namespace: str, table: str) -> Response:
 @guard(_commit_needs)
 @idempotent(COMMIT_TABLE_ROUTE, _table_now)
 async def commit_table(prefix: str, namespace: str, table: str) -> Response:
-    body = await read_model(CommitTableRequest)
+    return await _commit(_catalog(), prefix, namespace, table, await read_model(CommitTableRequest), _key())
+
+
+async def _commit(catalog, prefix: str, namespace: str, table: str, body: CommitTableRequest,
+                  key: IdempotencyKey | None) -> Response:
     ident = _ident(prefix, namespace, table)
     _check_body_identifier(body.identifier, ident, "table")
-    committed = await _catalog().commit_table(ident, parse_requirements(body.requirements),
-                                              parse_updates(body.updates), _key())
+    committed = await catalog.commit_table(ident, parse_requirements(body.requirements), parse_updates(body.updates),
+                                           key)
     return json_response(commit_result(committed.metadata_location, committed.metadata_json),
                          headers={"ETag": committed.etag})
+
+
+# A table's commit (without an Idempotency-Key: with one, `idempotent` above serves it), and its load, which a
+# writer repeats after a conflict and a streaming engine before each batch, are served without Quart's request
+# machinery (api/direct.py), by the routes' own code.
+
+
+async def _direct_commit_needs(coordinator, req, body: CommitTableRequest) -> Needs:
+    args = req.view_args
+    return _change_needs(args["prefix"], _namespace(args["namespace"]), args["table"], body)
+
+
+async def _direct_commit(coordinator, req, body: CommitTableRequest) -> Response:
+    args = req.view_args
+    return await _commit(coordinator.iceberg, args["prefix"], args["namespace"], args["table"], body, None)
+
+
+async def _direct_load_needs(coordinator, req, body: None) -> Needs:
+    return _on_object(READ)(**req.view_args)
+
+
+async def _direct_load(coordinator, req, body: None) -> Response:
+    return await _load(coordinator.iceberg, **req.view_args, method=req.method, args=req.args, headers=req.headers)
+
+
+async def _direct_know_warehouse(coordinator, req) -> None:
+    await know_warehouse(coordinator, req.view_args)
+
+
+_DIRECT_COMMIT = DirectRoute(json_model(CommitTableRequest), _direct_commit_needs, _direct_commit,
+                             _direct_know_warehouse, takes=lambda req: "idempotency-key" not in req.headers)
+_DIRECT_LOAD = DirectRoute(None, _direct_load_needs, _direct_load, _direct_know_warehouse)
+DIRECT = {f"{bp.name}.commit_table": _DIRECT_COMMIT, f"{bp.name}.commit_table_p": _DIRECT_COMMIT,
+          f"{bp.name}.load_table": _DIRECT_LOAD, f"{bp.name}.load_table_p": _DIRECT_LOAD}
 
 
 @routes("/transactions/commit", ["POST"])

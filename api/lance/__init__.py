@@ -2,6 +2,6 @@
 (`errors.py`, `error_response`)."""
 
 from .errors import error_response
-from .routes import bp, cross_format_part
+from .routes import DIRECT, bp, cross_format_part
 
-__all__ = ["bp", "cross_format_part", "error_response"]
+__all__ = ["DIRECT", "bp", "cross_format_part", "error_response"]

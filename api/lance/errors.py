@@ -4,7 +4,7 @@ chosen by the error's class."""
 
 from __future__ import annotations
 
-from quart import Response, request
+from quart import Response
 from werkzeug.exceptions import HTTPException
 
 from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NamespaceExists,
@@ -57,24 +57,24 @@ def _detail(exc: CoordinatorError) -> str:
     return "nothing was applied"
 
 
-def _error(message: str, code: int, detail: str, headers: dict[str, str] | None = None) -> Response:
-    body = {"error": message, "code": code, "detail": detail, "instance": request.path}
+def _error(message: str, code: int, detail: str, path: str, headers: dict[str, str] | None = None) -> Response:
+    body = {"error": message, "code": code, "detail": detail, "instance": path}
     return json_response(body, STATUS_OF_CODE[code], headers)
 
 
-def error_response(exc: BaseException) -> Response:
-    """Any error raised while serving a Lance path, as the spec's ErrorResponse: the one translation for this
-    protocol (api/app.py sends every error here by the request's path)."""
+def error_response(exc: BaseException, req) -> Response:
+    """Any error raised while serving a Lance path (`req`, its method and path), as the spec's ErrorResponse: the
+    one translation for this protocol (api/app.py sends every error here by the request's path)."""
     exc = from_storage(exc)
     if isinstance(exc, HTTPException):
-        return _http_error_response(exc)
+        return _http_error_response(exc, req.path)
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
-    return _error(exc.message, error_code(exc), _detail(exc), headers)
+    return _error(exc.message, error_code(exc), _detail(exc), req.path, headers)
 
 
-def _http_error_response(exc: HTTPException) -> Response:
+def _http_error_response(exc: HTTPException, path: str) -> Response:
     status = exc.code or 400
     if status >= 500:  # an unexpected fault (quart turns any uncaught exception into a 500): not the client's input
         return _error(exc.description or exc.name, 18, "an internal error; whether anything was applied is unknown: "
-                      "describe the table or version to find out")
-    return _error(exc.description or exc.name, {404: 4, 405: 0, 413: 13}.get(status, 13), "nothing was applied")
+                      "describe the table or version to find out", path)
+    return _error(exc.description or exc.name, {404: 4, 405: 0, 413: 13}.get(status, 13), "nothing was applied", path)

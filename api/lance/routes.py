@@ -26,6 +26,7 @@ from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersion
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import CommitPart, empty_response, json_response, parse_json, parse_model, parsed_once
+from ..direct import DirectRoute
 from .errors import STATUS_OF_CODE, error_code
 
 log = logging.getLogger(__name__)
@@ -36,9 +37,13 @@ DEFAULT_DELIMITER = "$"
 
 @bp.before_request
 async def _no_slash_in_the_id() -> None:
+    no_slash_in_the_id(request.scope.get("raw_path") or b"")
+
+
+def no_slash_in_the_id(raw_path: bytes) -> None:
     """`/v1/table/a%2Fb/describe`: the path is decoded before routing, so a `/` in an id level would make another
     route (or another id) serve the request. The raw path still tells."""
-    raw = (request.scope.get("raw_path") or b"").split(b"/")
+    raw = raw_path.split(b"/")
     if len(raw) > 3 and b"%2f" in raw[3].lower():
         raise BadRequest(f"invalid identifier {unquote(raw[3].decode('latin-1'))!r}: an identifier level may not "
                          f"contain '/'")
@@ -51,15 +56,17 @@ def _catalog():
     return current_app.config["COORDINATOR"].lance
 
 
-def _delimiter() -> str:
-    value = request.args.get("delimiter", DEFAULT_DELIMITER)
+def _delimiter(args=None) -> str:
+    """The `delimiter` query parameter (of `args`; None: the request's)."""
+    value = (request.args if args is None else args).get("delimiter", DEFAULT_DELIMITER)
     if not value:
         raise BadRequest("delimiter must not be empty")
     return value
 
 
-def _levels(raw: str) -> tuple[str, ...]:
-    delimiter = _delimiter()
+def _levels(raw: str, delimiter: str | None = None) -> tuple[str, ...]:
+    """An id's levels, joined by `delimiter` (None: the request's `delimiter` parameter)."""
+    delimiter = _delimiter() if delimiter is None else delimiter
     if raw == delimiter:
         return ()
     levels = tuple(raw.split(delimiter))
@@ -68,8 +75,8 @@ def _levels(raw: str) -> tuple[str, ...]:
     return levels
 
 
-def _table(raw: str) -> tuple[str, ...]:
-    levels = _levels(raw)
+def _table(raw: str, delimiter: str | None = None) -> tuple[str, ...]:
+    levels = _levels(raw, delimiter)
     if not levels:
         raise BadRequest("a table identifier cannot be the root namespace")
     return levels
@@ -80,14 +87,22 @@ async def _body(model: type[BaseModel], levels: tuple[str, ...] | None = None) -
     missing body (pylance sends none for some operations) or JSON `null` reads as `{}`. An `id` in the body
     must agree with the route (spec: "Standard Operations")."""
     body = await parsed_once(model, lambda: _read_body(model))
-    body_id = getattr(body, "id", None)
-    if levels is not None and body_id is not None and tuple(body_id) != levels:
-        raise BadRequest(f"the id in the body {body_id!r} does not match the id in the route {list(levels)!r}")
+    if levels is not None:
+        _same_id(body, levels)
     return body
 
 
+def _same_id(body: BaseModel, levels: tuple[str, ...]) -> None:
+    body_id = getattr(body, "id", None)
+    if body_id is not None and tuple(body_id) != levels:
+        raise BadRequest(f"the id in the body {body_id!r} does not match the id in the route {list(levels)!r}")
+
+
 async def _read_body(model: type[BaseModel]) -> Any:
-    data = await request.get_data()
+    return _model_of(model, await request.get_data())
+
+
+def _model_of(model: type[BaseModel], data: bytes) -> Any:
     value = parse_json(data) if data.strip() else {}
     if value is None:
         value = {}
@@ -118,8 +133,8 @@ def _on_namespace(privilege: Privilege):
 
 
 def _on_table(privilege: Privilege):
-    """The table named by the route's id."""
-    return lambda id, **_: [(privilege, _table_securable(_levels(id)))]
+    """The table named by the route's id (its levels joined by `delimiter`; None: the request's)."""
+    return lambda id, delimiter=None, **_: [(privilege, _table_securable(_levels(id, delimiter)))]
 
 
 def _in_parent(privilege: Privilege):
@@ -158,8 +173,9 @@ async def _batch_commit_needs() -> Needs:
     return needs
 
 
-def _arg_bool(name: str, default: bool | None = None) -> bool | None:
-    raw = request.args.get(name)
+def _arg_bool(name: str, default: bool | None = None, args=None) -> bool | None:
+    """A boolean query parameter (of `args`; None: the request's)."""
+    raw = (request.args if args is None else args).get(name)
     if raw is None:
         return default
     low = raw.lower()
@@ -170,8 +186,9 @@ def _arg_bool(name: str, default: bool | None = None) -> bool | None:
     raise BadRequest(f"query parameter {name} must be true or false, got {raw!r}")
 
 
-def _arg_int(name: str, minimum: int) -> int | None:
-    raw = request.args.get(name)
+def _arg_int(name: str, minimum: int, args=None) -> int | None:
+    """An integer query parameter (of `args`; None: the request's)."""
+    raw = (request.args if args is None else args).get(name)
     if raw is None or raw == "":
         return None
     try:
@@ -183,8 +200,8 @@ def _arg_int(name: str, minimum: int) -> int | None:
     return value
 
 
-def _limit() -> int | None:
-    limit = _arg_int("limit", 1)
+def _limit(args=None) -> int | None:
+    limit = _arg_int("limit", 1, args)
     return min(limit, 10_000) if limit is not None else None
 
 
@@ -355,26 +372,79 @@ async def drop_table(id: str) -> Response:
 @guard(_on_table(WRITE))
 async def create_table_version(id: str) -> Response:
     ident = _table(id)
-    body = await _body(CreateTableVersionRequest, ident)
-    return json_response(version_response(await _catalog().create_table_version(ident, body)))
+    return await _create_version(_catalog(), ident, await _body(CreateTableVersionRequest, ident))
+
+
+async def _create_version(catalog, ident: tuple[str, ...], body: CreateTableVersionRequest) -> Response:
+    return json_response(version_response(await catalog.create_table_version(ident, body)))
 
 
 @bp.post("/v1/table/<id>/version/describe")
 @guard(_on_table(READ))
 async def describe_table_version(id: str) -> Response:
     ident = _table(id)
-    body = await _body(DescribeTableVersionRequest, ident)
-    return json_response(version_response(await _catalog().describe_table_version(ident, body.version,
-                                                                                  body.branch)))
+    return await _describe_version(_catalog(), ident, await _body(DescribeTableVersionRequest, ident))
+
+
+async def _describe_version(catalog, ident: tuple[str, ...], body: DescribeTableVersionRequest) -> Response:
+    return json_response(version_response(await catalog.describe_table_version(ident, body.version, body.branch)))
 
 
 @bp.route("/v1/table/<id>/version/list", methods=["GET", "POST"])
 @guard(_on_table(READ))
 async def list_table_versions(id: str) -> Response:
-    ident = _table(id)
-    page = await _catalog().list_table_versions(ident, _limit(), request.args.get("page_token"),
-                                                _arg_bool("descending", False), request.args.get("branch"))
+    return await _list_versions(_catalog(), _table(id), request.args)
+
+
+async def _list_versions(catalog, ident: tuple[str, ...], args) -> Response:
+    page = await catalog.list_table_versions(ident, _limit(args), args.get("page_token"),
+                                             _arg_bool("descending", False, args), args.get("branch"))
     return _page("versions", page, [v.to_spec() for v in page.items])
+
+
+# What a Lance writer asks for each commit (pylance: the latest version, perhaps its manifest, then the new one)
+# is served without Quart's request machinery (api/direct.py), by the routes' own code.
+
+
+def _direct_on_table(privilege: Privilege):
+    async def needs(coordinator, req, body) -> Needs:
+        return _on_table(privilege)(req.view_args["id"], _delimiter(req.args))
+    return needs
+
+
+def _direct_table(req, body: BaseModel | None) -> tuple[str, ...]:
+    """The route's table, as `_table` and `_body` read it (a body naming another id is refused)."""
+    ident = _table(req.view_args["id"], _delimiter(req.args))
+    if body is not None:
+        _same_id(body, ident)
+    return ident
+
+
+async def _direct_create_version(coordinator, req, body: CreateTableVersionRequest) -> Response:
+    return await _create_version(coordinator.lance, _direct_table(req, body), body)
+
+
+async def _direct_describe_version(coordinator, req, body: DescribeTableVersionRequest) -> Response:
+    return await _describe_version(coordinator.lance, _direct_table(req, body), body)
+
+
+async def _direct_list_versions(coordinator, req, body: None) -> Response:
+    return await _list_versions(coordinator.lance, _direct_table(req, None), req.args)
+
+
+async def _direct_no_slash_in_the_id(coordinator, req) -> None:
+    no_slash_in_the_id(req.raw_path)
+
+
+def _direct_body(model: type[BaseModel]):
+    return lambda req: _model_of(model, req.body)
+
+
+DIRECT = {f"{bp.name}.{endpoint}": DirectRoute(read, _direct_on_table(privilege), view, _direct_no_slash_in_the_id)
+          for endpoint, read, privilege, view in (
+              ("create_table_version", _direct_body(CreateTableVersionRequest), WRITE, _direct_create_version),
+              ("describe_table_version", _direct_body(DescribeTableVersionRequest), READ, _direct_describe_version),
+              ("list_table_versions", None, READ, _direct_list_versions))}
 
 
 @bp.post("/v1/table/<id>/version/delete")

@@ -1,0 +1,218 @@
+"""The routes a writer calls for each commit, served straight from their ASGI messages.
+
+A streaming writer commits to its tables over and over, and Quart's machinery around each request (its request
+and context objects, two tasks, signals, hooks, its response conversion) costs about as much CPU as everything
+else the HTTP layer does for a commit (loadtest/README.md, "Where a commit's CPU goes"). Here, for the routes a
+protocol module lists in its `DIRECT` table (each protocol's commit; Lance's reads of the latest version, which
+pylance makes for each commit), the ordinary request is served by the same code as the Quart route's (the route's
+access policy, view and answer, the app's error translation, metrics and log line) without that machinery.
+
+Ordinary: a GET or POST the route takes, a query string that is UTF-8 throughout, no body or a Content-Length
+of at most DIRECT_MAX_BODY (no Transfer-Encoding), and whatever the route asks besides (Iceberg: no
+Idempotency-Key). Anything else goes to Quart untouched. A request that fails before its view runs (its body's
+JSON or model, its credential and grants, a NUL in its path, the blueprint's before-request check) goes to Quart
+too, with the body it sent replayed: so every such refusal is Quart's own, in the same words and order. What the
+view raises is answered here by the app's error translation, as Quart's error handler would: the view may have
+handed a commit to its table's actor, which must not be done twice.
+
+Unlike Quart's, the view here is not cancelled when the client disconnects while it runs: the commit it handed to
+its table's actor goes on either way, and its answer (and log line) is then written to a closed connection.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl
+
+import trio
+from quart import Response
+from quart.utils import encode_headers
+from werkzeug.datastructures import ImmutableMultiDict
+from werkzeug.exceptions import HTTPException, InternalServerError
+
+from coordinator.actor import COMMITTED
+from coordinator.errors import CoordinatorError
+from storage.errors import StorageError
+
+from .access import Needs, caller
+from .common import body_timeout, refuse_nul
+from .request_log import next_request_id
+
+DIRECT_MAX_BODY = 1024 * 1024   # larger bodies (rare for a commit) are read by Quart, under its lingering limit
+HANDLED = (HTTPException, CoordinatorError, StorageError)   # what the app's error handler answers
+
+
+@dataclass(frozen=True)
+class DirectRoute:
+    """A route served directly: how its body is read, and what its Quart route runs, as functions of the
+    coordinator, the request and the body as read."""
+
+    read: Callable[[DirectRequest], Any] | None   # the body as the route's view reads it (None: it reads none)
+    needs: Callable[[Any, DirectRequest, Any], Awaitable[Needs]]   # its access policy (api/access.py)
+    view: Callable[[Any, DirectRequest, Any], Awaitable[Response]]
+    before: Callable[[Any, DirectRequest], Awaitable[None]] | None = None   # its blueprint's before-request hook
+    takes: Callable[[DirectRequest], bool] | None = None                   # False: this request goes to Quart
+
+
+class Headers(dict):
+    """A request's headers by lower-case name (hypercorn gives them so), the first of a repeated one, as
+    werkzeug's `Headers.get` gives it; looked up in any case."""
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return dict.get(self, name.lower(), default)
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name.lower() if isinstance(name, str) else name)
+
+
+class DirectRequest:
+    """What the shared code reads of a request (api/access.py, api/request_log.py, the error translations, the
+    routes' policies and views): its method, path, headers, route arguments, query parameters and body."""
+
+    __slots__ = ("method", "path", "raw_path", "query_string", "headers", "view_args", "args", "body")
+
+    def __init__(self, scope: dict, headers: Headers, view_args: dict[str, str], args: ImmutableMultiDict) -> None:
+        self.method = scope["method"]
+        self.path = scope["path"]
+        self.raw_path = scope.get("raw_path") or b""
+        self.query_string = scope["query_string"]
+        self.headers = headers
+        self.view_args = view_args
+        self.args = args
+        self.body = b""
+
+
+class DirectRoutes:
+    """Serves the ordinary requests to `routes` (endpoint -> DirectRoute) of `app`; `quart` serves the others.
+    `error_answer(exc, req)` and `finish(req, response, request_id, started, rule)` are the app's own error
+    handler and after-request hook, for both paths."""
+
+    def __init__(self, app, coordinator, routes: dict[str, DirectRoute], quart: Callable[..., Awaitable[None]],
+                 error_answer: Callable[[BaseException, Any], Response],
+                 finish: Callable[..., Awaitable[None]]) -> None:
+        self.app, self.coordinator, self.routes, self.quart = app, coordinator, routes, quart
+        self.error_answer, self.finish = error_answer, finish
+        self.body_timeout_s = coordinator.config.http_body_timeout_s
+        self.response_timeout_s = app.config["RESPONSE_TIMEOUT"]   # Quart's bound on sending an answer
+        self._urls = None
+
+    def route(self, scope: dict) -> tuple[DirectRoute, str, DirectRequest] | None:
+        """The direct route an ordinary request goes to, its rule and the request; None: Quart's."""
+        if scope["type"] != "http" or scope["method"] not in ("POST", "GET"):
+            return None
+        if self._urls is None:   # bound once: the service matches paths only (no host or subdomain rules)
+            self._urls = self.app.url_map.bind("")
+        try:
+            rule, args = self._urls.match(scope["path"], scope["method"], return_rule=True)
+        except HTTPException:   # no route, another method, a redirect: Quart words those
+            return None
+        route = self.routes.get(rule.endpoint)
+        if route is None:
+            return None
+        headers = Headers()
+        for name, value in scope["headers"]:
+            headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+        length = headers.get("content-length")   # none (nor Transfer-Encoding): no body
+        if "transfer-encoding" in headers or (length is not None and (not length.isdigit()
+                                                                      or int(length) > DIRECT_MAX_BODY)):
+            return None
+        try:   # as werkzeug reads them, which keeps a byte that is not UTF-8 percent-encoded: then Quart does
+            query = ImmutableMultiDict(parse_qsl(scope["query_string"].decode(), keep_blank_values=True,
+                                                 errors="strict"))
+        except UnicodeDecodeError:
+            return None
+        req = DirectRequest(scope, headers, args, query)
+        if route.takes is not None and not route.takes(req):
+            return None
+        return route, rule.rule, req
+
+    async def serve(self, taken, scope: dict, receive, send) -> None:
+        route, rule, req = taken
+        started = time.perf_counter()
+        headers = req.headers
+        received = []
+        with trio.move_on_after(self.body_timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":   # the client left: nobody to answer
+                    return
+                received.append(message)
+                if not message.get("more_body", False):
+                    break
+        request_id = headers.get("x-request-id") or next_request_id()
+        COMMITTED.set(None)   # set by the commit this request applies, if any (logged by finish)
+        if not received or received[-1].get("more_body", False):
+            response = self.error_answer(body_timeout(self.body_timeout_s), req)
+            return await self._answer(send, req, response, request_id, started, rule)
+        req.body = b"".join(m.get("body", b"") for m in received)
+        try:
+            body = await self._checked(route, req)
+        except Exception:  # noqa: BLE001 - refused before the view: Quart refuses it, in its own words and order
+            return await self.quart(scope, _replaying(received, receive), send)
+        try:
+            response = await route.view(self.coordinator, req, body)
+        except BaseException as exc:  # noqa: BLE001 - as Quart's error handling, which lets trio's Cancelled through
+            response = self._error(exc, req)
+        await self._answer(send, req, response, request_id, started, rule)
+
+    async def _checked(self, route: DirectRoute, req: DirectRequest) -> Any:
+        """What Quart does before the view (the app's before-request hook: NUL check, access check with the route's
+        policy; the blueprint's), and the body as the view reads it. What fails here, Quart words, in its order."""
+        refuse_nul(req.path, req.query_string)
+        body = route.read(req) if route.read is not None else None
+        authority = self.coordinator.authority
+        if authority is not None:
+            authority.check(caller(authority, req), await route.needs(self.coordinator, req, body))
+        if route.before is not None:
+            await route.before(self.coordinator, req)
+        return body
+
+    def _error(self, exc: BaseException, req: DirectRequest) -> Response:
+        """The view's exception answered as Quart answers it: a handled one (in a group, its first handled part)
+        by the app's error handler, any other exception as a logged 500; anything else (trio's Cancelled, a group
+        of unhandled errors) goes on, to hypercorn."""
+        handled = _first_handled(exc)
+        if handled is not None:
+            return self.error_answer(handled, req)
+        if not isinstance(exc, Exception) or isinstance(exc, BaseExceptionGroup):
+            raise exc
+        self.app.logger.error(f"Exception on request {req.method} {req.path}", exc_info=exc)
+        return self.error_answer(InternalServerError(original_exception=exc), req)
+
+    async def _answer(self, send, req: DirectRequest, response: Response, request_id: str, started: float,
+                      rule: str) -> None:
+        await self.finish(req, response, request_id, started, rule)
+        with trio.move_on_after(math.inf if self.response_timeout_s is None else self.response_timeout_s):
+            await send({"type": "http.response.start", "status": response.status_code,
+                        "headers": encode_headers(response.headers)})
+            # The body's last part goes with the end of the response: one message fewer than Quart sends.
+            last = None
+            async with response.response as parts:
+                async for part in parts:
+                    if last is not None:
+                        await send({"type": "http.response.body", "body": last, "more_body": True})
+                    last = part
+            await send({"type": "http.response.body", "body": last or b"", "more_body": False})
+
+
+def _first_handled(exc: BaseException) -> BaseException | None:
+    if isinstance(exc, HANDLED):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        return next((found for e in exc.exceptions if (found := _first_handled(e)) is not None), None)
+    return None
+
+
+def _replaying(received: list[dict], receive):
+    """`receive` that gives the messages already received first."""
+    pending = list(received)
+
+    async def receive_again() -> dict:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+    return receive_again
