@@ -137,7 +137,7 @@ class LanceService:
 
         async def make(ref: TableRef) -> Proposal:
             refs.append(ref)
-            return ReadTable()
+            return ReadTable(recent=True)   # every caller reads older versions from the log if they are not in it
         state = await self._submit(ident, make)
         return refs[-1], state
 
