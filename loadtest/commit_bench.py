@@ -175,9 +175,9 @@ def main() -> None:
         print("| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |")
     for r in rows:
         if "stages" in r:
-            print(f"\n{r['protocol']} {r['scenario']} on {r['processes']} process(es)" + (f" at {args.rate:g}/s offered" if args.rate else
-                                                         " closed loop") + f", {r['commits_per_s']} commits/s: "
-                  f"server CPU ms per commit (bare app: per request) by stage\n")
+            load = f" at {args.rate:g}/s offered" if args.rate else " closed loop"
+            print(f"\n{r['protocol']} {r['scenario']} on {r['processes']} process(es){load}, {r['commits_per_s']} "
+                  f"commits/s: server CPU ms per commit (bare app: per request) by stage\n")
             columns = {"service": r.pop("stages")}
             if "bare_stages" in r:
                 columns["bare app"] = r.pop("bare_stages")
@@ -222,7 +222,7 @@ def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid:
             warehouse: str = "local", bare: tuple[procs.Child, str] | None = None,
             profile_dir: Path | None = None) -> None:
     """Each flow x matrix against the service (after the bare app's run at the same load, if `bare`); with
-    `args.stages` (and one process) recorded by py-spy, its breakdown by stage in the row's "stages"."""
+    `args.stages` recorded by py-spy (every member of a cluster), its breakdown by stage in the row's "stages"."""
     profile = getattr(args, "stages", False) and profile_dir is not None
     for name in args.flows.split(","):
         flow = FLOWS[name]

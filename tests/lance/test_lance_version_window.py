@@ -14,6 +14,7 @@ import pytest
 from api.server import EmbeddedService
 from coordinator.lance import state as lance_state
 from tests.lance.conftest import stage
+from tests.support import sql
 
 NS, TABLE = "/v1/namespace", "/v1/table"
 KEPT = 3
@@ -108,7 +109,6 @@ def test_a_version_recorded_after_the_readers_state_is_not_shown_from_the_log(co
     reader that looks older versions up in the log (a forwarded read's state holds only the latest few) must not
     show a version its state could not, such as one recorded but not published yet. Version 13 recorded behind
     the actor's back stands for one."""
-    from tests.support import sql
     with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:
         table_with(http, 12)
         sql(config.database_url, "INSERT INTO commits (table_id, version, payload) SELECT table_id, 13, payload "
