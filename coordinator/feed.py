@@ -67,6 +67,8 @@ class Feed:
         deadline = trio.current_time() + wait_s
         recheck = RECHECK_S
         self.waiting += wait_s > 0   # from before the first read: a commit landing during it still wakes us
+        if wait_s > 0 and self.waiting == 1:
+            self.store.want_events(True)   # (another member's commit before it listens: it wakes us once it does)
         try:
             while True:
                 changed = self._changed
@@ -92,3 +94,5 @@ class Feed:
                 recheck = min(recheck * 2, RECHECK_MAX_S)
         finally:
             self.waiting -= wait_s > 0
+            if wait_s > 0 and self.waiting == 0:
+                self.store.want_events(False)

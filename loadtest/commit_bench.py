@@ -20,8 +20,8 @@ coordinator's raw commit rate). For the fixed matrix with baselines and targets,
 With one process, each flow and matrix is measured on the bare quart-trio app first, with the flow's commit
 request at the same load (`--rate` on the same connections, or closed loop): `x_bare` is the service's CPU per
 request over the bare app's in the same run, the figure issue 34's targets are set in. `--stages` records the
-service (and the bare app) with py-spy during each run and prints where the CPU per commit went, by stage
-(loadtest/stages.py).
+service (every member of a cluster, summed; and the bare app) with py-spy during each run and prints where the CPU
+per commit went, by stage (loadtest/stages.py); `--keep` keeps the py-spy files and the service logs.
 
 `--one-port` runs each member count N > 1 as `serve --workers N` instead: N members on one port, each connection
 handed by the kernel to one of them; their CPU is summed (the supervisor, which only waits, is left out).
@@ -77,8 +77,9 @@ def main() -> None:
     ap.add_argument("--warehouses", default="local", help="comma-separated: local, s3 (moto's S3 server, started "
                                                           "here); each is measured in turn")
     ap.add_argument("--no-bare", action="store_true", help="skip the bare app's run before each of one process")
-    ap.add_argument("--stages", action="store_true", help="py-spy each run of one process (and of the bare app) "
-                                                          "and print its CPU per commit by stage")
+    ap.add_argument("--stages", action="store_true", help="py-spy each run (every member of a cluster, and the bare "
+                                                          "app) and print its CPU per commit by stage")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir (service logs, py-spy files)")
     args = ap.parse_args()
     warehouses = args.warehouses.split(",")
     if set(warehouses) - {"local", "s3"}:
@@ -155,7 +156,9 @@ def main() -> None:
             s3.stop()
         if pg is not None:
             pg.destroy()
-        if tmp is not None:
+        if tmp is not None and args.keep:
+            print(f"kept {tmp}")
+        elif tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     print()
     if ceiling:
@@ -172,9 +175,9 @@ def main() -> None:
         print("| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |")
     for r in rows:
         if "stages" in r:
-            print(f"\n{r['protocol']} {r['scenario']}" + (f" at {args.rate:g}/s offered" if args.rate else
-                                                         " closed loop") + f", {r['commits_per_s']} commits/s: "
-                  f"server CPU ms per commit (bare app: per request) by stage\n")
+            load = f" at {args.rate:g}/s offered" if args.rate else " closed loop"
+            print(f"\n{r['protocol']} {r['scenario']} on {r['processes']} process(es){load}, {r['commits_per_s']} "
+                  f"commits/s: server CPU ms per commit (bare app: per request) by stage\n")
             columns = {"service": r.pop("stages")}
             if "bare_stages" in r:
                 columns["bare app"] = r.pop("bare_stages")
@@ -219,8 +222,8 @@ def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid:
             warehouse: str = "local", bare: tuple[procs.Child, str] | None = None,
             profile_dir: Path | None = None) -> None:
     """Each flow x matrix against the service (after the bare app's run at the same load, if `bare`); with
-    `args.stages` (and one process) recorded by py-spy, its breakdown by stage in the row's "stages"."""
-    profile = getattr(args, "stages", False) and processes == 1 and profile_dir is not None
+    `args.stages` recorded by py-spy (every member of a cluster), its breakdown by stage in the row's "stages"."""
+    profile = getattr(args, "stages", False) and profile_dir is not None
     for name in args.flows.split(","):
         flow = FLOWS[name]
         for cfg in args.matrix.split(","):
@@ -235,9 +238,9 @@ def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid:
             recording: list[stages.Recording] = []
 
             def on_start(tag=tag) -> None:
-                if profile:
-                    recording.append(stages.Recording(pids[0] if isinstance(pids, list) else pids, args.duration,
-                                                      profile_dir / f"pyspy-{tag}.txt"))
+                if profile:   # every member of a cluster, each into its own file
+                    for i, pid in enumerate(pids if isinstance(pids, list) else [pids]):
+                        recording.append(stages.Recording(pid, args.duration, profile_dir / f"pyspy-{tag}-{i}.txt"))
 
             async def go(flow=flow, tables=tables, writers=writers, cfg=cfg, tag=tag):
                 ts = await flow.prepare(bases[0], tables, tag)
@@ -251,7 +254,7 @@ def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid:
             if row.get("bare_cpu_ms_per_request") and r.server_cpu_ms_per_request:
                 row["x_bare"] = round(r.server_cpu_ms_per_request / row["bare_cpu_ms_per_request"], 2)
             if recording:
-                row["stages"] = recording[0].finish(r.commits)
+                row["stages"] = stages.summed([each.finish(r.commits) for each in recording])
             rows.append(row)
     if processes > 1:
         for base in bases:

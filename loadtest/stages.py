@@ -254,6 +254,19 @@ class Recording:
         return breakdown(Samples.read(self.out), self.before, after, self.pid, operations)
 
 
+def summed(parts: list[Breakdown]) -> Breakdown:
+    """The breakdowns of a cluster's members, each per the same operations, as one: CPU per operation of all."""
+    if len(parts) == 1:
+        return parts[0]
+    ms: Counter[str] = Counter()
+    functions: dict[str, Counter] = {}
+    for part in parts:
+        ms.update(part.ms)
+        for stage, counts in part.functions.items():
+            functions.setdefault(stage, Counter()).update(counts)
+    return Breakdown(dict(ms), sum(p.samples for p in parts), parts[0].operations, functions)
+
+
 def table(columns: dict[str, Breakdown]) -> str:
     """Stages as rows, one column per breakdown: CPU ms per operation and its share."""
     head = ["stage"] + list(columns)

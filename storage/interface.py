@@ -177,6 +177,10 @@ class Store(TableRows, Namespaces, IdempotencyRecords, PurgeClaims, Protocol):
     # Called on the store's own thread whenever new events may be readable (the feed sets it to wake readers).
     on_events: Callable[[], None] | None
 
+    def want_events(self, wanted: bool) -> None:
+        """Whether readers wait on the feed here (said when the first comes and when the last goes, from any
+        thread): with several members, others' commits are listened for only then (storage/events.py `listen`)."""
+
     def open(self) -> None:
         """Connect and bring the schema up to date (blocking; from the thread that owns the service)."""
 

@@ -82,6 +82,7 @@ class PostgresStore:
         # (fenced) another member said so. The feed wakes its waiting readers.
         self.on_events: Callable[[], None] | None = None
         self._listener: asyncio.Task | None = None
+        self._listen_wanted: asyncio.Event | None = None   # (fenced) set while readers wait on the feed here
 
     # -- lifecycle (blocking; called from the thread that owns the service) -------------------------------
 
@@ -123,13 +124,19 @@ class PostgresStore:
         self.writer.on_applied = self._events_applied
         self.writer.start()
         if self.fenced:
+            self._listen_wanted = asyncio.Event()
             self._listener = asyncio.get_running_loop().create_task(
-                listen(self.dsn, self._events_applied, self.timeout_s))
+                listen(self.dsn, self._events_applied, self.timeout_s, self._listen_wanted))
 
     def close(self) -> None:
         if self.pool is not None:
             self.thread.run_blocking(self._close, timeout=self.timeout_s)
         self.thread.stop()
+
+    def want_events(self, wanted: bool) -> None:
+        wanted_event, loop = self._listen_wanted, self.thread.loop
+        if wanted_event is not None and loop is not None:   # (alone, this process's own flushes tell it everything)
+            loop.call_soon_threadsafe(wanted_event.set if wanted else wanted_event.clear)
 
     def _events_applied(self) -> None:
         if self.on_events is not None:

@@ -221,11 +221,21 @@ def test_any_member_answers_any_request(database_url, tmp_path):
             # to do once durable (remove the staged manifest, delete the dropped table's files) crosses too.
             from tests.lance.conftest import stage
             location = r.json()["location"]
-            for version, member in enumerate((a, b, c), start=1):
+            for version, member in enumerate((a, b, c) * 3, start=1):
                 staged = stage(location, version)
                 r = http.post(f"{member}/v1/table/lns%24lt/version/create",
                               json={"version": version, "manifest_path": staged})
                 assert r.status_code == 200, r.text
+            # Read through every member: a forwarded read's answer carries only the latest versions (ReadTable.
+            # reply_for_peer), and the member that forwarded it finds the older ones in the commit log.
+            for member in (a, b, c):
+                listed = http.post(f"{member}/v1/table/lns%24lt/version/list").json()["versions"]
+                assert [v["version"] for v in listed] == list(range(1, 10)), listed
+                latest = http.post(f"{member}/v1/table/lns%24lt/version/list",
+                                   params={"limit": 1, "descending": "true"}).json()["versions"]
+                assert [v["version"] for v in latest] == [9], latest
+                r = http.post(f"{member}/v1/table/lns%24lt/version/describe", json={"version": 2})
+                assert r.status_code == 200 and r.json()["version"]["version"] == 2, r.text
             for i, member in enumerate((a, b, c)):
                 r = http.post(f"{a}/v1/table/lns%24gone{i}/declare", json={})
                 assert r.status_code == 200, r.text

@@ -367,6 +367,39 @@ def test_two_members_under_concurrent_commits_a_following_reader_misses_and_repe
         stop_all(members)
 
 
+def test_a_reader_waiting_on_one_member_hears_another_members_commit_at_once(database_url, tmp_path):
+    """A member listens for the other members' commits only while a reader waits on it (storage/events.py
+    `listen`): the first reader's long-poll on member B still ends as soon as member A commits to a table A owns
+    (B's own writer knows nothing of it), not at its deadline."""
+    from storage.records import shard_of
+    from tests.test_cluster import create_tables, leases, member_ids, start_cluster, stop_all, wait_balanced
+    members = start_cluster(database_url, tmp_path, n=2)
+    try:
+        wait_balanced(database_url, members)
+        a, b = (m.base_url for m in members)
+        owner = {shard: member for shard, (member, _, _) in leases(database_url).items()}
+        a_id = member_ids(database_url)[members[0].proc.pid]
+        ids = create_tables(a, [f"t{i}" for i in range(16)])
+        name = next(n for n, table_id in ids.items() if owner[shard_of(table_id)] == a_id)
+        after = httpx.get(b + EVENTS, params={"wait": 0}, timeout=30).json()["next"]
+
+        def commit_later() -> None:
+            time.sleep(1.0)
+            r = httpx.post(f"{a}/v1/namespaces/db/tables/{name}", timeout=30, json={"requirements": [], "updates": [
+                {"action": "set-properties", "updates": {"k": "v"}}]})
+            assert r.status_code == 200, r.text
+        writer = threading.Thread(target=commit_later)
+        start = time.monotonic()
+        writer.start()
+        page = httpx.get(b + EVENTS, params={"after": after, "wait": 30}, timeout=60).json()
+        elapsed = time.monotonic() - start
+        writer.join()
+        assert [e["subject"] for e in page["events"]] == [f"db.{name}"], page
+        assert elapsed < 10, f"the reader on B heard A's commit only after {elapsed:.1f} s"
+    finally:
+        stop_all(members)
+
+
 @pytest.mark.parametrize("fenced", [False, True], ids=["alone", "cluster"])
 def test_the_writer_inserts_events_only_for_rows_that_applied(database_url, fenced):
     """Straight against the group-commit writer: in one flush, a stale compare-and-set beside an applied one

@@ -192,7 +192,10 @@ class Router:
     # -- the owner's side (called by peers over the channel) -----------------------------------------------------
 
     async def on_submit(self, table_id: UUID, proposal: Proposal, marker: UUID) -> Any:
-        return await self.registry.owner(table_id).offer(Marked(proposal, marker)).wait()
+        reply = await self.registry.owner(table_id).offer(Marked(proposal, marker)).wait()
+        # A proposal may say what of its reply the forwarding member needs (Lance's ReadTable: the latest versions)
+        cut = getattr(proposal, "reply_for_peer", None)
+        return reply if cut is None else cut(reply)
 
     async def on_create(self, *args) -> None:
         await self.registry.create_local(*args)

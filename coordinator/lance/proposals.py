@@ -35,10 +35,22 @@ AfterDurable = Callable[[], Awaitable[None]]
 
 @dataclass
 class ReadTable:
-    """A read: answered from the actor's memory with the immutable table snapshot."""
+    """A read: answered from the actor's memory with the immutable table snapshot.
+
+    `recent`: the reader looks older versions up in the commit log when the snapshot does not hold them (as it
+    does for an idle table's, `LanceTable.dormant`), so a reply that crosses the cluster channel to the member
+    that forwarded the read carries only the latest few versions, not up to 2 x VERSIONS_KEPT of them: what is
+    left out is in the commit log, where every version the actor holds was durable before it held it. A read
+    that needs the snapshot as the actor has it (a version deletion's count, `rules.check_counted`) leaves it
+    off."""
+
+    recent: bool = False
 
     def decide(self, state: LanceTable) -> Decision:
         return Decision(state, reply=state)
+
+    def reply_for_peer(self, state: LanceTable) -> LanceTable:
+        return state.dormant() if self.recent else state
 
 
 @dataclass

@@ -137,7 +137,7 @@ class LanceService:
 
         async def make(ref: TableRef) -> Proposal:
             refs.append(ref)
-            return ReadTable()
+            return ReadTable(recent=True)   # every caller reads older versions from the log if they are not in it
         state = await self._submit(ident, make)
         return refs[-1], state
 
@@ -146,24 +146,27 @@ class LanceService:
         if version is None:
             if state.latest is not None or state.complete:
                 return state.latest
-            found = await self._logged_versions(ref.table_id, None, 1, descending=True)
+            found = await self._logged_versions(ref.table_id, state, None, 1, descending=True)
             return found[0] if found else None
         if state.covers(version):
             return state.find(version)
         if version < 1:
             return None
-        found = await self._logged_versions(ref.table_id, version - 1, 1, descending=False)
+        found = await self._logged_versions(ref.table_id, state, version - 1, 1, descending=False)
         return found[0] if found and found[0].version == version else None
 
-    async def _logged_versions(self, table_id: uuid.UUID, after: int | None, limit: int | None,
+    async def _logged_versions(self, table_id: uuid.UUID, state: LanceTable, after: int | None, limit: int | None,
                                descending: bool) -> list[TableVersion]:
         """`LanceTable.page` from the commit log, for versions older than those in memory (`after` within int64,
-        as `list_table_versions` makes sure)."""
+        as `list_table_versions` makes sure), up to the high-water mark of the reader's `state`: a version
+        recorded since may not have its final manifest in place yet (it is written after the record, and the
+        version is answered only then), so a reader sees no version its state could not show."""
         if descending:
-            entries = await self.store.read_log(table_id, end=None if after is None else after - 1, limit=limit,
-                                                descending=True)
+            entries = await self.store.read_log(table_id, end=state.high_water if after is None else
+                                                min(after - 1, state.high_water), limit=limit, descending=True)
         else:
-            entries = await self.store.read_log(table_id, start=0 if after is None else after + 1, limit=limit)
+            entries = await self.store.read_log(table_id, start=0 if after is None else after + 1,
+                                                end=state.high_water, limit=limit)
         return lance_state.from_log(entries)
 
     # -- tables ------------------------------------------------------------------------------------------------
@@ -366,7 +369,7 @@ class LanceService:
                 raise BadRequest(f"invalid page_token: {page_token!r}") from None
         versions = state.page(after, one_more(limit), descending)
         if versions is None:   # reaches back beyond the versions in memory
-            versions = await self._logged_versions(ref.table_id, after, one_more(limit), descending)
+            versions = await self._logged_versions(ref.table_id, state, after, one_more(limit), descending)
         nxt = None
         if limit is not None and len(versions) > limit:
             versions = versions[:limit]

@@ -14,6 +14,7 @@ import pytest
 from api.server import EmbeddedService
 from coordinator.lance import state as lance_state
 from tests.lance.conftest import stage
+from tests.support import sql
 
 NS, TABLE = "/v1/namespace", "/v1/table"
 KEPT = 3
@@ -101,6 +102,19 @@ def test_versions_older_than_memory_are_answered_from_the_log(config, tiny_windo
                                                                                "end_version": -1}]})) == {
             "deleted_count": 8}
         check_versions(http, [])
+
+
+def test_a_version_recorded_after_the_readers_state_is_not_shown_from_the_log(config, tiny_window):
+    """Version N is recorded in the commit log before its final manifest is written, and answered only after: a
+    reader that looks older versions up in the log (a forwarded read's state holds only the latest few) must not
+    show a version its state could not, such as one recorded but not published yet. Version 13 recorded behind
+    the actor's back stands for one."""
+    with EmbeddedService(config) as base, httpx.Client(base_url=base, timeout=30) as http:
+        table_with(http, 12)
+        sql(config.database_url, "INSERT INTO commits (table_id, version, payload) SELECT table_id, 13, payload "
+                                  "FROM commits WHERE version = 12")
+        recorded = list(range(1, 13))
+        check_versions(http, recorded)
 
 
 # -- the same answers with the window and with every version in memory (a review's findings) -------------------
