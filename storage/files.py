@@ -28,7 +28,7 @@ from .errors import FileMissing, FileRefused, FileTaken, FileUnavailable
 from .grouped import GroupedCall
 # The names other layers import from here: the file IO, its file-write tuple, and the location helpers.
 from .localfs import (NOT_A_FILE, DeletionStopped, FileWrite, _descend, _opened_beneath, _read_at_most,
-                      _remove_tree, _unlink_beneath, file_write, sync_existing, write_durably)
+                      _remove_tree, _unlink_beneath, file_write, write_durably)
 from .paths import (is_below, is_within, join, local_path, location_key, path_segment, to_local_path,
                     unsafe_location)
 from .worker import WorkerThread
@@ -113,7 +113,7 @@ class FileIO:
     async def read_durable(self, uri: str, within: str) -> bytes:
         """`read`, and the file made durable first: a client's staged file that a commit will adopt may never
         have been synced by its writer, and once the commit is recorded it is the only copy the published file
-        can be restored from (`localfs.sync_existing`). Batched with other reads, before the commit is offered:
+        can be restored from (fsynced through the descriptor it is read by). Batched with other reads, before the commit is offered:
         never inside a table's serialized commit."""
         return await self._durable_reads((uri, within))
 
@@ -203,16 +203,15 @@ class FileIO:
     # -- sync implementations --------------------------------------------------------------------------------
 
     def _read_durable_sync(self, uri: str, within: str) -> bytes:
-        data = self.read_within_sync(uri, within)   # first: it refuses links and bad names in its own words
-        sync_existing([(uri, within)])
-        return data
+        return self.read_within_sync(uri, within, durable=True)
 
-    def read_within_sync(self, uri: str, within: str | None = None) -> bytes:
+    def read_within_sync(self, uri: str, within: str | None = None, durable: bool = False) -> bytes:
         """The one way a file is read, blocking. Locally only a regular file (a FIFO or a device would block the
         thread for good, or hand over a stream), reached from `within` (the place the file must lie in; None:
         its own directory) following no link below it, opened without waiting (a FIFO, a lease), and of at most
         MAX_READ_BYTES; from an object store, at most MAX_READ_BYTES. FileMissing if it is not there, FileRefused
-        if it is not such a file."""
+        if it is not such a file. `durable`: a local file is fsynced too, through the descriptor it was read by
+        (see `read_durable`; an object-store PUT is durable already)."""
         path = local_path(uri)
         if path is None:
             return self._get_object(uri)
@@ -226,6 +225,8 @@ class FileIO:
                     raise FileRefused(f"not a regular file: {uri}")
                 data = _read_at_most(fd, _bounded(uri, st.st_size), MAX_READ_BYTES)
                 _bounded(uri, len(data))   # (grown since)
+                if durable:
+                    os.fsync(fd)
                 return data
         except FileNotFoundError:
             raise FileMissing(f"file not found: {uri}") from None

@@ -239,8 +239,8 @@ class Files(Protocol):
         nothing if its path could lead elsewhere. Raises DeletionStopped once `stop()` is true."""
 
     # For purges that walk a table's metadata in a worker thread:
-    def read_within_sync(self, uri: str, within: str | None = None) -> bytes:
-        """`read`, blocking."""
+    def read_within_sync(self, uri: str, within: str | None = None, durable: bool = False) -> bytes:
+        """`read`, blocking; `durable`: a local file is fsynced too, through the descriptor it was read by."""
 
     def delete_listed_sync(self, location: str, uris: list[str], stop: Callable[[], bool] | None = None) -> None:
         """Delete those of `uris` within `location`, then the directories that leaves empty; paths that name no

@@ -102,36 +102,6 @@ def write_durably(batches: list[list[FileWrite]], put_object: Callable[[str, byt
     return errors
 
 
-def sync_existing(files: list[tuple[str, str | None]]) -> None:
-    """fsync each local file of (uri, within) that exists; a missing one is skipped, an object-store one needs
-    nothing (a PUT is durable). For a client's staged file that a commit will adopt: its writer may not have
-    synced it, and once the commit is recorded it is the only copy the final file can be restored from."""
-    places: dict[tuple[str, str | None], int | None] = {}
-    opened: list[int] = []
-    try:
-        for uri, within_uri in files:
-            path = local_path(uri)
-            if path is None:
-                continue
-            parent, name = os.path.split(path)
-            within = local_path(within_uri) if within_uri else None
-            if (parent, within) not in places:
-                places[parent, within] = _directory(parent, within, opened)
-            dir_fd = places[parent, within]
-            try:
-                fd = os.open(name if dir_fd is not None else path, _CLIENTS_FILE, dir_fd=dir_fd)
-            except FileNotFoundError:
-                continue
-            try:
-                if stat.S_ISREG(os.fstat(fd).st_mode):   # (swapped since it was read: what publishes it checks)
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-    finally:
-        for fd in opened:
-            os.close(fd)
-
-
 def _stage(put_object: Callable[[str, bytes], None], i: int, entry: FileWrite, places: dict, opened: list[int],
            staged: list) -> None:
     """Start one file of caller `i`: adopt its source, or write a temp file (fsynced and renamed later)."""

@@ -433,10 +433,10 @@ async def test_a_read_that_stalls_ends_at_its_timeout_and_holds_up_no_other(tmp_
     stuck = threading.Event()
     real = FileIO.read_within_sync
 
-    def hanging(self, uri, within=None):
+    def hanging(self, uri, within=None, **options):
         if uri.endswith("stalled"):
             stuck.wait(10)
-        return real(self, uri, within)
+        return real(self, uri, within, **options)
     monkeypatch.setattr(FileIO, "read_within_sync", hanging)
     files = FileIO()
     try:
