@@ -136,6 +136,16 @@ def test_decimals_within_the_limits_are_accepted_and_kept_as_every_reader_spells
     assert evolved.find_field("d").field_type == DecimalType(12, 3)
 
 
+@pytest.mark.parametrize("type_", [" long", "long ", "long\n", "\tint", "decimal(10, 2) ", " fixed[4]"])
+def test_a_type_name_with_space_around_it_is_refused_as_java_refuses_it(http, type_):
+    """Java's `Types.fromPrimitiveString` matches the whole string: a space or newline around a type name is an
+    IllegalArgumentException there, so a table created here with one could not be created through a Java catalog."""
+    r = http.post("/v1/namespaces/db/tables", json={"name": "w", "schema": schema_with(type_)})
+    assert_bad_request(r)
+    assert "unknown primitive type" in r.json()["error"]["message"]
+    assert http.get("/v1/namespaces/db/tables/w").status_code == 404
+
+
 # -- view versions -----------------------------------------------------------------------------------------------
 
 

@@ -39,8 +39,8 @@ _PRIMITIVE = re.compile(
 )
 
 
-_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$", re.IGNORECASE)
-_FIXED = re.compile(r"^fixed\[\s*(\d+)\s*\]$", re.IGNORECASE)
+_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)\Z", re.IGNORECASE)
+_FIXED = re.compile(r"^fixed\[\s*(\d+)\s*\]\Z", re.IGNORECASE)
 _GEO = re.compile(r"^(geometry|geography)(.*)$", re.IGNORECASE | re.DOTALL)
 MAX_DECIMAL_PRECISION = 38  # Java's `DecimalType.of` and pyiceberg refuse more: such a table could not be loaded
 
@@ -48,9 +48,10 @@ MAX_DECIMAL_PRECISION = 38  # Java's `DecimalType.of` and pyiceberg refuse more:
 def _check_primitive(value: str) -> str:
     """The type as Java writes it (`Type.toString()`: lower case, `decimal(P, S)`, `fixed[N]`), whatever spelling
     Java's `Types.fromPrimitiveString` accepted: a Java catalog stores the type it parsed, and other readers
-    parse only that spelling (pyiceberg reads neither `DECIMAL(10,2)` nor `decimal( 10 , 2 )`)."""
-    text = value.strip()
-    if not _PRIMITIVE.match(text):
+    parse only that spelling (pyiceberg reads neither `DECIMAL(10,2)` nor `decimal( 10 , 2 )`). Java matches the
+    whole string: spaces or a newline around the name are refused there, so here too."""
+    text = value
+    if not _PRIMITIVE.fullmatch(text):
         raise ValueError(f"unknown primitive type {value!r}")
     decimal = _DECIMAL.match(text)
     if decimal:
