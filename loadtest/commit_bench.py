@@ -10,7 +10,9 @@
 and as a cluster of 2 member processes (`serve --cluster`, each on its own port; writers spread over them
 round-robin as a load balancer would, so about half the requests are forwarded to the owning member). First it
 measures the machine's ceiling for the same counts: the bare quart-trio app (loadtest/bare.py) as 1 and as 2
-processes, no database, no work: what N processes of the HTTP stack alone can serve here.
+processes, no database, no work: what N processes of the HTTP stack alone can serve here; with `--rate`, also
+what they cost per request at that offered load (the floor of "N members over one" at that load: at a moderate
+rate each process's requests share fewer wake-ups).
 
 Flows (loadtest/flows.py): `iceberg` (add-snapshot + set-snapshot-ref guarded by assert-ref-snapshot-id, reload
 and retry on 409), `delta` (staged commit at last+1, backfill every few versions), `lance` (version/list limit 1,
@@ -113,6 +115,8 @@ def main() -> None:
             pg_pid = procs.postmaster_pid(pg.pgdata)
             if len(counts) > 1:
                 ceiling = [bare_ceiling(n, args.duration, tmp) for n in counts]
+                if args.rate:   # the floor of "N members over one" at the load the service is offered
+                    ceiling += [bare_ceiling(n, args.duration, tmp, args.rate) for n in counts]
             if "s3" in warehouses:
                 s3 = start_s3(tmp)
             for warehouse, n in [(w, n) for w in warehouses for n in counts]:
@@ -162,11 +166,14 @@ def main() -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     print()
     if ceiling:
-        print("| bare quart-trio processes | requests/s | ratio | server CPU ms/request | server CPU % |")
-        print("|---|---|---|---|---|")
+        print("| bare quart-trio processes | offered | requests/s | ratio | server CPU ms/request | CPU ratio "
+              "| server CPU % |")
+        print("|---|---|---|---|---|---|---|")
         for r in ceiling:
-            ratio = r["requests_per_s"] / ceiling[0]["requests_per_s"]
-            print(f"| {r['processes']} | {r['requests_per_s']} | {ratio:.2f}x | {r['server_cpu_ms_per_request']} "
+            one = next(c for c in ceiling if c["offered"] == r["offered"])   # (1 process, the same load)
+            print(f"| {r['processes']} | {r['offered']} | {r['requests_per_s']} "
+                  f"| {r['requests_per_s'] / one['requests_per_s']:.2f}x | {r['server_cpu_ms_per_request']} "
+                  f"| {r['server_cpu_ms_per_request'] / one['server_cpu_ms_per_request']:.2f}x "
                   f"| {r['server_cpu_pct']} |")
         print()
     print("| " + " | ".join(COLUMNS) + " |")
@@ -188,9 +195,11 @@ def main() -> None:
         args.json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
 
 
-def bare_ceiling(n: int, duration_s: float, tmp: Path) -> dict:
-    """The bare quart-trio app as `n` processes, hammered at once: the HTTP stack's own limit on this machine."""
-    print(f"measuring the bare quart-trio app as {n} process(es) for {duration_s:g} s ...", flush=True)
+def bare_ceiling(n: int, duration_s: float, tmp: Path, rate: float | None = None) -> dict:
+    """The bare quart-trio app as `n` processes, hammered at once (the HTTP stack's own limit on this machine), or
+    offered `rate` requests/s in all (what N processes cost per request at that load, against one)."""
+    offered = f"{rate:g}/s" if rate else "closed loop"
+    print(f"measuring the bare quart-trio app as {n} process(es), {offered}, for {duration_s:g} s ...", flush=True)
     children = []
     try:
         for i in range(n):
@@ -199,8 +208,8 @@ def bare_ceiling(n: int, duration_s: float, tmp: Path) -> dict:
             children.append((child.start(f"http://127.0.0.1:{port}/healthz"), f"http://127.0.0.1:{port}"))
         path, body = FLOWS["iceberg"].sample_request()
         r = trio.run(hammer, [base for _, base in children], path, body, 64, duration_s,
-                     procs.CpuMeter([c.pid for c, _ in children], None))
-        return {"processes": n, **r}
+                     procs.CpuMeter([c.pid for c, _ in children], None), rate)
+        return {"processes": n, "offered": offered, **r}
     finally:
         for child, _ in children:
             child.stop()
