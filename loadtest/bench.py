@@ -227,7 +227,7 @@ class Bench:
                 path, body = FLOWS[proto].sample_request()
                 self.say(f"bare quart-trio app: {proto} commit body, {p.bare_connections} connections, "
                          f"{p.bare_duration_s:g} s ...")
-                r = trio.run(hammer, f"http://127.0.0.1:{port}", path, body, p.bare_connections, p.bare_duration_s,
+                r = trio.run(hammer, f"http://127.0.0.1:{port}", [(path, body)], p.bare_connections, p.bare_duration_s,
                              procs.CpuMeter(bare.pid, None))
                 r["body_bytes"] = len(orjson.dumps(body))
                 self.raw["bare"][proto] = r
@@ -320,7 +320,7 @@ class Bench:
 
                     def start(pid: int, raw: Path, recording=recording) -> None:
                         recording.append(stages.Recording(pid, seconds, raw))
-                    b = trio.run(hammer, f"http://127.0.0.1:{port}", path, body, cfg[0] * cfg[1], seconds,
+                    b = trio.run(hammer, f"http://127.0.0.1:{port}", [(path, body)], cfg[0] * cfg[1], seconds,
                                  procs.CpuMeter(bare.pid, None), rate, lambda: start(bare.pid, raw))
                     columns[f"bare {load}"] = recording.pop().finish(b["requests"])
                     raw = self.out / f"pyspy-{proto}-{load.replace('/', '')}.txt"

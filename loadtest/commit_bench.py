@@ -21,9 +21,13 @@ coordinator's raw commit rate). For the fixed matrix with baselines and targets,
 
 With one process, each flow and matrix is measured on the bare quart-trio app first, with the flow's commit
 request at the same load (`--rate` on the same connections, or closed loop): `x_bare` is the service's CPU per
-request over the bare app's in the same run, the figure issue 34's targets are set in. `--stages` records the
-service (every member of a cluster, summed; and the bare app) with py-spy during each run and prints where the CPU
-per commit went, by stage (loadtest/stages.py); `--keep` keeps the py-spy files and the service logs.
+request over the bare app's in the same run, the figure issue 34's targets are set in. A flow whose commits each
+make a new file durable (Iceberg's metadata file, Lance's manifest) is also measured on the bare app with
+`--durable-file` (each request writes its body as a durable file, the textbook way), right after the plain one:
+`x_floor` is the service's CPU per request over that, the floor of a commit that must make one file durable.
+`--stages` records the service (every member of a cluster, summed; and the bare apps) with py-spy during each run
+and prints where the CPU per commit went, by stage (loadtest/stages.py); `--keep` keeps the py-spy files and the
+service logs.
 
 `--one-port` runs each member count N > 1 as `serve --workers N` instead: N members on one port, each connection
 handed by the kernel to one of them; their CPU is summed (the supervisor, which only waits, is left out).
@@ -55,8 +59,8 @@ from .runner import hammer, run
 
 COLUMNS = ("warehouse", "processes", "protocol", "scenario", "commits_per_s", "p50_ms", "p99_ms", "commit_request_p99_ms",
            "conflicts", "gave_up", "errors", "server_cpu_ms_per_request", "server_cpu_ms_per_commit",
-           "bare_cpu_ms_per_request", "x_bare", "writes_per_db_txn", "server_cpu_pct", "pg_cpu_pct",
-           "loadgen_cpu_pct")
+           "bare_cpu_ms_per_request", "x_bare", "floor_cpu_ms_per_request", "x_floor", "writes_per_db_txn",
+           "server_cpu_pct", "pg_cpu_pct", "loadgen_cpu_pct")
 
 
 def main() -> None:
@@ -78,9 +82,10 @@ def main() -> None:
                     help="how writers wait after a 409: as the real clients do, or at once (loadtest/retry.py)")
     ap.add_argument("--warehouses", default="local", help="comma-separated: local, s3 (moto's S3 server, started "
                                                           "here); each is measured in turn")
-    ap.add_argument("--no-bare", action="store_true", help="skip the bare app's run before each of one process")
+    ap.add_argument("--no-bare", action="store_true", help="skip the bare app's runs (plain and --durable-file) "
+                                                           "before each of one process")
     ap.add_argument("--stages", action="store_true", help="py-spy each run (every member of a cluster, and the bare "
-                                                          "app) and print its CPU per commit by stage")
+                                                          "apps) and print its CPU per commit by stage")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (service logs, py-spy files)")
     args = ap.parse_args()
     warehouses = args.warehouses.split(",")
@@ -95,7 +100,7 @@ def main() -> None:
     counts = [int(p) for p in args.processes.split(",")]
     if args.url and counts != [1]:
         ap.error("--processes starts its own services; it cannot be combined with --url")
-    tmp = pg = s3 = bare = None
+    tmp = pg = s3 = bare = floor = None
     children: list = []
     rows = []
     ceiling: list[dict] = []
@@ -103,11 +108,11 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp(prefix="commit-bench-"))
         tmp.chmod(0o755)
         if not args.no_bare and 1 in counts:
-            port = free_port()
-            bare = (procs.bare_app(port, tmp / "bare.log").start(f"http://127.0.0.1:{port}/healthz"),
-                    f"http://127.0.0.1:{port}")
+            bare = start_bare(tmp / "bare.log")
+            if any(FLOWS[f].durable_file for f in args.flows.split(",")):
+                floor = start_bare(tmp / "bare-durable.log", tmp / "bare-durable-files")
         if args.url:
-            measure(args, [args.url], args.server_pid, rows, processes=1, bare=bare, profile_dir=tmp)
+            measure(args, [args.url], args.server_pid, rows, processes=1, bare=bare, floor=floor, profile_dir=tmp)
         else:
             print("starting PostgreSQL ...", flush=True)
             pg = EmbeddedPostgres(tmp / "pg")
@@ -147,15 +152,16 @@ def main() -> None:
                     if n > 1:
                         wait_balanced(bases)
                 measure(args, bases, pids, rows, processes=n, pg_pid=pg_pid, warehouse=warehouse,
-                        bare=bare if n == 1 else None, profile_dir=tmp)
+                        bare=bare if n == 1 else None, floor=floor if n == 1 else None, profile_dir=tmp)
                 for child, _ in children:
                     child.stop()
                 children = []
     finally:
         for child, _ in children:
             child.stop()
-        if bare is not None:
-            bare[0].stop()
+        for app in (bare, floor):
+            if app is not None:
+                app[0].stop()
         if s3 is not None:
             s3.stop()
         if pg is not None:
@@ -188,11 +194,20 @@ def main() -> None:
             columns = {"service": r.pop("stages")}
             if "bare_stages" in r:
                 columns["bare app"] = r.pop("bare_stages")
+            if "floor_stages" in r:
+                columns["bare app, durable file"] = r.pop("floor_stages")
             print(stages.table(columns))
             print()
             print(stages.top_functions(columns["service"]))
     if args.json:
         args.json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+
+
+def start_bare(log: Path, durable_dir: Path | None = None) -> tuple[procs.Child, str]:
+    """The bare app (with `durable_dir`: `--durable-file` there) started on a free port, and its base URL."""
+    port = free_port()
+    child = procs.bare_app(port, log, durable_dir)
+    return child.start(f"http://127.0.0.1:{port}/healthz"), f"http://127.0.0.1:{port}"
 
 
 def bare_ceiling(n: int, duration_s: float, tmp: Path, rate: float | None = None) -> dict:
@@ -206,8 +221,7 @@ def bare_ceiling(n: int, duration_s: float, tmp: Path, rate: float | None = None
             port = free_port()
             child = procs.bare_app(port, tmp / f"bare{n}-{i}.log")
             children.append((child.start(f"http://127.0.0.1:{port}/healthz"), f"http://127.0.0.1:{port}"))
-        path, body = FLOWS["iceberg"].sample_request()
-        r = trio.run(hammer, [base for _, base in children], path, body, 64, duration_s,
+        r = trio.run(hammer, [base for _, base in children], [FLOWS["iceberg"].sample_request()], 64, duration_s,
                      procs.CpuMeter([c.pid for c, _ in children], None), rate)
         return {"processes": n, "offered": offered, **r}
     finally:
@@ -229,9 +243,10 @@ def start_s3(tmp: Path):
 
 def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid: int | None = None,
             warehouse: str = "local", bare: tuple[procs.Child, str] | None = None,
-            profile_dir: Path | None = None) -> None:
-    """Each flow x matrix against the service (after the bare app's run at the same load, if `bare`); with
-    `args.stages` recorded by py-spy (every member of a cluster), its breakdown by stage in the row's "stages"."""
+            floor: tuple[procs.Child, str] | None = None, profile_dir: Path | None = None) -> None:
+    """Each flow x matrix against the service (after the bare app's run at the same load, if `bare`, and for a
+    flow that makes a file durable per commit the `--durable-file` bare app's, if `floor`); with `args.stages`
+    recorded by py-spy (every member of a cluster), its breakdown by stage in the row's "stages"."""
     profile = getattr(args, "stages", False) and profile_dir is not None
     for name in args.flows.split(","):
         flow = FLOWS[name]
@@ -239,8 +254,9 @@ def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid:
             tables, writers = (int(x) for x in cfg.split("x"))
             offered = f" at {args.rate:g} commits/s offered" if args.rate else ""
             row: dict = {}
-            if bare is not None:
-                row.update(bare_run(args, flow, tables * writers, bare, profile_dir if profile else None))
+            for key, app in (("bare", bare), ("floor", floor if flow.durable_file else None)):
+                if app is not None:
+                    row.update(bare_run(args, flow, tables, writers, app, profile_dir if profile else None, key))
             print(f"running {name}: {tables} tables x {writers} writers on {processes} process(es){offered}, "
                   f"{warehouse} warehouse, for {args.duration:g} s ...", flush=True)
             tag = f"cb_{name.replace('-', '_')}_{cfg}_{free_port()}"
@@ -260,8 +276,9 @@ def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid:
             # What the machine's cores went to: the service processes, PostgreSQL and this load generator.
             pg_pct = None if r.pg_cpu_ms_per_commit is None else round(r.pg_cpu_ms_per_commit * r.commits_per_s / 10, 1)
             row = {"warehouse": warehouse, "processes": processes, **r.as_dict(), "pg_cpu_pct": pg_pct, **row}
-            if row.get("bare_cpu_ms_per_request") and r.server_cpu_ms_per_request:
-                row["x_bare"] = round(r.server_cpu_ms_per_request / row["bare_cpu_ms_per_request"], 2)
+            for key in ("bare", "floor"):
+                if row.get(f"{key}_cpu_ms_per_request") and r.server_cpu_ms_per_request:
+                    row[f"x_{key}"] = round(r.server_cpu_ms_per_request / row[f"{key}_cpu_ms_per_request"], 2)
             if recording:
                 row["stages"] = stages.summed([each.finish(r.commits) for each in recording])
             rows.append(row)
@@ -273,12 +290,16 @@ def measure(args, bases: list[str], pids, rows: list, *, processes: int, pg_pid:
             print(f"{base}: {forwarded[0] if forwarded else 'no forwarding figure'}")
 
 
-def bare_run(args, flow, connections: int, bare: tuple[procs.Child, str], profile_dir: Path | None) -> dict:
-    """The bare app at the same load as the flow's run: its commit request, on as many connections, at the same
-    offered rate (or closed loop)."""
-    path, body = flow.sample_request()
+def bare_run(args, flow, tables: int, writers: int, bare: tuple[procs.Child, str], profile_dir: Path | None,
+             key: str = "bare") -> dict:
+    """The bare app at the same load as the flow's run: its commit request to as many tables, on as many
+    connections, at the same offered rate (or closed loop); figures under `key` ("floor": the app with
+    `--durable-file`)."""
+    requests = [flow.sample_request(t) for t in range(tables)]
+    connections = tables * writers
     offered = f" at {args.rate:g} requests/s offered" if args.rate else ", closed loop"
-    print(f"running the bare quart-trio app: {flow.name}'s commit request on {connections} connections{offered}, "
+    what = "the bare quart-trio app" + (", a durable file per request" if key == "floor" else "")
+    print(f"running {what}: {flow.name}'s commit request to {tables} tables on {connections} connections{offered}, "
           f"for {args.duration:g} s ...", flush=True)
     child, base = bare
     recording: list[stages.Recording] = []
@@ -286,11 +307,11 @@ def bare_run(args, flow, connections: int, bare: tuple[procs.Child, str], profil
     def on_start() -> None:
         if profile_dir is not None:
             recording.append(stages.Recording(child.pid, args.duration, profile_dir / f"pyspy-bare-{free_port()}.txt"))
-    r = trio.run(hammer, base, path, body, connections, args.duration, procs.CpuMeter(child.pid, None), args.rate,
+    r = trio.run(hammer, base, requests, connections, args.duration, procs.CpuMeter(child.pid, None), args.rate,
                  on_start)
-    out = {"bare_cpu_ms_per_request": r["server_cpu_ms_per_request"]}
+    out = {f"{key}_cpu_ms_per_request": r["server_cpu_ms_per_request"]}
     if recording:
-        out["bare_stages"] = recording[0].finish(r["requests"])
+        out[f"{key}_stages"] = recording[0].finish(r["requests"])
     return out
 
 

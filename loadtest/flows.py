@@ -131,6 +131,9 @@ class Writer(ABC):
 
 class Flow(ABC):
     name: str
+    # Whether each commit makes a new file durable in the service before it is acknowledged (Iceberg's metadata
+    # file, Lance's manifest): then its floor is the bare app with `--durable-file` (loadtest/bare.py).
+    durable_file: bool = False
 
     @abstractmethod
     async def prepare(self, base: str, count: int, tag: str) -> list[Any]:
@@ -141,8 +144,9 @@ class Flow(ABC):
         """A writer for one table."""
 
     @abstractmethod
-    def sample_request(self) -> tuple[str, Any]:
-        """(path, body) of one commit request as the flow sends it: the bare app parses exactly this."""
+    def sample_request(self, table: int = 0) -> tuple[str, Any]:
+        """(path, body) of one commit request to the `table`th table as the flow sends it: the bare app parses
+        exactly this."""
 
 
 class TakingTurns(Flow):
@@ -154,6 +158,7 @@ class TakingTurns(Flow):
     def __init__(self, inner: Flow):
         self.inner = inner
         self.name = inner.name
+        self.durable_file = inner.durable_file
 
     async def prepare(self, base: str, count: int, tag: str) -> list[Any]:
         return [tuple(await self.inner.prepare(base, count, tag))]
@@ -161,8 +166,8 @@ class TakingTurns(Flow):
     def writer(self, base: str, table: tuple, stats: Stats) -> Writer:
         return _TurnWriter([self.inner.writer(base, t, stats) for t in table])
 
-    def sample_request(self) -> tuple[str, Any]:
-        return self.inner.sample_request()
+    def sample_request(self, table: int = 0) -> tuple[str, Any]:
+        return self.inner.sample_request(table)
 
 
 class _TurnWriter(Writer):
@@ -278,6 +283,7 @@ class IcebergWriter(Writer):
 
 class IcebergFlow(Flow):
     name = "iceberg"
+    durable_file = True
 
     def __init__(self, idempotency_keys: bool = False):
         self.idempotency_keys = idempotency_keys
@@ -300,9 +306,9 @@ class IcebergFlow(Flow):
         w.idempotency_keys = self.idempotency_keys
         return w
 
-    def sample_request(self) -> tuple[str, Any]:
+    def sample_request(self, table: int = 0) -> tuple[str, Any]:
         rng = random.Random()
-        return "/v1/namespaces/bench/tables/t0", iceberg_commit_body(rng.getrandbits(62), rng.getrandbits(62), 7)
+        return f"/v1/namespaces/bench/tables/t{table}", iceberg_commit_body(rng.getrandbits(62), rng.getrandbits(62), 7)
 
 
 class IcebergPropsWriter(IcebergWriter):
@@ -567,8 +573,8 @@ class DeltaFlow(Flow):
     def writer(self, base: str, table: DeltaTable, stats: Stats) -> DeltaWriter:
         return DeltaWriter(base, table, stats)
 
-    def sample_request(self) -> tuple[str, Any]:
-        t = DeltaTable(str(uuid.uuid4()), f"file:///tmp/warehouse/bench/{uuid.uuid4()}")
+    def sample_request(self, table: int = 0) -> tuple[str, Any]:
+        t = DeltaTable(str(uuid.uuid4()), f"file:///tmp/warehouse/bench/{uuid.uuid4()}")   # a table of its own
         return f"{UC}/delta/preview/commits", delta_commit_body(t, 7)
 
 
@@ -673,6 +679,7 @@ class LanceWriter(Writer):
 
 class LanceFlow(Flow):
     name = "lance"
+    durable_file = True
 
     async def prepare(self, base: str, count: int, tag: str) -> list[LanceTable]:
         conn = HttpConnection(base)
@@ -691,9 +698,9 @@ class LanceFlow(Flow):
     def writer(self, base: str, table: LanceTable, stats: Stats) -> LanceWriter:
         return LanceWriter(base, table, stats)
 
-    def sample_request(self) -> tuple[str, Any]:
-        t = LanceTable("bench$t0", ("bench", "t0"), "file:///tmp/warehouse/bench/t0")
-        path = f"tmp/warehouse/bench/t0/_versions/{lance_manifest_name(7)}-{uuid.uuid4()}"
+    def sample_request(self, table: int = 0) -> tuple[str, Any]:
+        t = LanceTable(f"bench$t{table}", ("bench", f"t{table}"), f"file:///tmp/warehouse/bench/t{table}")
+        path = f"tmp/warehouse/bench/t{table}/_versions/{lance_manifest_name(7)}-{uuid.uuid4()}"
         return f"{t.route}/version/create", lance_create_body(t, 7, path)
 
 

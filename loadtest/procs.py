@@ -184,7 +184,9 @@ def service(port: int, database_url: str, data_dir: Path, log: Path, *, cluster:
     return Child("the coordinator service", argv, log, env=env, stop_signal=signal.SIGTERM)
 
 
-def bare_app(port: int, log: Path) -> Child:
-    """The bare quart-trio app (loadtest/bare.py): the HTTP stack's own limit, for comparison in the same run."""
-    return Child("the bare quart-trio app", [sys.executable, "-m", "loadtest.bare", "--port", str(port)], log,
-                 stop_signal=signal.SIGTERM)
+def bare_app(port: int, log: Path, durable_dir: Path | None = None) -> Child:
+    """The bare quart-trio app (loadtest/bare.py): the HTTP stack's own limit, for comparison in the same run;
+    with `durable_dir`, each commit request also makes a new file durable there (`--durable-file`)."""
+    durable = [] if durable_dir is None else ["--durable-file", "--dir", str(durable_dir)]
+    return Child("the bare quart-trio app", [sys.executable, "-m", "loadtest.bare", "--port", str(port), *durable],
+                 log, stop_signal=signal.SIGTERM)

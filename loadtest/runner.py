@@ -195,13 +195,15 @@ async def run(flow: Flow, base: str | list[str], tables: list[Any], writers_per_
         workers_cpu_ms_per_commit=round(1000 * cpu.workers_s / max(stats.commits, 1), 3) if server else None)
 
 
-async def hammer(base: str | list[str], path: str, body: Any, connections: int, duration_s: float, meter: CpuMeter,
-                 rate_per_s: float | None = None, on_start: Callable[[], None] | None = None) -> dict[str, float]:
+async def hammer(base: str | list[str], requests: list[tuple[str, Any]], connections: int, duration_s: float,
+                 meter: CpuMeter, rate_per_s: float | None = None,
+                 on_start: Callable[[], None] | None = None) -> dict[str, float]:
     """The same request over and over on `connections` keep-alive connections (for the bare app), spread
-    round-robin over the bases when there are several: as fast as answered, or with `rate_per_s`, on the open
-    loop's Poisson schedule (as `run` offers commits)."""
+    round-robin over the bases when there are several and over `requests` (path, body), one per table, as the
+    flows' writers are over their tables: as fast as answered, or with `rate_per_s`, on the open loop's Poisson
+    schedule (as `run` offers commits)."""
     import orjson
-    data = orjson.dumps(body)
+    encoded = [(path, orjson.dumps(body)) for path, body in requests]
     count = 0
     bad = 0
     latencies: list[float] = []
@@ -216,7 +218,7 @@ async def hammer(base: str | list[str], path: str, body: Any, connections: int, 
         t0 = time.perf_counter()
         deadline = t0 + duration_s
 
-        async def send(conn: HttpConnection) -> None:
+        async def send(conn: HttpConnection, path: str, data: bytes) -> None:
             nonlocal count, bad
             t = time.perf_counter()
             status, _ = await conn.request("POST", path, data)
@@ -224,28 +226,28 @@ async def hammer(base: str | list[str], path: str, body: Any, connections: int, 
             count += 1
             bad += status != 200
 
-        async def loop(conn: HttpConnection) -> None:
+        async def loop(conn: HttpConnection, path: str, data: bytes) -> None:
             if rate_per_s is None:
                 while time.perf_counter() < deadline:
-                    await send(conn)
+                    await send(conn, path, data)
                 return
             rng = random.Random()
             due = t0 + rng.expovariate(rate_per_s / connections)
             while due < deadline:
                 await trio.sleep(max(0.0, due - time.perf_counter()))
-                await send(conn)
+                await send(conn, path, data)
                 due += rng.expovariate(rate_per_s / connections)
 
         async with trio.open_nursery() as n:
-            for conn in conns:
-                n.start_soon(loop, conn)
+            for i, conn in enumerate(conns):
+                n.start_soon(loop, conn, *encoded[i % len(encoded)])
         cpu = meter.stop()
     finally:
         with trio.CancelScope(shield=True):
             for conn in conns:
                 await conn.close()
     if bad:
-        raise SystemExit(f"the bare app answered {bad} of {count} requests to {path} with an error; "
+        raise SystemExit(f"the bare app answered {bad} of {count} requests to {encoded[0][0]} with an error; "
                          f"see its log")
     return {"requests": count, "requests_per_s": round(count / cpu.wall_s, 1),
             "server_cpu_ms_per_request": round(1000 * cpu.server_s / max(count, 1), 4),

@@ -85,6 +85,7 @@ RULES: dict[str, str | None] = {
     # making files durable, on trio's worker threads (and the hops there and back)
     "storage/files.py": FILES, "storage/localfs.py": FILES, "storage/grouped.py": FILES, "storage/worker.py": FILES,
     "storage/warehouses.py": FILES, "trio/_threads.py": FILES, "trio/_core/_thread_cache.py": FILES,
+    "loadtest/bare.py:write_file": FILES, "loadtest/bare.py:fsync_dir": FILES,   # (bare.py --durable-file)
     # the database: the group-commit writer, the bridge to its asyncio thread, asyncpg
     "storage/writer.py": DB, "storage/bridge.py": DB, "storage/postgres.py": DB, "storage/connections.py": DB,
     "storage/queries.py": DB, "storage/owner.py": DB, "asyncpg/": DB, "asyncio/": DB, "uvloop/": DB,

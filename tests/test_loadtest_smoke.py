@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import orjson
+
+from loadtest import procs
+from loadtest.flows import FLOWS
+from storage.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,3 +34,21 @@ def test_bench_smoke_prints_the_table(tmp_path):
         n = int(size.split("+")[0])
         assert run["commits"] > 0 and run["tables_in_turn"] > 1, run
         assert run["snapshots_at_end"] <= n + 4 * max(n // 10, 50), run
+
+
+def test_bare_app_with_durable_file_writes_each_commit_body_as_a_file(tmp_path):
+    """`loadtest.bare --durable-file` (the floor of a commit that must make a file durable, commit_bench's
+    `x_floor`) answers each protocol's commit request and leaves its body as a file in the table's directory."""
+    port = free_port()
+    app = procs.bare_app(port, tmp_path / "bare.log", tmp_path / "files").start(f"http://127.0.0.1:{port}/healthz")
+    try:
+        for name, table in (("iceberg", "t3"), ("lance", "bench$t3"), ("delta", None)):
+            path, body = FLOWS[name].sample_request(3)
+            data = orjson.dumps(body)
+            request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method="POST")
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                assert answer.status == 200, name
+            files = list((tmp_path / "files" / (table or body["table_id"])).iterdir())
+            assert [f.read_bytes() for f in files] == [data] and files[0].suffix == ".json", (name, files)
+    finally:
+        app.stop()
