@@ -7,8 +7,10 @@
 Starts one throwaway PostgreSQL (storage.embedded.EmbeddedPostgres) and two services side by side, each
 `python -m api.cli serve` run from its own checkout (cwd and PYTHONPATH = the checkout, so that checkout's code
 runs) with its own database (CREATE DATABASE), data dir and warehouse. Then, for each round and each flow, it runs
-commit_bench's measurement (open loop, `--rate` commits/s offered, `--matrix`, `--duration` s) against A, then
-against B: A, B, A, B, ... so both see the same hour of this noisy, shared machine. The load generator is this
+commit_bench's measurement (open loop, `--rate` commits/s offered, `--matrix`, `--duration` s) against A and B in
+turn, A first in odd rounds and B first in even ones (A, B, B, A, A, B, ...), so that both see the same hour of
+this noisy, shared machine and neither is always the one that runs second (the second run of a pair has measured
+slower whichever checkout it was: it follows the first's writes onto the same disk). The load generator is this
 checkout's (the same for both). Prints a table per flow x round with server CPU ms per request and per commit,
 commits/s, p99, errors and late commits for A and B, then the medians per flow and the ratio B/A. Services and PostgreSQL are
 stopped on every exit, Ctrl-C included.
@@ -148,7 +150,8 @@ def main() -> None:
                                    retry=args.retry)
         for rnd in range(1, args.rounds + 1):
             for flow in flows:
-                for (name, n), side in services.items():
+                turns = list(services.items())
+                for (name, n), side in turns if rnd % 2 else turns[::-1]:
                     for child in side.children:
                         if child.proc.poll() is not None:
                             raise SystemExit(f"service {name} exited ({child.proc.returncode}); see {child.log}")
