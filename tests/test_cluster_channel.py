@@ -146,24 +146,124 @@ def test_a_frame_can_only_build_values_never_run_code():
     codec = Codec({})
     for name in ("os:system", "builtins:eval", "subprocess:Popen", "coordinator.cluster.wire:_own_class",
                  "coordinator.errors:from_storage"):
-        for frame in (msgpack.packb(msgpack.ExtType(wire._OBJECT, msgpack.packb([name, {}]))),
-                      msgpack.packb(msgpack.ExtType(wire._ERROR, msgpack.packb([name, [], {}]))),
-                      msgpack.packb(msgpack.ExtType(wire._ENUM, msgpack.packb([name, 1]))),
-                      msgpack.packb(msgpack.ExtType(wire._ERROR, msgpack.packb([name])))):
+        for code, parts in ((wire._OBJECT, [{}]), (wire._ERROR, [[], {}]), (wire._ENUM, [1]),
+                            (wire._NAMEDTUPLE, [1]), (wire._ERROR, [])):
             with pytest.raises(WireError):
-                codec.loads(frame)
+                codec.loads(msgpack.packb([msgpack.ExtType(code, name.encode()), *parts]))
     with pytest.raises(TypeError, match="cannot cross"):
         codec.dumps(Local())  # a type outside the project is never sent either
+
+
+@pytest.mark.parametrize("value", [
+    [1, msgpack.ExtType(wire._TUPLE, b"")],                  # a head that is not the first item of its array
+    msgpack.ExtType(wire._TUPLE, b""),                        # ... nor in an array at all
+    {"a": msgpack.ExtType(wire._SET, b"")},
+    [msgpack.ExtType(wire._TUPLE, b""), msgpack.ExtType(wire._TUPLE, b"")],
+    [msgpack.ExtType(wire._TUPLE, b"os:system"), 1],          # a head that names nothing naming something
+    [msgpack.ExtType(99, b""), 1],                            # an extension type that does not exist
+    [msgpack.ExtType(wire._MAPPINGPROXY, b""), [1]],          # a frozen dict of a list
+], ids=["not-first", "alone", "map-value", "two-heads", "tuple-naming", "unknown-code", "bad-parts"])
+def test_a_frame_whose_heads_are_out_of_place_is_refused(value):
+    with pytest.raises(WireError):
+        Codec({}).loads(msgpack.packb(value))
 
 
 def test_the_projects_own_values_cross_intact():
     from storage.records import Refusal
     values = [(1, "a", None), {1: b"x", "k": {uuid.uuid4()}}, frozenset({2}), 2**70, -2**70, Decimal("1.5"),
               datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc), Refusal.STALE,
-              VersionExists("expected 1, found 2")]
+              VersionExists("expected 1, found 2"), {(1, "a"): [(2,), []]}, [[], [[]], ()]]
     back = Codec({}).loads(Codec({}).dumps(values))
     assert back[:8] == values[:8] and type(back[0]) is tuple
     assert type(back[8]) is VersionExists and back[8].message == "expected 1, found 2" and back[8].status == 409
+    assert back[9:] == values[9:] and type(back[10][2]) is tuple
+
+
+class Files:
+    """Stands for the file IO (a process-local object), with the one method a clean-up may name."""
+
+    async def delete(self, uri: str, *, within: str) -> None:
+        pass
+
+
+def _assert_identical(sent, got, mine, theirs, where="value"):
+    """`got` is what `sent` was, attribute by attribute (a pydantic model's fields set, extra and private
+    attributes too, which a rebuild by validation could change), with this side's process-local object in
+    place of the sender's."""
+    import dataclasses
+    import functools
+    import pydantic
+    if sent is mine:
+        assert got is theirs, where
+        return
+    assert type(got) is type(sent), f"{where}: {type(got)} is not {type(sent)}"
+    if isinstance(sent, pydantic.BaseModel):
+        for attr in ("__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"):
+            assert getattr(got, attr) == getattr(sent, attr), f"{where}.{attr}"
+        _assert_identical(vars(sent), vars(got), mine, theirs, where)
+    elif dataclasses.is_dataclass(sent):
+        for field in dataclasses.fields(sent):
+            _assert_identical(getattr(sent, field.name), getattr(got, field.name), mine, theirs,
+                              f"{where}.{field.name}")
+    elif isinstance(sent, functools.partial):
+        assert got.func == getattr(theirs, sent.func.__name__) and sent.func == getattr(mine, sent.func.__name__)
+        _assert_identical((sent.args, sent.keywords), (got.args, got.keywords), mine, theirs, where)
+    elif isinstance(sent, (list, tuple)):
+        assert len(got) == len(sent), where
+        for i, (a, b) in enumerate(zip(sent, got)):
+            _assert_identical(a, b, mine, theirs, f"{where}[{i}]")
+    elif isinstance(sent, dict):
+        assert list(got) == list(sent), where
+        for key in sent:
+            _assert_identical(sent[key], got[key], mine, theirs, f"{where}[{key!r}]")
+    else:
+        assert got == sent, where
+
+
+def _forwarded_commits(files: Files) -> dict:
+    """Each format's commit proposal, built as its service builds it from a client's request."""
+    import functools
+    from coordinator.delta.models import CommitRequest
+    from coordinator.delta.proposals import Commit
+    from coordinator.iceberg.proposals import CommitTable
+    from coordinator.iceberg.rules.requirements import parse_requirements
+    from coordinator.iceberg.rules.updates import parse_updates
+    from coordinator.iceberg.state import TableIdent
+    from coordinator.lance.proposals import CreateVersion
+    snapshot = {"snapshot-id": 2908447184277675711, "parent-snapshot-id": 17, "sequence-number": 2,
+                "timestamp-ms": 1795859921740, "manifest-list": "file:///w/db/t/metadata/snap-1.avro",
+                "summary": {"operation": "append", "added-records": "100"}, "schema-id": 0}
+    iceberg = CommitTable(
+        TableIdent("", ("db", "inner"), "t"),
+        parse_requirements([{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 17},
+                            {"type": "assert-table-uuid", "uuid": str(uuid.uuid4())}]),
+        parse_updates([{"action": "add-snapshot", "snapshot": snapshot},
+                       {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
+                        "snapshot-id": 2908447184277675711},
+                       {"action": "set-properties", "updates": {"k": "v"}}]),
+        None, files, "file:///w")
+    delta = Commit(CommitRequest.model_validate({
+        "table_id": str(uuid.uuid4()), "table_uri": "file:///w/t",
+        "commit_info": {"version": 1, "timestamp": 1795859933286, "file_name": "00000000000000000001.a.json",
+                        "file_size": 2048, "file_modification_timestamp": 1795859933286},
+        "metadata": {"schema": [{"name": "id", "type_text": "bigint", "type_name": "LONG", "position": 0,
+                                 "nullable": True, "comment_extra": "kept"}],
+                     "properties": {"delta.minReaderVersion": "3"}}}), 10, 1795859933287)
+    lance = CreateVersion(1, "file:///w/t/_versions/1.manifest-x", b"manifest bytes", "ab" * 32, "V2",
+                          1795859927277, {"k": "v"}, True,
+                          functools.partial(files.delete, within="file:///w/t"))
+    return {"iceberg": iceberg, "delta": delta, "lance": lance}
+
+
+@pytest.mark.parametrize("fmt", ["iceberg", "delta", "lance"])
+def test_a_forwarded_commit_arrives_exactly_as_it_was_sent(fmt):
+    """What the owner decides on is the very proposal the forwarding member built: the same classes, fields,
+    fields set and extras, not a re-validated copy (which could differ from what was checked at the edge)."""
+    mine, theirs = Files(), Files()
+    proposal = _forwarded_commits(mine)[fmt]
+    message = (7, "submit", (uuid.uuid4(), proposal, uuid.uuid4()))
+    got = Codec({"files": theirs}).loads(Codec({"files": mine}).dumps(message))
+    _assert_identical(message, got, mine, theirs)
 
 
 @pytest.mark.parametrize("greeting", [MAGIC + bytes([VERSION + 1]), b""], ids=["newer", "before-versions"])

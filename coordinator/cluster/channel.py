@@ -34,7 +34,7 @@ NONCE = 16
 # The greeting each end sends first: a magic and the channel's version. Raise VERSION whenever what crosses the
 # channel changes incompatibly (the message shapes, wire.py's encoding, the handlers' arguments).
 MAGIC = b"CCH"
-VERSION = 2
+VERSION = 3
 GREETING = MAGIC + bytes([VERSION])
 HANDSHAKE_TIMEOUT_S = 5.0
 
