@@ -171,7 +171,7 @@ class Codec:
         if hasattr(cls, "_to_wire"):  # a class that chooses its own form (and rebuilds from it)
             return lambda obj: [object_head, obj._to_wire()]
         if issubclass(cls, pydantic.BaseModel):
-            return lambda obj: [object_head, _model_state(obj)]
+            return lambda obj: _model_parts(object_head, obj)
         return lambda obj: [object_head, obj.__getstate__()]
 
     def _function(self, fn: Any) -> list:
@@ -239,7 +239,7 @@ class Codec:
             raise WireError(f"unknown extension type {code} in a frame")
         name = data.decode()
         if code == _OBJECT:
-            return functools.partial(_object, _restorer(name))
+            return _restorer(name)
         cls = _own_class(name)
         if code == _ENUM:
             if not issubclass(cls, enum.Enum):
@@ -264,9 +264,9 @@ class Codec:
         return functools.partial(self._callable(ref), *args, **keywords)
 
 
-def _object(restore: Callable[[Any], Any], items: list) -> Any:
+def _from_wire(from_wire: Callable[[Any], Any], items: list) -> Any:
     _, state = items
-    return restore(state)
+    return from_wire(state)
 
 
 def _error(cls: type, items: list) -> Exception:
@@ -277,17 +277,17 @@ def _error(cls: type, items: list) -> Exception:
     return exc
 
 
-def _model_state(model: pydantic.BaseModel) -> list:
-    """A pydantic model's state (what its __getstate__ gives) as a list: its fields set as a list, not a set."""
+def _model_parts(head: msgpack.ExtType, model: pydantic.BaseModel) -> list:
+    """A pydantic model's state (what its __getstate__ gives) after its head: its fields set as a list."""
     private = model.__pydantic_private__
     if private:
         private = {k: v for k, v in private.items() if v is not PydanticUndefined}
-    return [model.__dict__, model.__pydantic_extra__, list(model.__pydantic_fields_set__), private]
+    return [head, model.__dict__, model.__pydantic_extra__, list(model.__pydantic_fields_set__), private]
 
 
-def _restore_model(cls: type, state: list) -> pydantic.BaseModel:
+def _restore_model(cls: type, items: list) -> pydantic.BaseModel:
     """The model as its __setstate__ rebuilds it from __getstate__'s state: the same attributes, no validation."""
-    fields, extra, fields_set, private = state
+    _, fields, extra, fields_set, private = items
     model = cls.__new__(cls)
     object.__setattr__(model, "__pydantic_fields_set__", set(fields_set))
     object.__setattr__(model, "__pydantic_extra__", extra)
@@ -297,23 +297,24 @@ def _restore_model(cls: type, state: list) -> pydantic.BaseModel:
 
 
 @functools.lru_cache(maxsize=1024)
-def _restorer(name: str) -> Callable[[Any], Any]:
-    """How an instance of our class `name` is rebuilt from its state (`_restore`), decided once per class."""
+def _restorer(name: str) -> Callable[[list], Any]:
+    """How an instance of our class `name` is rebuilt from the array its head starts, decided once per class."""
     cls = _own_class(name)
     if issubclass(cls, (BaseException, enum.Enum, tuple)):
         raise WireError(f"{name!r} cannot be rebuilt from a state")
     from_wire = getattr(cls, "_from_wire", None)
     if from_wire is not None:
-        return from_wire
+        return functools.partial(_from_wire, from_wire)
     if issubclass(cls, pydantic.BaseModel):
         return functools.partial(_restore_model, cls)
     return functools.partial(_restore, cls, hasattr(cls, "__setstate__"))
 
 
-def _restore(cls: type, setstate: bool, state: Any) -> Any:
+def _restore(cls: type, setstate: bool, items: list) -> Any:
     """Pickle's default rebuild (object.__reduce_ex__ protocol 2) for one of our classes: a bare instance, then
     its own __setstate__ if it has one (pydantic models, slotted dataclasses), else its attributes. (A class with
     its own wire form, `_to_wire`, rebuilds itself from it instead: `_from_wire`.)"""
+    _, state = items
     obj = cls.__new__(cls)
     if setstate:
         obj.__setstate__(state)
