@@ -26,20 +26,22 @@ class Local:
     """Stands for a process-local object (the file IO): each side has its own."""
 
 
-async def test_frames_survive_any_split():
+@pytest.mark.parametrize("piece", [1, 3, 7_001, 1 << 20])
+async def test_frames_survive_any_split(piece):
     codec = Codec({})
-    frames = b"".join(codec.frame(("x" * n, n)) for n in (0, 1, 70_000, 3))
+    sizes = (0, 1, 70_000, 3, 2, 5)
+    frames = b"".join(codec.frame(("x" * n, n)) for n in sizes)
     send, receive = trio.testing.memory_stream_pair()
 
     async def trickle():
-        for i in range(0, len(frames), 7_001):
-            await send.send_all(frames[i:i + 7_001])
+        for i in range(0, len(frames), piece):
+            await send.send_all(frames[i:i + piece])
         await send.aclose()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(trickle)
         got = [codec.loads(p) async for p in read_frames(receive)]
-    assert got == [("x" * n, n) for n in (0, 1, 70_000, 3)]
+    assert got == [("x" * n, n) for n in sizes]
 
 
 async def test_calls_results_errors_and_local_objects():

@@ -101,23 +101,35 @@ class AnswerLost(Exception):
     """The request was sent but the connection closed before its answer: the caller must find out the outcome."""
 
 
+def _frame_size(buf: bytes | bytearray, start: int) -> int:
+    (size,) = HEADER.unpack_from(buf, start)
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes exceeds the limit")
+    return size
+
+
 async def read_frames(stream: trio.abc.ReceiveStream):
-    """Yields each frame's payload; returns at a clean end of stream."""
-    buf = bytearray()
+    """Yields each frame's payload; returns at a clean end of stream. A frame that arrives within one read (as
+    nearly all do) is yielded as a view of what was read, never copied; only a frame split over reads is gathered
+    (a payload is valid until the next is asked for)."""
+    held = bytearray()   # the start of a frame split over reads
     while True:
         data = await stream.receive_some(1 << 16)
         if not data:
             return
-        buf += data
-        while len(buf) >= 4:
-            (size,) = HEADER.unpack_from(buf)
-            if size > MAX_FRAME:
-                raise ValueError(f"frame of {size} bytes exceeds the limit")
-            if len(buf) < 4 + size:
+        if held:
+            held += data
+            if len(held) < 4 or len(held) < 4 + _frame_size(held, 0):
+                continue
+            data, held = bytes(held), bytearray()
+        view, start, end = memoryview(data), 0, len(data)
+        while end - start >= 4:
+            size = _frame_size(data, start)
+            if end - start < 4 + size:
                 break
-            payload = bytes(buf[4:4 + size])
-            del buf[:4 + size]
-            yield payload
+            yield view[start + 4:start + 4 + size]
+            start += 4 + size
+        held += view[start:]
 
 
 async def _send_frame(stream: trio.abc.SendStream, lock: trio.Lock, frame: bytes) -> None:
