@@ -3,11 +3,14 @@ lost answer, over real loopback TCP between two channel endpoints in one trio ru
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import functools
 import uuid
 from decimal import Decimal
 
 import msgpack
+import pydantic
 import pytest
 import trio
 import trio.testing
@@ -17,6 +20,7 @@ from coordinator.cluster.channel import (GREETING, MAGIC, VERSION, AnswerLost, C
 from coordinator.cluster import wire
 from coordinator.cluster.wire import WireError
 from coordinator.errors import CoordinatorError, Unavailable, VersionExists
+from loadtest.channel_bench import Files, forwarded_commits
 
 
 KEY = b"k" * 32
@@ -181,20 +185,10 @@ def test_the_projects_own_values_cross_intact():
     assert back[9:] == values[9:] and type(back[10][2]) is tuple
 
 
-class Files:
-    """Stands for the file IO (a process-local object), with the one method a clean-up may name."""
-
-    async def delete(self, uri: str, *, within: str) -> None:
-        pass
-
-
 def _assert_identical(sent, got, mine, theirs, where="value"):
     """`got` is what `sent` was, attribute by attribute (a pydantic model's fields set, extra and private
     attributes too, which a rebuild by validation could change), with this side's process-local object in
     place of the sender's."""
-    import dataclasses
-    import functools
-    import pydantic
     if sent is mine:
         assert got is theirs, where
         return
@@ -222,50 +216,23 @@ def _assert_identical(sent, got, mine, theirs, where="value"):
         assert got == sent, where
 
 
-def _forwarded_commits(files: Files) -> dict:
-    """Each format's commit proposal, built as its service builds it from a client's request."""
-    import functools
-    from coordinator.delta.models import CommitRequest
-    from coordinator.delta.proposals import Commit
-    from coordinator.iceberg.proposals import CommitTable
-    from coordinator.iceberg.rules.requirements import parse_requirements
-    from coordinator.iceberg.rules.updates import parse_updates
-    from coordinator.iceberg.state import TableIdent
-    from coordinator.lance.proposals import CreateVersion
-    snapshot = {"snapshot-id": 2908447184277675711, "parent-snapshot-id": 17, "sequence-number": 2,
-                "timestamp-ms": 1795859921740, "manifest-list": "file:///w/db/t/metadata/snap-1.avro",
-                "summary": {"operation": "append", "added-records": "100"}, "schema-id": 0}
-    iceberg = CommitTable(
-        TableIdent("", ("db", "inner"), "t"),
-        parse_requirements([{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": 17},
-                            {"type": "assert-table-uuid", "uuid": str(uuid.uuid4())}]),
-        parse_updates([{"action": "add-snapshot", "snapshot": snapshot},
-                       {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
-                        "snapshot-id": 2908447184277675711},
-                       {"action": "set-properties", "updates": {"k": "v"}}]),
-        None, files, "file:///w")
-    delta = Commit(CommitRequest.model_validate({
-        "table_id": str(uuid.uuid4()), "table_uri": "file:///w/t",
-        "commit_info": {"version": 1, "timestamp": 1795859933286, "file_name": "00000000000000000001.a.json",
-                        "file_size": 2048, "file_modification_timestamp": 1795859933286},
-        "metadata": {"schema": [{"name": "id", "type_text": "bigint", "type_name": "LONG", "position": 0,
-                                 "nullable": True, "comment_extra": "kept"}],
-                     "properties": {"delta.minReaderVersion": "3"}}}), 10, 1795859933287)
-    lance = CreateVersion(1, "file:///w/t/_versions/1.manifest-x", b"manifest bytes", "ab" * 32, "V2",
-                          1795859927277, {"k": "v"}, True,
-                          functools.partial(files.delete, within="file:///w/t"))
-    return {"iceberg": iceberg, "delta": delta, "lance": lance}
-
-
 @pytest.mark.parametrize("fmt", ["iceberg", "delta", "lance"])
 def test_a_forwarded_commit_arrives_exactly_as_it_was_sent(fmt):
     """What the owner decides on is the very proposal the forwarding member built: the same classes, fields,
-    fields set and extras, not a re-validated copy (which could differ from what was checked at the edge)."""
+    fields set and extras, not a re-validated copy (which could differ from what was checked at the edge). The
+    owner's reply comes back as exactly."""
     mine, theirs = Files(), Files()
-    proposal = _forwarded_commits(mine)[fmt]
+    proposal, reply = forwarded_commits(mine)[fmt]
     message = (7, "submit", (uuid.uuid4(), proposal, uuid.uuid4()))
     got = Codec({"files": theirs}).loads(Codec({"files": mine}).dumps(message))
     _assert_identical(message, got, mine, theirs)
+    back = Codec({}).loads(Codec({}).dumps(reply))
+    if reply is None:
+        assert back is None
+    else:
+        assert isinstance(back, type(reply))
+        assert [getattr(back, f.name) for f in dataclasses.fields(reply) if f.compare] == \
+            [getattr(reply, f.name) for f in dataclasses.fields(reply) if f.compare]
 
 
 @pytest.mark.parametrize("greeting", [MAGIC + bytes([VERSION + 1]), b""], ids=["newer", "before-versions"])
