@@ -1,10 +1,11 @@
 """The internal channel between cluster members: persistent trio TCP connections carrying length-prefixed frames.
 
 A frame is a 4-byte big-endian length and a msgpack message (`wire.py`: plain data, and the project's own types
-named explicitly, so that no received byte can run code). A request is `(call_id, method, args)`; its answer is
-`(call_id, ok, value)` where `value` is the result or the CoordinatorError to raise. One connection per peer
-carries any number of concurrent calls (answers come back out of order), so a forwarded request costs one
-encoding, one send and one receive on each side: no second HTTP hop, no connection set-up per request.
+named explicitly, so that no received byte can run code). A request is `[call_id, method, args]`; its answer is
+`[call_id, ok, value]` where `value` is the result or the CoordinatorError to raise (lists, not tuples: a tuple
+costs a type's head to encode and decode). One connection per peer carries any number of concurrent calls
+(answers come back out of order), so a forwarded request costs one encoding, one send and one receive on each
+side: no second HTTP hop, no connection set-up per request.
 
 Nothing is decoded before both ends of a connection prove they hold the cluster key and speak the same channel
 version (`handshake`: a versioned greeting, then an HMAC challenge-response each way, keyed by a secret every
@@ -197,10 +198,10 @@ class ChannelServer:
                 log.exception("cluster call %s failed", method)
             value, ok = _wire_error(exc), False
         try:
-            frame = self.codec.frame((call_id, ok, value))
+            frame = self.codec.frame([call_id, ok, value])
         except Exception as exc:  # an unpicklable answer is a bug; say so instead of hanging the caller
             log.exception("cannot encode the answer to %s", method)
-            frame = self.codec.frame((call_id, False, _wire_error(exc)))
+            frame = self.codec.frame([call_id, False, _wire_error(exc)])
         try:
             await _send_frame(stream, lock, frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -269,7 +270,7 @@ class Peer:
         pending = _Pending()
         if watch is not None:
             watch(pending)
-        frame = self.codec.frame((call_id, method, args))
+        frame = self.codec.frame([call_id, method, list(args)])
         self._pending[call_id] = pending
         try:
             try:
