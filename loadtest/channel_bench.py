@@ -159,18 +159,17 @@ def main() -> None:
     print(f"coordinator from {wire.__file__}")
     files = Files()
     codec = wire.Codec({"files": files})
-    rows = []
+    print("| format | call bytes | call extension values | reply bytes | reply extension values | encode us "
+          "(call + reply) | decode us (call + reply) | whole call, both ends, us CPU |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for fmt, (proposal, reply) in forwarded_commits(files).items():
-        args = (uuid.uuid4(), proposal, uuid.uuid4())
-        for what, message in (("call", (7, "submit", args)), ("reply", (7, True, reply))):
+        cells, encode, decode = [], 0.0, 0.0
+        for message in ([7, "submit", [uuid.uuid4(), proposal, uuid.uuid4()]], [7, True, reply]):
             payload = codec.dumps(message)
-            rows.append((fmt, what, len(payload), extension_values(codec, payload),
-                         best_us(lambda: codec.dumps(message)), best_us(lambda: codec.loads(payload)), ""))
-        rows[-1] = rows[-1][:-1] + (f"{trio.run(call_us, fmt):.0f}",)
-    print("| format | frame | bytes | extension values | encode us | decode us | whole call, both ends, us CPU |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for fmt, what, size, exts, enc, dec, call in rows:
-        print(f"| {fmt} | {what} | {size} | {exts} | {enc:.1f} | {dec:.1f} | {call} |")
+            cells += [str(len(payload)), str(extension_values(codec, payload))]
+            encode += best_us(lambda: codec.dumps(message))
+            decode += best_us(lambda: codec.loads(payload))
+        print(f"| {fmt} | {' | '.join(cells)} | {encode:.1f} | {decode:.1f} | {trio.run(call_us, fmt):.0f} |")
 
 
 if __name__ == "__main__":
