@@ -3,11 +3,14 @@ lost answer, over real loopback TCP between two channel endpoints in one trio ru
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import functools
 import uuid
 from decimal import Decimal
 
 import msgpack
+import pydantic
 import pytest
 import trio
 import trio.testing
@@ -17,6 +20,7 @@ from coordinator.cluster.channel import (GREETING, MAGIC, VERSION, AnswerLost, C
 from coordinator.cluster import wire
 from coordinator.cluster.wire import WireError
 from coordinator.errors import CoordinatorError, Unavailable, VersionExists
+from loadtest.channel_bench import Files, forwarded_commits
 
 
 KEY = b"k" * 32
@@ -26,20 +30,22 @@ class Local:
     """Stands for a process-local object (the file IO): each side has its own."""
 
 
-async def test_frames_survive_any_split():
+@pytest.mark.parametrize("piece", [1, 3, 7_001, 1 << 20])
+async def test_frames_survive_any_split(piece):
     codec = Codec({})
-    frames = b"".join(codec.frame(("x" * n, n)) for n in (0, 1, 70_000, 3))
+    sizes = (0, 1, 70_000, 3, 2, 5)
+    frames = b"".join(codec.frame(("x" * n, n)) for n in sizes)
     send, receive = trio.testing.memory_stream_pair()
 
     async def trickle():
-        for i in range(0, len(frames), 7_001):
-            await send.send_all(frames[i:i + 7_001])
+        for i in range(0, len(frames), piece):
+            await send.send_all(frames[i:i + piece])
         await send.aclose()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(trickle)
         got = [codec.loads(p) async for p in read_frames(receive)]
-    assert got == [("x" * n, n) for n in (0, 1, 70_000, 3)]
+    assert got == [("x" * n, n) for n in sizes]
 
 
 async def test_calls_results_errors_and_local_objects():
@@ -146,24 +152,87 @@ def test_a_frame_can_only_build_values_never_run_code():
     codec = Codec({})
     for name in ("os:system", "builtins:eval", "subprocess:Popen", "coordinator.cluster.wire:_own_class",
                  "coordinator.errors:from_storage"):
-        for frame in (msgpack.packb(msgpack.ExtType(wire._OBJECT, msgpack.packb([name, {}]))),
-                      msgpack.packb(msgpack.ExtType(wire._ERROR, msgpack.packb([name, [], {}]))),
-                      msgpack.packb(msgpack.ExtType(wire._ENUM, msgpack.packb([name, 1]))),
-                      msgpack.packb(msgpack.ExtType(wire._ERROR, msgpack.packb([name])))):
+        for code, parts in ((wire._OBJECT, [{}]), (wire._ERROR, [[], {}]), (wire._ENUM, [1]),
+                            (wire._NAMEDTUPLE, [1]), (wire._ERROR, [])):
             with pytest.raises(WireError):
-                codec.loads(frame)
+                codec.loads(msgpack.packb([msgpack.ExtType(code, name.encode()), *parts]))
     with pytest.raises(TypeError, match="cannot cross"):
         codec.dumps(Local())  # a type outside the project is never sent either
+
+
+@pytest.mark.parametrize("value", [
+    [1, msgpack.ExtType(wire._TUPLE, b"")],                  # a head that is not the first item of its array
+    msgpack.ExtType(wire._TUPLE, b""),                        # ... nor in an array at all
+    {"a": msgpack.ExtType(wire._SET, b"")},
+    [msgpack.ExtType(wire._TUPLE, b""), msgpack.ExtType(wire._TUPLE, b"")],
+    [msgpack.ExtType(wire._TUPLE, b"os:system"), 1],          # a head that names nothing naming something
+    [msgpack.ExtType(99, b""), 1],                            # an extension type that does not exist
+    [msgpack.ExtType(wire._MAPPINGPROXY, b""), [1]],          # a frozen dict of a list
+], ids=["not-first", "alone", "map-value", "two-heads", "tuple-naming", "unknown-code", "bad-parts"])
+def test_a_frame_whose_heads_are_out_of_place_is_refused(value):
+    with pytest.raises(WireError):
+        Codec({}).loads(msgpack.packb(value))
 
 
 def test_the_projects_own_values_cross_intact():
     from storage.records import Refusal
     values = [(1, "a", None), {1: b"x", "k": {uuid.uuid4()}}, frozenset({2}), 2**70, -2**70, Decimal("1.5"),
               datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc), Refusal.STALE,
-              VersionExists("expected 1, found 2")]
+              VersionExists("expected 1, found 2"), {(1, "a"): [(2,), []]}, [[], [[]], ()]]
     back = Codec({}).loads(Codec({}).dumps(values))
     assert back[:8] == values[:8] and type(back[0]) is tuple
     assert type(back[8]) is VersionExists and back[8].message == "expected 1, found 2" and back[8].status == 409
+    assert back[9:] == values[9:] and type(back[10][2]) is tuple
+
+
+def _assert_identical(sent, got, mine, theirs, where="value"):
+    """`got` is what `sent` was, attribute by attribute (a pydantic model's fields set, extra and private
+    attributes too, which a rebuild by validation could change), with this side's process-local object in
+    place of the sender's."""
+    if sent is mine:
+        assert got is theirs, where
+        return
+    assert type(got) is type(sent), f"{where}: {type(got)} is not {type(sent)}"
+    if isinstance(sent, pydantic.BaseModel):
+        for attr in ("__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"):
+            assert getattr(got, attr) == getattr(sent, attr), f"{where}.{attr}"
+        _assert_identical(vars(sent), vars(got), mine, theirs, where)
+    elif dataclasses.is_dataclass(sent):
+        for field in dataclasses.fields(sent):
+            _assert_identical(getattr(sent, field.name), getattr(got, field.name), mine, theirs,
+                              f"{where}.{field.name}")
+    elif isinstance(sent, functools.partial):
+        assert got.func == getattr(theirs, sent.func.__name__) and sent.func == getattr(mine, sent.func.__name__)
+        _assert_identical((sent.args, sent.keywords), (got.args, got.keywords), mine, theirs, where)
+    elif isinstance(sent, (list, tuple)):
+        assert len(got) == len(sent), where
+        for i, (a, b) in enumerate(zip(sent, got)):
+            _assert_identical(a, b, mine, theirs, f"{where}[{i}]")
+    elif isinstance(sent, dict):
+        assert list(got) == list(sent), where
+        for key in sent:
+            _assert_identical(sent[key], got[key], mine, theirs, f"{where}[{key!r}]")
+    else:
+        assert got == sent, where
+
+
+@pytest.mark.parametrize("fmt", ["iceberg", "delta", "lance"])
+def test_a_forwarded_commit_arrives_exactly_as_it_was_sent(fmt):
+    """What the owner decides on is the very proposal the forwarding member built: the same classes, fields,
+    fields set and extras, not a re-validated copy (which could differ from what was checked at the edge). The
+    owner's reply comes back as exactly."""
+    mine, theirs = Files(), Files()
+    proposal, reply = forwarded_commits(mine)[fmt]
+    message = (7, "submit", (uuid.uuid4(), proposal, uuid.uuid4()))
+    got = Codec({"files": theirs}).loads(Codec({"files": mine}).dumps(message))
+    _assert_identical(message, got, mine, theirs)
+    back = Codec({}).loads(Codec({}).dumps(reply))
+    if reply is None:
+        assert back is None
+    else:
+        assert isinstance(back, type(reply))
+        assert [getattr(back, f.name) for f in dataclasses.fields(reply) if f.compare] == \
+            [getattr(reply, f.name) for f in dataclasses.fields(reply) if f.compare]
 
 
 @pytest.mark.parametrize("greeting", [MAGIC + bytes([VERSION + 1]), b""], ids=["newer", "before-versions"])

@@ -1,10 +1,11 @@
 """The internal channel between cluster members: persistent trio TCP connections carrying length-prefixed frames.
 
 A frame is a 4-byte big-endian length and a msgpack message (`wire.py`: plain data, and the project's own types
-named explicitly, so that no received byte can run code). A request is `(call_id, method, args)`; its answer is
-`(call_id, ok, value)` where `value` is the result or the CoordinatorError to raise. One connection per peer
-carries any number of concurrent calls (answers come back out of order), so a forwarded request costs one
-encoding, one send and one receive on each side: no second HTTP hop, no connection set-up per request.
+named explicitly, so that no received byte can run code). A request is `[call_id, method, args]`; its answer is
+`[call_id, ok, value]` where `value` is the result or the CoordinatorError to raise (lists, not tuples: a tuple
+costs a type's head to encode and decode). One connection per peer carries any number of concurrent calls
+(answers come back out of order), so a forwarded request costs one encoding, one send and one receive on each
+side: no second HTTP hop, no connection set-up per request.
 
 Nothing is decoded before both ends of a connection prove they hold the cluster key and speak the same channel
 version (`handshake`: a versioned greeting, then an HMAC challenge-response each way, keyed by a secret every
@@ -34,7 +35,7 @@ NONCE = 16
 # The greeting each end sends first: a magic and the channel's version. Raise VERSION whenever what crosses the
 # channel changes incompatibly (the message shapes, wire.py's encoding, the handlers' arguments).
 MAGIC = b"CCH"
-VERSION = 2
+VERSION = 3
 GREETING = MAGIC + bytes([VERSION])
 HANDSHAKE_TIMEOUT_S = 5.0
 
@@ -101,23 +102,35 @@ class AnswerLost(Exception):
     """The request was sent but the connection closed before its answer: the caller must find out the outcome."""
 
 
+def _frame_size(buf: bytes | bytearray, start: int) -> int:
+    (size,) = HEADER.unpack_from(buf, start)
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes exceeds the limit")
+    return size
+
+
 async def read_frames(stream: trio.abc.ReceiveStream):
-    """Yields each frame's payload; returns at a clean end of stream."""
-    buf = bytearray()
+    """Yields each frame's payload; returns at a clean end of stream. A frame that arrives within one read (as
+    nearly all do) is yielded as a view of what was read, never copied; only a frame split over reads is gathered
+    (a payload is valid until the next is asked for)."""
+    held = bytearray()   # the start of a frame split over reads
     while True:
         data = await stream.receive_some(1 << 16)
         if not data:
             return
-        buf += data
-        while len(buf) >= 4:
-            (size,) = HEADER.unpack_from(buf)
-            if size > MAX_FRAME:
-                raise ValueError(f"frame of {size} bytes exceeds the limit")
-            if len(buf) < 4 + size:
+        if held:
+            held += data
+            if len(held) < 4 or len(held) < 4 + _frame_size(held, 0):
+                continue
+            data, held = bytes(held), bytearray()
+        view, start, end = memoryview(data), 0, len(data)
+        while end - start >= 4:
+            size = _frame_size(data, start)
+            if end - start < 4 + size:
                 break
-            payload = bytes(buf[4:4 + size])
-            del buf[:4 + size]
-            yield payload
+            yield view[start + 4:start + 4 + size]
+            start += 4 + size
+        held += view[start:]
 
 
 async def _send_frame(stream: trio.abc.SendStream, lock: trio.Lock, frame: bytes) -> None:
@@ -185,10 +198,10 @@ class ChannelServer:
                 log.exception("cluster call %s failed", method)
             value, ok = _wire_error(exc), False
         try:
-            frame = self.codec.frame((call_id, ok, value))
+            frame = self.codec.frame([call_id, ok, value])
         except Exception as exc:  # an unpicklable answer is a bug; say so instead of hanging the caller
             log.exception("cannot encode the answer to %s", method)
-            frame = self.codec.frame((call_id, False, _wire_error(exc)))
+            frame = self.codec.frame([call_id, False, _wire_error(exc)])
         try:
             await _send_frame(stream, lock, frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -257,7 +270,7 @@ class Peer:
         pending = _Pending()
         if watch is not None:
             watch(pending)
-        frame = self.codec.frame((call_id, method, args))
+        frame = self.codec.frame([call_id, method, list(args)])
         self._pending[call_id] = pending
         try:
             try:

@@ -7,7 +7,9 @@ the way pickle would restore them but without calling anything a frame names. A 
 a class defined in one of the project's packages (`OWN_PACKAGES`); a frame naming anything else (`os:system`,
 a builtin, a function) is refused before any of it is used. The one exception is a proposal's clean-up, a
 `functools.partial` of a function registered with `crossable` (or of a process-local object's method named in
-CROSSABLE_METHODS): it is rebuilt only from that short list.
+CROSSABLE_METHODS): it is rebuilt only from that short list. A pydantic model crosses as its state (fields, fields
+set, extras, private attributes) and is rebuilt from it as pickle would, never validated again: the table's owner
+decides on exactly what the member the client reached parsed and checked.
 
 Process-local objects a proposal refers to (the file IO, the store) travel by name and are replaced by the
 receiver's own.
@@ -26,6 +28,8 @@ import uuid
 from typing import Any, Callable
 
 import msgpack
+import pydantic
+from pydantic_core import PydanticUndefined
 
 from ..crossable import CROSSABLE, CROSSABLE_METHODS
 
@@ -33,11 +37,12 @@ FRAME_HEADER = struct.Struct(">I")  # a frame is its payload's length, then the 
 
 OWN_PACKAGES = ("coordinator.", "storage.")
 
-# msgpack extension type codes
+# msgpack extension type codes. A value with no parts (a UUID, a date) is one extension value. A value made of
+# other values (a tuple, an object's state) is an array headed by an extension value, its head, that says what to
+# build from the rest: so a whole frame is packed and unpacked in one pass of msgpack's (packing each such value as
+# a frame of its own and unpacking it again was most of what a forwarded commit cost the two members).
 (_TUPLE, _SET, _FROZENSET, _UUID, _DATETIME, _DATE, _DECIMAL, _BIGINT, _ENUM, _OBJECT, _ERROR, _LOCAL, _NAMEDTUPLE,
  _MAPPINGPROXY, _PARTIAL) = range(1, 16)
-
-# The only code a frame may name: a clean-up a proposal carries to the table's owner (see ..crossable).
 
 
 class WireError(ValueError):
@@ -65,6 +70,15 @@ def _own_class(name: str) -> type:
     return found
 
 
+class _Head:
+    """A decoded head: builds its value from the array it heads (`parts[0]` is the head itself)."""
+
+    __slots__ = ("build",)
+
+    def __init__(self, build: Callable[[list], Any]):
+        self.build = build
+
+
 class Codec:
     """Encodes and decodes channel messages; the process-local objects in `local` cross by name."""
 
@@ -72,66 +86,53 @@ class Codec:
         self._by_name = dict(local)
         self._by_id = {id(obj): name for name, obj in local.items()}
         self._local_classes = {type(obj) for obj in local.values()}
-        self._encoders: dict[type, Callable[[Any], msgpack.ExtType]] = {}
-        loads = self.loads
-        self._decoders: dict[int, Callable[[bytes], Any]] = {
-            _LOCAL: self._local, _TUPLE: lambda data: tuple(loads(data)), _SET: lambda data: set(loads(data)),
-            _FROZENSET: lambda data: frozenset(loads(data)), _UUID: lambda data: uuid.UUID(bytes=data),
+        self._encoders: dict[type, Callable[[Any], Any]] = {}
+        self._leaves: dict[int, Callable[[bytes], Any]] = {
+            _LOCAL: self._local, _UUID: lambda data: uuid.UUID(bytes=data),
             _DATETIME: lambda data: datetime.datetime.fromisoformat(data.decode()),
-            _DATE: lambda data: datetime.date.fromisoformat(data.decode()), _PARTIAL: self._partial,
-            _MAPPINGPROXY: lambda data: types.MappingProxyType(loads(data)),
-            _DECIMAL: lambda data: decimal.Decimal(data.decode()), _BIGINT: lambda data: int(data.decode()),
-            _ENUM: self._enum, _ERROR: self._error, _NAMEDTUPLE: self._namedtuple, _OBJECT: self._object}
-        # One packer per nesting level of extension values (a packer cannot be re-entered from its `default`);
-        # making a new one for each value was most of the encoding's cost.
-        self._packers: list[msgpack.Packer] = []
-        self._depth = 0
+            _DATE: lambda data: datetime.date.fromisoformat(data.decode()),
+            _DECIMAL: lambda data: decimal.Decimal(data.decode()), _BIGINT: lambda data: int(data.decode())}
+        # Heads this side has accepted, by (code, data): each type is judged once, not in every frame.
+        self._heads: dict[tuple[int, bytes], _Head] = {}
+        self._packer = msgpack.Packer(default=self._default, strict_types=True, datetime=False)
+        self._unheaded = 0   # heads decoded in the current frame but not yet at the start of an array
 
     # -- encoding ------------------------------------------------------------------------------------------------
 
     def dumps(self, message: Any) -> bytes:
-        depth = self._depth
-        if depth == len(self._packers):
-            self._packers.append(msgpack.Packer(default=self._default, strict_types=True, datetime=False))
-        self._depth = depth + 1
         try:
-            return self._packers[depth].pack(message)
+            return self._packer.pack(message)
         except BaseException:
-            self._packers[depth].reset()
+            self._packer.reset()
             raise
-        finally:
-            self._depth = depth
 
     def frame(self, message: Any) -> bytes:
         payload = self.dumps(message)
         return FRAME_HEADER.pack(len(payload)) + payload
 
-    def _default(self, obj: Any) -> msgpack.ExtType:
+    def _default(self, obj: Any) -> Any:
         cls = type(obj)
         encode = self._encoders.get(cls)
         if encode is None:
             encode = self._encoders[cls] = self._encoder(cls)
         return encode(obj)
 
-    def _encoder(self, cls: type) -> Callable[[Any], msgpack.ExtType]:
+    def _encoder(self, cls: type) -> Callable[[Any], Any]:
         """How values of `cls` are encoded, decided once per class (an isinstance chain, and a failed attribute
         lookup through pydantic's __getattr__, for every value was most of the encoding's cost)."""
-        dumps = self.dumps
         if cls in self._local_classes:
             by_id, other = self._by_id, self._own_encoder(cls)
 
-            def local(obj: Any) -> msgpack.ExtType:
+            def local(obj: Any) -> Any:
                 name = by_id.get(id(obj))
                 return msgpack.ExtType(_LOCAL, name.encode()) if name is not None else other(obj)
             return local
         if cls is functools.partial:
-            return lambda obj: msgpack.ExtType(_PARTIAL, dumps([self._function(obj.func), list(obj.args),
-                                                                obj.keywords]))
-        if cls is tuple:
-            return lambda obj: msgpack.ExtType(_TUPLE, dumps(list(obj)))
-        if cls is set or cls is frozenset:
-            code = _SET if cls is set else _FROZENSET
-            return lambda obj: msgpack.ExtType(code, dumps(list(obj)))
+            head = msgpack.ExtType(_PARTIAL, b"")
+            return lambda obj: [head, self._function(obj.func), list(obj.args), obj.keywords]
+        if cls is tuple or cls is set or cls is frozenset:
+            head = msgpack.ExtType(_TUPLE if cls is tuple else _SET if cls is set else _FROZENSET, b"")
+            return lambda obj: [head, *obj]
         if issubclass(cls, uuid.UUID):  # asyncpg hands out its own subclass
             return lambda obj: msgpack.ExtType(_UUID, obj.bytes)
         if cls is datetime.datetime:
@@ -139,29 +140,39 @@ class Codec:
         if cls is datetime.date:
             return lambda obj: msgpack.ExtType(_DATE, obj.isoformat().encode())
         if cls is types.MappingProxyType:  # a frozen dict (Delta's catalog entry)
-            return lambda obj: msgpack.ExtType(_MAPPINGPROXY, dumps(dict(obj)))
+            head = msgpack.ExtType(_MAPPINGPROXY, b"")
+            return lambda obj: [head, dict(obj)]
         if cls is decimal.Decimal:
             return lambda obj: msgpack.ExtType(_DECIMAL, str(obj).encode())
         if cls is int:  # beyond msgpack's 64 bits
             return lambda obj: msgpack.ExtType(_BIGINT, str(obj).encode())
         return self._own_encoder(cls)
 
-    def _own_encoder(self, cls: type) -> Callable[[Any], msgpack.ExtType]:
-        dumps, name = self.dumps, _name(cls)
+    def _own_encoder(self, cls: type) -> Callable[[Any], Any]:
+        name = _name(cls)
         if not cls.__module__.startswith(OWN_PACKAGES):
-            def refuse(obj: Any) -> msgpack.ExtType:
+            def refuse(obj: Any) -> Any:
                 raise TypeError(f"{name} cannot cross the cluster channel: only plain data and the coordinator's "
                                 f"own types do")
             return refuse
+
+        def head(code: int) -> msgpack.ExtType:
+            return msgpack.ExtType(code, name.encode())
         if issubclass(cls, enum.Enum):
-            return lambda obj: msgpack.ExtType(_ENUM, dumps([name, obj.value]))
+            enum_head = head(_ENUM)
+            return lambda obj: [enum_head, obj.value]
         if issubclass(cls, BaseException):
-            return lambda obj: msgpack.ExtType(_ERROR, dumps([name, list(obj.args), dict(vars(obj))]))
+            error_head = head(_ERROR)
+            return lambda obj: [error_head, list(obj.args), dict(vars(obj))]
         if issubclass(cls, tuple):  # a NamedTuple: rebuilt from its fields
-            return lambda obj: msgpack.ExtType(_NAMEDTUPLE, dumps([name, list(obj)]))
+            tuple_head = head(_NAMEDTUPLE)
+            return lambda obj: [tuple_head, *obj]
+        object_head = head(_OBJECT)
         if hasattr(cls, "_to_wire"):  # a class that chooses its own form (and rebuilds from it)
-            return lambda obj: msgpack.ExtType(_OBJECT, dumps([name, obj._to_wire()]))
-        return lambda obj: msgpack.ExtType(_OBJECT, dumps([name, obj.__getstate__()]))
+            return lambda obj: [object_head, obj._to_wire()]
+        if issubclass(cls, pydantic.BaseModel):
+            return lambda obj: _model_parts(object_head, obj)
+        return lambda obj: [object_head, obj.__getstate__()]
 
     def _function(self, fn: Any) -> list:
         owner = getattr(fn, "__self__", None)
@@ -182,18 +193,65 @@ class Codec:
     # -- decoding ------------------------------------------------------------------------------------------------
 
     def loads(self, payload: bytes) -> Any:
+        self._unheaded = 0
         try:
-            return msgpack.unpackb(payload, ext_hook=self._ext, strict_map_key=False, timestamp=0, use_list=True)
+            value = msgpack.unpackb(payload, ext_hook=self._ext, list_hook=self._array, strict_map_key=False,
+                                    timestamp=0, use_list=True)
         except WireError:
             raise
         except (ValueError, TypeError, AttributeError) as exc:  # msgpack's errors are ValueErrors too
             raise WireError(f"malformed frame: {exc}") from None
+        if self._unheaded:
+            raise WireError("malformed frame: a type's head out of place (not the first item of an array)")
+        return value
 
     def _ext(self, code: int, data: bytes) -> Any:
-        decode = self._decoders.get(code)
-        if decode is None:
+        leaf = self._leaves.get(code)
+        if leaf is not None:
+            return leaf(data)
+        head = self._heads.get((code, data))
+        if head is None:
+            head = self._heads[(code, data)] = _Head(self._builder(code, data))
+        self._unheaded += 1
+        return head
+
+    def _array(self, items: list) -> Any:
+        if items and type(items[0]) is _Head:
+            self._unheaded -= 1
+            return items[0].build(items)
+        return items
+
+    def _builder(self, code: int, data: bytes) -> Callable[[list], Any]:
+        """How the array a head `(code, data)` starts is built; WireError for anything this side will not build."""
+        if code in (_TUPLE, _SET, _FROZENSET, _MAPPINGPROXY, _PARTIAL) and data:
+            raise WireError(f"malformed frame: extension type {code} names nothing, this one names {data!r}")
+        if code == _TUPLE:
+            return lambda items: tuple(items[1:])
+        if code == _SET:
+            return lambda items: set(items[1:])
+        if code == _FROZENSET:
+            return lambda items: frozenset(items[1:])
+        if code == _MAPPINGPROXY:
+            return lambda items: types.MappingProxyType(*items[1:])
+        if code == _PARTIAL:
+            return self._partial
+        if code not in (_ENUM, _ERROR, _NAMEDTUPLE, _OBJECT):
             raise WireError(f"unknown extension type {code} in a frame")
-        return decode(data)
+        name = data.decode()
+        if code == _OBJECT:
+            return _restorer(name)
+        cls = _own_class(name)
+        if code == _ENUM:
+            if not issubclass(cls, enum.Enum):
+                raise WireError(f"{name!r} is not an enum")
+            return lambda items: cls(*items[1:])
+        if code == _ERROR:
+            if not issubclass(cls, Exception):
+                raise WireError(f"{name!r} is not an error")
+            return functools.partial(_error, cls)
+        if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
+            raise WireError(f"{name!r} is not a named tuple")
+        return lambda items: cls(*items[1:])
 
     def _local(self, data: bytes) -> Any:
         name = data.decode()
@@ -201,55 +259,62 @@ class Codec:
             raise WireError(f"unknown process-local object {name!r}")
         return self._by_name[name]
 
-    def _partial(self, data: bytes) -> functools.partial:
-        ref, args, keywords = self.loads(data)
+    def _partial(self, items: list) -> functools.partial:
+        _, ref, args, keywords = items
         return functools.partial(self._callable(ref), *args, **keywords)
 
-    def _enum(self, data: bytes) -> enum.Enum:
-        name, value = self.loads(data)
-        cls = _own_class(name)
-        if not issubclass(cls, enum.Enum):
-            raise WireError(f"{name!r} is not an enum")
-        return cls(value)
 
-    def _error(self, data: bytes) -> Exception:
-        name, args, attrs = self.loads(data)
-        cls = _own_class(name)
-        if not issubclass(cls, Exception):
-            raise WireError(f"{name!r} is not an error")
-        exc = cls.__new__(cls)
-        exc.args = tuple(args)
-        vars(exc).update(attrs)
-        return exc
+def _from_wire(from_wire: Callable[[Any], Any], items: list) -> Any:
+    _, state = items
+    return from_wire(state)
 
-    def _namedtuple(self, data: bytes) -> tuple:
-        name, fields = self.loads(data)
-        cls = _own_class(name)
-        if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
-            raise WireError(f"{name!r} is not a named tuple")
-        return cls(*fields)
 
-    def _object(self, data: bytes) -> Any:
-        name, state = self.loads(data)
-        return _restorer(name)(state)
+def _error(cls: type, items: list) -> Exception:
+    _, args, attrs = items
+    exc = cls.__new__(cls)
+    exc.args = tuple(args)
+    vars(exc).update(attrs)
+    return exc
+
+
+def _model_parts(head: msgpack.ExtType, model: pydantic.BaseModel) -> list:
+    """A pydantic model's state (what its __getstate__ gives) after its head: its fields set as a list."""
+    private = model.__pydantic_private__
+    if private:
+        private = {k: v for k, v in private.items() if v is not PydanticUndefined}
+    return [head, model.__dict__, model.__pydantic_extra__, list(model.__pydantic_fields_set__), private]
+
+
+def _restore_model(cls: type, items: list) -> pydantic.BaseModel:
+    """The model as its __setstate__ rebuilds it from __getstate__'s state: the same attributes, no validation."""
+    _, fields, extra, fields_set, private = items
+    model = cls.__new__(cls)
+    object.__setattr__(model, "__pydantic_fields_set__", set(fields_set))
+    object.__setattr__(model, "__pydantic_extra__", extra)
+    object.__setattr__(model, "__pydantic_private__", private)
+    object.__setattr__(model, "__dict__", fields)
+    return model
 
 
 @functools.lru_cache(maxsize=1024)
-def _restorer(name: str) -> Callable[[Any], Any]:
-    """How an instance of our class `name` is rebuilt from its state (`_restore`), decided once per class."""
+def _restorer(name: str) -> Callable[[list], Any]:
+    """How an instance of our class `name` is rebuilt from the array its head starts, decided once per class."""
     cls = _own_class(name)
     if issubclass(cls, (BaseException, enum.Enum, tuple)):
         raise WireError(f"{name!r} cannot be rebuilt from a state")
     from_wire = getattr(cls, "_from_wire", None)
     if from_wire is not None:
-        return from_wire
+        return functools.partial(_from_wire, from_wire)
+    if issubclass(cls, pydantic.BaseModel):
+        return functools.partial(_restore_model, cls)
     return functools.partial(_restore, cls, hasattr(cls, "__setstate__"))
 
 
-def _restore(cls: type, setstate: bool, state: Any) -> Any:
+def _restore(cls: type, setstate: bool, items: list) -> Any:
     """Pickle's default rebuild (object.__reduce_ex__ protocol 2) for one of our classes: a bare instance, then
     its own __setstate__ if it has one (pydantic models, slotted dataclasses), else its attributes. (A class with
     its own wire form, `_to_wire`, rebuilds itself from it instead: `_from_wire`.)"""
+    _, state = items
     obj = cls.__new__(cls)
     if setstate:
         obj.__setstate__(state)

@@ -34,6 +34,16 @@ class TableIdent:
     def __str__(self) -> str:
         return ".".join([*self.namespace, self.name])
 
+    # Between cluster members (coordinator/cluster/wire.py): three plain values (as a dataclass, its namespace
+    # would cross as a tuple with its own type head, inside a dict of field names).
+    def _to_wire(self) -> list:
+        return [self.catalog, list(self.namespace), self.name]
+
+    @classmethod
+    def _from_wire(cls, state: list) -> "TableIdent":
+        catalog, namespace, name = state
+        return cls(catalog, tuple(namespace), name)
+
 
 # The metadata lists that grow with every commit. Their JSON is kept between commits and extended by appending
 # only the new entries, so a commit to a table with 10,000 snapshots copies bytes instead of re-serializing them.
