@@ -218,9 +218,7 @@ def bare_ceiling(n: int, duration_s: float, tmp: Path, rate: float | None = None
     children = []
     try:
         for i in range(n):
-            port = free_port()
-            child = procs.bare_app(port, tmp / f"bare{n}-{i}.log")
-            children.append((child.start(f"http://127.0.0.1:{port}/healthz"), f"http://127.0.0.1:{port}"))
+            children.append(start_bare(tmp / f"bare{n}-{i}.log"))
         r = trio.run(hammer, [base for _, base in children], [FLOWS["iceberg"].sample_request()], 64, duration_s,
                      procs.CpuMeter([c.pid for c, _ in children], None), rate)
         return {"processes": n, "offered": offered, **r}

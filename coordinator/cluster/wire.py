@@ -312,7 +312,7 @@ def _restorer(name: str) -> Callable[[list], Any]:
 
 def _restore(cls: type, setstate: bool, items: list) -> Any:
     """Pickle's default rebuild (object.__reduce_ex__ protocol 2) for one of our classes: a bare instance, then
-    its own __setstate__ if it has one (pydantic models, slotted dataclasses), else its attributes. (A class with
+    its own __setstate__ if it has one (slotted dataclasses), else its attributes. (Pydantic models: `_restore_model`.) (A class with
     its own wire form, `_to_wire`, rebuilds itself from it instead: `_from_wire`.)"""
     _, state = items
     obj = cls.__new__(cls)
