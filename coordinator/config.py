@@ -106,6 +106,10 @@ class Config:
     cluster_host: str = "127.0.0.1"           # where this member's internal channel listens (a private interface)
     cluster_port: int = 0                     # 0: any free port
     cluster_advertise: str | None = None      # host:port peers dial to reach this member's channel
+    # The channel's secret, the same file on every member (coordinator/cluster/secret.py). None: the data dir's
+    # cluster.key, made on first use, which members on one host share; members reached at a non-loopback
+    # address must be given one.
+    cluster_secret_file: Path | None = None
     lease_ttl_s: float = 3.0                  # a dead member's shards are taken over about this long after it died
     lease_renew_s: float = 0.5                # leases are renewed (and expired ones looked for) this often
     lease_margin_s: float = 0.75              # stop serving this long before the lease could expire in the database
@@ -117,6 +121,8 @@ class Config:
         self.port = int(self.port)
         if self.auth_file is not None:
             self.auth_file = Path(self.auth_file)
+        if self.cluster_secret_file is not None:
+            self.cluster_secret_file = Path(self.cluster_secret_file)
         if self.cluster_advertise or int(self.workers) > 1:
             self.cluster = True
         self.s3_options = {**self.s3_options, **self._named_s3_options()}
