@@ -49,11 +49,15 @@ class Config:
     auth_file: Path | None = None
     insecure: bool = False
     # The token endpoint and the console's sign-in check a client's secret (scrypt, ~50 ms of a core each, on
-    # purpose): per client id at most `token_requests_burst` at once and then `token_requests_per_s` a second
-    # (429 beyond), and at most `token_requests_queued` checks waiting for a core (503 beyond).
+    # purpose; coordinator/auth.py Throttle): per client id at most `token_requests_burst` tokens at once and then
+    # `token_requests_per_s` a second; per address at most `token_failures_burst` failed checks at once and then
+    # `token_failures_per_s` a second, per client id five times that (429 beyond); and at most
+    # `token_requests_queued` checks waiting for a core or running (503 beyond).
     token_requests_per_s: float = 10.0
     token_requests_burst: int = 20
     token_requests_queued: int = 32
+    token_failures_per_s: float = 0.2
+    token_failures_burst: int = 20
     # Clients reach the service over HTTPS through a proxy that ends TLS (the service itself speaks plain HTTP):
     # the console's sign-in cookie is then marked Secure, so a browser never sends it over plain HTTP.
     tls_proxy: bool = False
