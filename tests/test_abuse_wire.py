@@ -20,7 +20,6 @@ import msgpack
 import pytest
 
 from coordinator.cluster import wire
-from coordinator.cluster.secret import make_secret_file
 from tests.support import ServerProcess, sql
 
 REFUSED = ["coordinator.uniform.__main__:main", "coordinator.uniform.__main__:Job", "coordinator.service:Coordinator",
@@ -83,7 +82,9 @@ def niceness(pid: int) -> int:
 
 @pytest.fixture
 def member(database_url, tmp_path):
-    secret = make_secret_file(tmp_path / "cluster.secret")
+    secret = tmp_path / "cluster.secret"
+    secret.write_text(os.urandom(32).hex())
+    secret.chmod(0o600)
     server = ServerProcess(database_url, tmp_path / "srv", log_level="info",
                            extra_env={"COORDINATOR_CLUSTER": "true", "COORDINATOR_CLUSTER_SECRET_FILE": str(secret)})
     with server:
