@@ -11,8 +11,9 @@ exists, else one we create), and lives where that user can reach it.
 Only the service's own OS user reaches it: the server has no TCP listener, its one socket is in a directory only
 the OS user running PostgreSQL can enter (0700; root enters any), and it authenticates by `peer`, the kernel's
 word for who is on the other end of the socket, admitting only that OS user and the service's (pg_ident.conf's
-map "coordinator"), both as the database user `coordinator`. No password exists to leak. Both files are written
-at every start, so a data dir made by an older release (trust, TCP) is brought to these rules in place.
+map "coordinator"), both as the database user `coordinator`. No password exists to leak. pg_hba.conf and
+pg_ident.conf are written at every start, so a data dir made by an older release (trust, TCP) is brought to these
+rules in place.
 """
 
 from __future__ import annotations
