@@ -29,7 +29,7 @@ import httpx
 from . import Target
 
 RATE_PER_S = 50.0
-SENDERS = 16           # threads sharing the rate, so that slow answers (up to SENDERS / RATE_PER_S) do not slow it
+SENDERS = 64           # threads sharing the rate, so that slow answers (up to SENDERS / RATE_PER_S s) do not slow it
 REQUESTERS = 40
 WRONG_SECRETS_FROM = "127.0.0.2"
 ANONYMOUS_FROM = "127.0.1.{}"   # requester i sends from 127.0.1.(i + 1)
