@@ -134,6 +134,9 @@ def test_head_etags_snapshots_refs_and_credentials_work_as_on_the_iceberg_catalo
     assert refs.status_code == 200 and refs.headers["ETag"] != r.headers["ETag"]
     md.append(batch(range(6, 9)))   # a new version: a new metadata file, a new ETag
     assert httpx.get(path, headers={"If-None-Match": r.headers["ETag"]}).status_code == 200
+    snapshots = httpx.get(path).json()["metadata"]["snapshots"]
+    refs = httpx.get(path, params={"snapshots": "refs"}).json()["metadata"]
+    assert len(snapshots) > 1 and refs["snapshots"] == snapshots[-1:], snapshots   # main's only
     r = httpx.get(path + "/credentials")
     assert r.status_code == 200 and r.json() == {"storage-credentials": []}   # a local warehouse: none needed
     scan = {"report-type": "scan-report", "table-name": "default.events", "snapshot-id": 1, "metrics": {},

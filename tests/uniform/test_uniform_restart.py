@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from loadtest.attacks.uniform import conversion_workers
 from tests.delta.conftest import UC
 from tests.support import ServerProcess
 
@@ -46,19 +47,6 @@ def test_a_restart_converts_what_was_committed_meanwhile(database_url, tmp_path)
         server.stop()
 
 
-def _workers(pid: int) -> list[int]:
-    """The service's conversion worker processes (`python -m coordinator.uniform`)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid \
-                    and b"coordinator.uniform" in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return found
-
-
 def test_a_killed_worker_is_replaced_and_none_outlives_the_service(database_url, tmp_path):
     server = ServerProcess(database_url, tmp_path / "service")
     server.start()
@@ -67,11 +55,11 @@ def test_a_killed_worker_is_replaced_and_none_outlives_the_service(database_url,
         md = ManagedDelta(uc, "events", tmp_path).create(batch(range(3)))
         catalog = iceberg_catalog(server.base_url)
         wait_converted(catalog, "default.events", md.append(batch(range(3, 5))))
-        [worker] = _workers(server.proc.pid)
+        [worker] = conversion_workers(server.proc.pid)
         os.kill(worker, signal.SIGKILL)
         version = md.append(batch(range(5, 7)))
         assert iceberg_rows(wait_converted(catalog, "default.events", version)) == md.rows(version)
-        [replacement] = _workers(server.proc.pid)
+        [replacement] = conversion_workers(server.proc.pid)
         assert replacement != worker
         server.kill()   # a crash: the worker's stdin closes, and it ends
         for _ in range(100):
