@@ -52,6 +52,7 @@ class UniformCatalog:
         # The file each table is served from (each is written once: its name is its content), bounded by bytes.
         self.kept = MetadataCache(coordinator.config.uniform_cache_bytes)
         self._reads = trio.CapacityLimiter(READS_AT_ONCE)
+        coordinator.metrics.add_gauges(lambda: {"coordinator_uniform_metadata_cached_bytes": self.kept.bytes})
         # (catalog, schema, table) -> the Delta table's id, cached: readers poll tables
         self.names: Names[tuple[str, str, str]] = Names(coordinator.registry, self._find, _gone)
 

@@ -60,7 +60,7 @@ from coordinator.iceberg.files import metadata_file_name, metadata_version
 
 from .deltalog import DeltaLog, LogGap, commit_timestamp
 from .metadata import refs_only_json
-from .schema import Layout, Refusal, data_file, file_path, layout, layout_of, name_mapping
+from .schema import Layout, Refusal, SharedSchema, data_file, file_path, layout, layout_of, name_mapping
 from .tables import BASE_DELTA_VERSION, DELTA_TIMESTAMP, DELTA_VERSION
 
 SNAPSHOTS_KEPT = 10          # snapshots a converted table keeps for time travel (Delta's own history is longer)
@@ -210,7 +210,7 @@ class Conversion:
         self.location = job.location.rstrip("/")
         self.log = DeltaLog(files, self.location, job.staged)
         self.io = _Files(files, self.location)
-        self.base = TableMetadataUtil.parse_raw(job.base_metadata) if job.base_metadata is not None else None
+        self.base = _shared(TableMetadataUtil.parse_raw(job.base_metadata)) if job.base_metadata is not None else None
 
     def run(self) -> Converted:
         job = self.job
@@ -417,6 +417,10 @@ class Conversion:
 
 def _same_schema(a: Schema, b: Schema) -> bool:
     return a.as_struct() == b.as_struct()
+
+
+def _shared(meta: TableMetadataV2) -> TableMetadataV2:
+    return meta.model_copy(update={"schemas": [SharedSchema.of(s) for s in meta.schemas]})
 
 
 def _without_unused_schemas(meta: TableMetadataV2) -> TableMetadataV2:

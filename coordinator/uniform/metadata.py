@@ -52,10 +52,12 @@ class Kept:
         """A file read from storage, checked to be Iceberg table metadata (ValueError if it is not); blocking: run
         on a worker thread."""
         metadata = orjson.loads(data)
-        if not isinstance(metadata, dict) or not isinstance(metadata.get("table-uuid"), str) or \
-                not isinstance(metadata.get("snapshots") or [], list) or \
-                not isinstance(metadata.get("refs") or {}, dict):
+        if not isinstance(metadata, dict) or not isinstance(metadata.get("table-uuid"), str):
             raise ValueError("it holds no Iceberg table metadata")
+        snapshots, refs = metadata.get("snapshots") or [], metadata.get("refs") or {}
+        if not isinstance(snapshots, list) or not all(isinstance(s, dict) for s in snapshots) or \
+                not isinstance(refs, dict) or not all(isinstance(r, dict) for r in refs.values()):
+            raise ValueError("its snapshots or refs are not Iceberg's")
         return cls(location, data, refs_only_json(data))
 
     def table(self, ident: TableIdent) -> "ServedTable":

@@ -97,7 +97,22 @@ def iceberg_schema(schema_string: str, schema_id: int = 0) -> tuple[Schema, dict
         raise Refusal("the schema in the Delta log is not a struct")
     by_physical: dict[tuple[str, ...], NestedField] = {}
     struct = _struct(delta, (), by_physical, _Ids(), 0)
-    return Schema(*struct.fields, schema_id=schema_id), by_physical
+    return SharedSchema(*struct.fields, schema_id=schema_id), by_physical
+
+
+class SharedSchema(Schema):
+    """A schema that copies share. pyiceberg's metadata updates and its transaction deep-copy the whole table
+    metadata each time (a dozen times a snapshot), and the schemas are most of it: a table of 10,000 columns spent
+    ~20 s a conversion copying them. Its models are frozen, so a copy can be the schema itself."""
+
+    def __deepcopy__(self, memo: dict) -> "SharedSchema":
+        return self
+
+    @classmethod
+    def of(cls, schema: Schema) -> "SharedSchema":
+        if isinstance(schema, cls):
+            return schema
+        return cls(*schema.fields, schema_id=schema.schema_id, identifier_field_ids=schema.identifier_field_ids)
 
 
 class _Ids:
