@@ -103,7 +103,7 @@ def iceberg_schema(schema_string: str, schema_id: int = 0) -> tuple[Schema, dict
 class SharedSchema(Schema):
     """A schema that copies share. pyiceberg's metadata updates and its transaction deep-copy the whole table
     metadata each time (a dozen times a snapshot), and the schemas are most of it: a table of 10,000 columns spent
-    ~20 s a conversion copying them. Its models are frozen, so a copy can be the schema itself."""
+    ~20 s a conversion copying them. pyiceberg's models are frozen, so a copy can be the schema itself."""
 
     def __deepcopy__(self, memo: dict) -> "SharedSchema":
         return self

@@ -64,10 +64,11 @@ class Workers:
                 await process.stdin.send_all(_pack(dataclasses.asdict(job)))
                 value = _unpack(await _receive(process.stdout))
             except (EOFError, trio.BrokenResourceError):
-                with trio.move_on_after(1):   # (its own end, not our kill, is what its status tells)
-                    await process.wait()
-                process.kill()
-                await process.wait()
+                try:
+                    with trio.move_on_after(1):   # (its own end, not our kill, is what its status tells)
+                        await process.wait()
+                finally:
+                    process.kill()
                 raise WorkerEnded(f"the conversion worker ended before answering, {_status(process.returncode)}") \
                     from None
             except BaseException:
@@ -101,7 +102,9 @@ async def _receive(stream) -> bytes:
 
 
 def _status(returncode: int | None) -> str:
-    if returncode is not None and returncode < 0:
+    if returncode is None:
+        return "and was killed (it had closed its output)"
+    if returncode < 0:
         return f"killed by signal {-returncode}"
     return f"exit status {returncode}"
 
