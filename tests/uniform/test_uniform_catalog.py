@@ -142,3 +142,17 @@ def test_head_etags_snapshots_refs_and_credentials_work_as_on_the_iceberg_catalo
     scan = {"report-type": "scan-report", "table-name": "default.events", "snapshot-id": 1, "metrics": {},
             "filter": True, "schema-id": 0, "projected-field-ids": [1], "projected-field-names": ["id"]}
     assert httpx.post(path + "/metrics", json=scan).status_code == 204
+
+
+@pytest.fixture
+def small_metadata(config):
+    config.uniform_max_metadata_bytes = 1024
+    return config
+
+
+def test_a_writers_metadata_file_beyond_the_limit_is_refused_with_its_size(small_metadata, service, writer_table):
+    writer_table.append(batch(range(3, 6)))   # (a commit that brings the writer's conversion)
+    r = httpx.get(service + MOUNT + "/v1/catalogs/main/namespaces/default/tables/events")
+    assert r.status_code == 406, r.text[:500]
+    message = r.json()["error"]["message"]
+    assert "bytes, more than the 1024 this service serves (uniform_max_metadata_bytes)" in message, message
