@@ -33,7 +33,7 @@ LIMIT = 1 << 20        # uniform_max_metadata_bytes here
 CACHE = 4 << 20        # uniform_cache_bytes here
 SNAPSHOTS_KEPT = 10    # conversion.SNAPSHOTS_KEPT
 RSS_GROWTH_MAX = 64 << 20
-CONVERSIONS = 2 * (SNAPSHOTS_KEPT + 1)   # conversions the churn watches: twice the schemas a table may keep
+CONVERSIONS = SNAPSHOTS_KEPT + 4   # conversions the churn watches: more than the schemas a table may keep
 
 
 @pytest.fixture
