@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--cluster-port", type=int, help=f"internal channel port, 0 = any {default('cluster_port')}")
     s.add_argument("--cluster-advertise", help="host:port other members dial to reach this one; implies "
                                                f"--cluster {default('cluster_advertise', 'none')}")
+    s.add_argument("--cluster-secret-file", help="file holding the internal channel's secret, the same on every "
+                                                 "member (see docs/cluster.md) "
+                                                 f"{default('cluster_secret_file', '<data-dir>/cluster.key')}")
     s.add_argument("--http-fd", type=int, help=argparse.SUPPRESS)  # set by --workers for its processes
     add_warehouse_commands(sub)
     args = parser.parse_args(argv)
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                                  auth_file=args.auth_file, insecure=args.insecure, tls_proxy=args.tls_proxy,
                                  workers=args.workers, cluster=args.cluster, cluster_host=args.cluster_host,
                                  cluster_port=args.cluster_port, cluster_advertise=args.cluster_advertise,
-                                 http_fd=args.http_fd, uniform_workers=args.uniform_workers)
+                                 cluster_secret_file=args.cluster_secret_file, http_fd=args.http_fd, uniform_workers=args.uniform_workers)
         configure_logging(config.log_level)
         try:
             serve(config)

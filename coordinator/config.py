@@ -49,11 +49,15 @@ class Config:
     auth_file: Path | None = None
     insecure: bool = False
     # The token endpoint and the console's sign-in check a client's secret (scrypt, ~50 ms of a core each, on
-    # purpose): per client id at most `token_requests_burst` at once and then `token_requests_per_s` a second
-    # (429 beyond), and at most `token_requests_queued` checks waiting for a core (503 beyond).
+    # purpose; coordinator/auth.py Throttle): per client id at most `token_requests_burst` tokens at once and then
+    # `token_requests_per_s` a second; per address at most `token_failures_burst` failed checks at once and then
+    # `token_failures_per_s` a second, per client id five times that (429 beyond); and at most
+    # `token_requests_queued` checks waiting for a core or running (503 beyond).
     token_requests_per_s: float = 10.0
     token_requests_burst: int = 20
     token_requests_queued: int = 32
+    token_failures_per_s: float = 0.2
+    token_failures_burst: int = 20
     # Clients reach the service over HTTPS through a proxy that ends TLS (the service itself speaks plain HTTP):
     # the console's sign-in cookie is then marked Secure, so a browser never sends it over plain HTTP.
     tls_proxy: bool = False
@@ -111,6 +115,10 @@ class Config:
     cluster_host: str = "127.0.0.1"           # where this member's internal channel listens (a private interface)
     cluster_port: int = 0                     # 0: any free port
     cluster_advertise: str | None = None      # host:port peers dial to reach this member's channel
+    # The channel's secret, the same file on every member (coordinator/cluster/secret.py). None: the data dir's
+    # cluster.key, made on first use, which members on one host share; members reached at a non-loopback
+    # address must be given one.
+    cluster_secret_file: Path | None = None
     lease_ttl_s: float = 3.0                  # a dead member's shards are taken over about this long after it died
     lease_renew_s: float = 0.5                # leases are renewed (and expired ones looked for) this often
     lease_margin_s: float = 0.75              # stop serving this long before the lease could expire in the database
@@ -122,6 +130,8 @@ class Config:
         self.port = int(self.port)
         if self.auth_file is not None:
             self.auth_file = Path(self.auth_file)
+        if self.cluster_secret_file is not None:
+            self.cluster_secret_file = Path(self.cluster_secret_file)
         if self.cluster_advertise or int(self.workers) > 1:
             self.cluster = True
         self.s3_options = {**self.s3_options, **self._named_s3_options()}

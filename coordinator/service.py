@@ -96,7 +96,8 @@ class Coordinator:
             key = self.auth.signing_key or await self.store.signing_key(new_signing_key())
             c = self.config
             self.authority = Authority(self.auth, key, Throttle(c.token_requests_per_s, c.token_requests_burst,
-                                                                c.token_requests_queued))
+                                                                c.token_requests_queued, c.token_failures_per_s,
+                                                                c.token_failures_burst))
         await self.warehouses.load()
         self.feed.attach()
         async with trio.open_nursery() as nursery:

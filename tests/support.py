@@ -45,9 +45,10 @@ def throwaway_postgres() -> Iterator[str]:
 
 
 class ServerProcess:
-    """`coordinator serve` in a subprocess on a fixed port, so a restart keeps the clients' URL."""
+    """`coordinator serve` in a subprocess on a fixed port, so a restart keeps the clients' URL. With no
+    `database_url` it runs its own embedded PostgreSQL in `data_dir`, as `coordinator serve` does by default."""
 
-    def __init__(self, database_url: str, data_dir: Path, *, warehouse: str | None = None,
+    def __init__(self, database_url: str | None, data_dir: Path, *, warehouse: str | None = None,
                  extra_env: dict[str, str] | None = None, extra_args: list[str] | None = None,
                  log_level: str = "warning"):
         self.log_level = log_level
@@ -66,8 +67,9 @@ class ServerProcess:
         env = {**os.environ, **self.extra_env}
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", "serve", "--port", str(self.port), "--database-url",
-             self.database_url, "--data-dir", str(self.data_dir), "--warehouse", self.warehouse,
+            [sys.executable, "-m", "api.cli", "serve", "--port", str(self.port),
+             *(["--database-url", self.database_url] if self.database_url else []),
+             "--data-dir", str(self.data_dir), "--warehouse", self.warehouse,
              "--log-level", self.log_level, *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=Path(__file__).resolve().parents[1])
         deadline = time.monotonic() + timeout_s
