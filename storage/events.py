@@ -39,10 +39,13 @@ _AFTER = """(e.xid, e.seq) > (s.at_xid, s.at_seq) AND e.xid < s.xmin
       AND ($3::text[] IS NULL OR split_part(e.type, '.', 1) = ANY($3::text[]))
       AND ($4::text[] IS NULL OR e.subject = ANY($4::text[]))"""
 _READ_SQL = f"""
-WITH s AS MATERIALIZED (
-    SELECT pg_snapshot_xmin(c) AS xmin, pg_snapshot_xmax(c) AS xmax, f.xid AS floor_xid, f.seq AS floor_seq,
-           coalesce($1::text::xid8, f.xid) AS at_xid, CASE WHEN $1::text IS NULL THEN f.seq ELSE $2 END AS at_seq
-    FROM pg_current_snapshot() c, events_floor f)
+WITH f AS MATERIALIZED (
+    SELECT pg_snapshot_xmin(c) AS xmin, pg_snapshot_xmax(c) AS xmax,
+           (SELECT f.xid FROM events_floor f) AS floor_xid, (SELECT f.seq FROM events_floor f) AS floor_seq
+    FROM pg_current_snapshot() c),
+s AS MATERIALIZED (
+    SELECT f.*, coalesce($1::text::xid8, f.floor_xid) AS at_xid,
+           CASE WHEN $1::text IS NULL THEN f.floor_seq ELSE $2 END AS at_seq FROM f)
 SELECT s.xmin::text AS horizon, s.xmax::text AS next_xid, s.floor_xid::text, s.floor_seq,
        coalesce((SELECT e.xid FROM events e ORDER BY e.xid DESC, e.seq DESC LIMIT 1) >= s.xmin, false) AS pending,
        p.xid::text AS xid, p.seq, p.id, p.type, p.subject, p.catalog, p.securable, p.data, p.time
@@ -103,10 +106,11 @@ class EventLog:
             await con.execute("SELECT 1 FROM events_floor FOR UPDATE")
             # Exclusive bounds: by age, the first young event (none: every event is old); by count, the one after
             # the newest of the excess (none: no excess). The greater one wins.
-            young = await con.fetchrow("SELECT xid::text, seq FROM events WHERE time >= now() - make_interval("
-                                       "secs => $1) ORDER BY xid, seq LIMIT 1", float(max_age_s))
-            excess = await con.fetchrow("SELECT xid::text, seq + 1 AS seq FROM events ORDER BY xid DESC, seq DESC"
-                                        " OFFSET $1 LIMIT 1", max_count)
+            # (Ordered by the columns, `e.xid`: a bare `xid` would be the output column, the text, and "10" < "9".)
+            young = await con.fetchrow("SELECT e.xid::text, e.seq FROM events e WHERE e.time >= now() - "
+                                       "make_interval(secs => $1) ORDER BY e.xid, e.seq LIMIT 1", float(max_age_s))
+            excess = await con.fetchrow("SELECT e.xid::text, e.seq + 1 AS seq FROM events e"
+                                        " ORDER BY e.xid DESC, e.seq DESC OFFSET $1 LIMIT 1", max_count)
             if young is not None:
                 bounds = [(int(young["xid"]), young["seq"])]
                 if excess is not None:
