@@ -10,13 +10,15 @@ moment), never the position of an event it may not see; and a reader that may se
 Waiting readers share one read. The store calls `on_events` after each flush that applied something (and, with
 several members, when another member's commit NOTIFYs); only while a reader that may see something waits does that
 reach the trio thread, where `run` reads the events that became final, once, and offers them to every waiting
-reader, each taking those its scope and filters let through. A commit costs one read however many wait. Waiting
-readers are bounded, in all and per client: beyond, a long-poll is refused at once (429, or 503 when the service
-is full, with Retry-After).
+reader, each taking those its scope and filters let through. A commit costs one read however many wait. The
+latest shared reads are kept (the tail): a long-poll from a position in it, a reader keeping up, is answered
+from it or waits with no read of its own. Waiting readers are bounded, in all and per client: beyond, a
+long-poll is refused at once (429, or 503 when the service is full, with Retry-After).
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 from collections import Counter
@@ -44,6 +46,11 @@ PRUNE_EVERY_S = 60.0   # how often retention runs (coordinator/service.py)
 RECHECK_S = 0.002
 RECHECK_MAX_S = 0.1
 RETRY_S = 0.5          # after a failed shared read (the database unreachable), the next try
+TAIL_MAX = 2 * MAX_LIMIT   # events of the latest shared reads kept to answer long-polls that keep up
+
+
+def _position(e: StoredEvent) -> Position:
+    return e.position
 
 
 @functools.lru_cache(maxsize=1024)
@@ -65,8 +72,8 @@ def scope_of(principal: Principal | None) -> FeedScope:
 
 @dataclass(eq=False)
 class _Waiter:
-    """A reader in a long-poll, after its own read found nothing: `at` is how far the shared reads have looked for
-    it, `next` the token it is answered with if nothing comes (never an event it may not see)."""
+    """A reader in a long-poll: `at` is how far the feed has been looked at for it (by its own read, the tail, the
+    shared reads), `next` the token it is answered with if nothing comes (never an event it may not see)."""
 
     scope: FeedScope
     formats: frozenset[str] | None
@@ -88,8 +95,8 @@ class _Waiter:
                 and (self.subjects is None or e.subject in self.subjects))
 
     def offer(self, page: EventPage, matching: list[StoredEvent], full: bool) -> None:
-        """A shared read from at or before this reader's `at` (`full`: more events follow it), `matching` the
-        events of it this reader takes."""
+        """A shared read (or the tail) from at or before this reader's `at` (`full`: more events follow it),
+        `matching` the events of it this reader takes."""
         if self.at < page.floor:   # retention deleted events after this reader's position meanwhile
             self.expired = True
             self.done.set()
@@ -118,8 +125,21 @@ class Feed:
         self._listening = 0
         self._waiters: set[_Waiter] = set()    # those past their own read, offered every shared read
         self._woken = trio.Event()
-        self._wakes = 0        # wake-ups so far: a reader whose own read saw one come asks for a shared read
-        self._covered: Position | None = None  # where the last shared read ended
+        self._wakes = 0        # wake-ups so far
+        self._deafened = 0     # times nobody listened any more (wake-ups were dropped from then on)
+        # The tail: the events the shared reads brought, every one after `_tail_start` up to `_tail_end` (the
+        # horizon of the latest, or its last event if it was full), in feed order, at most TAIL_MAX. A long-poll
+        # from a position in it is answered from it or waits with no read of its own; `_fresh` while nothing
+        # can have been committed after it.
+        self._tail: list[StoredEvent] = []
+        self._tail_start: Position | None = None
+        self._tail_page: EventPage | None = None   # the tail as a page: the latest read's horizon, floor, pending
+        self._tail_full = False
+        self._fresh = False
+
+    @property
+    def _tail_end(self) -> Position:
+        return self._tail[-1].position if self._tail_full else (self._tail_page.horizon, 0)
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Takes the store's wake-ups and does the one shared read for every waiting reader, until cancelled."""
@@ -138,9 +158,9 @@ class Feed:
             if not self._waiters:
                 recheck = None
                 continue
-            start = min(w.at for w in self._waiters)
+            start, heard = min(w.at for w in self._waiters), (self._wakes, self._deafened)
             try:
-                page = await self.store.events.read(start, MAX_LIMIT)   # every event: each takes what it may see
+                page = await self.store.events.read_shared(start, MAX_LIMIT)   # each takes what it may see
             except StorageError as exc:
                 log.warning("commit feed: reading for waiting readers failed (%s); trying again", exc)
                 recheck = RETRY_S
@@ -150,8 +170,12 @@ class Feed:
                 recheck = RETRY_S
                 continue
             full = len(page.events) == MAX_LIMIT
-            self._covered = page.events[-1].position if full else (page.horizon, 0)
-            behind = self._offer(start, page, full)
+            self._remember(start, page, full)
+            self._fresh = not full and not page.pending and heard == (self._wakes, self._deafened)
+            behind = False
+            served: dict[tuple, list[StoredEvent]] = {}
+            for w in list(self._waiters):
+                behind |= not self._serve(w, served)
             if full or behind:
                 self._wake()   # read on at once
             elif page.pending:
@@ -161,23 +185,44 @@ class Feed:
 
     def _wake(self) -> None:
         self._wakes += 1
+        self._fresh = False
         self._woken.set()
 
-    def _offer(self, start: Position, page: EventPage, full: bool) -> bool:
-        """Hands a shared read to every waiting reader whose position it covers; whether any it did not cover
-        (one that came while the read was on its way, from before its start) is left."""
-        behind = False
-        matching: dict[tuple, list[StoredEvent]] = {}
-        for w in list(self._waiters):
-            if w.at < start:
-                behind = True
-                continue
-            if w.interest not in matching:
-                matching[w.interest] = [e for e in page.events if w.takes(e)]
-            w.offer(page, matching[w.interest], full)
-            if w.done.is_set():
-                self._waiters.discard(w)
-        return behind
+    def _remember(self, start: Position, page: EventPage, full: bool) -> None:
+        """Adds a shared read, of the events after `start`, to the tail (in its place if it joins on)."""
+        end = page.events[-1].position if full else (page.horizon, 0)
+        horizon = self._tail_page.horizon if self._tail_page is not None else 0
+        if self._tail_start is not None and self._tail_start <= start <= self._tail_end:
+            if end > self._tail_end:
+                last = self._tail_end
+                self._tail.extend(e for e in page.events if e.position > last)
+                self._tail_full, horizon = full, max(horizon, page.horizon)
+        else:
+            self._tail, self._tail_start, self._tail_full, horizon = list(page.events), start, full, page.horizon
+        self._tail_page = EventPage(self._tail, horizon, page.next_xid, page.floor, page.pending)
+        if len(self._tail) > TAIL_MAX:
+            cut = len(self._tail) - TAIL_MAX
+            self._tail_start = self._tail[cut - 1].position
+            del self._tail[:cut]
+
+    def _covers(self, at: Position) -> bool:
+        return self._tail_start is not None and self._tail_start <= at <= self._tail_end
+
+    def _serve(self, w: _Waiter, served: dict[tuple, list[StoredEvent]] | None = None) -> bool:
+        """Offers a reader the tail after its position (`served`: what readers alike took, by interest and
+        place); False if the tail does not reach back to it."""
+        if not self._covers(w.at):
+            return False
+        i = bisect.bisect_right(self._tail, w.at, key=_position)
+        key = (w.interest, i)
+        if served is None or key not in served:
+            matching = [] if w.scope.nothing else [e for e in self._tail[i:] if w.takes(e)]
+            if served is not None:
+                served[key] = matching
+        w.offer(self._tail_page, matching if served is None else served[key], self._tail_full)
+        if w.done.is_set():
+            self._waiters.discard(w)
+        return True
 
     async def read(self, after: str | None, *, limit: int = 100, wait_s: float = 0.0,
                    formats: list[str] | None = None, tables: list[str] | None = None,
@@ -204,30 +249,38 @@ class Feed:
             self._listening += listens
             if listens and self._listening == 1:
                 self.store.want_events(True)   # (another member's commit before it listens: it wakes us once it does)
-            wakes = self._wakes
-            page = await self._page(at, limit, formats, tables, scope)
-            at = self._next(at, page, limit)
-            if page.events:
-                return self._answer(page.events, at)
-            if not listens:
-                await trio.sleep_until(deadline)
-                return self._answer([], at)
             waiter = _Waiter(scope, frozenset(formats) if formats else None, frozenset(tables) if tables else None,
-                             limit, at, at)
-            self._waiters.add(waiter)
-            try:
-                if self._wakes != wakes or page.pending or self._covered is not None and at < self._covered:
-                    self._wake()   # what the shared reads may have passed by during this reader's own read
-                with trio.move_on_at(deadline):
-                    await waiter.done.wait()
-            finally:
-                self._waiters.discard(waiter)
+                             limit, at or (0, 0), at or (0, 0))
+            heard = (self._wakes, self._deafened)
+            if at is not None and self._serve(waiter):   # a reader keeping up: from memory
+                fresh = self._fresh
+            else:
+                page = await self._page(at, limit, formats, tables, scope)
+                waiter.at = waiter.next = self._next(at, page, limit)
+                if page.events:
+                    return self._answer(page.events, waiter.next)
+                fresh = not page.pending and heard == (self._wakes, self._deafened)
+                self._serve(waiter)   # what the shared reads brought meanwhile
+            if not waiter.done.is_set():
+                if not listens:
+                    await trio.sleep_until(deadline)
+                    return self._answer([], waiter.next)
+                self._waiters.add(waiter)
+                try:
+                    if not fresh:
+                        self._wake()   # the shared read looks for what may have been committed since
+                    with trio.move_on_at(deadline):
+                        await waiter.done.wait()
+                finally:
+                    self._waiters.discard(waiter)
             if waiter.expired:
                 raise self._expired()
             return self._answer(waiter.found, waiter.next)
         finally:
             self._listening -= listens
             if listens and self._listening == 0:
+                self._deafened += 1
+                self._fresh = False
                 self.store.want_events(False)
             self._leave(client)
 

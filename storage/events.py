@@ -68,19 +68,32 @@ def _range_end(prefix: str) -> str:
     return prefix[:-1] + "0"
 
 
-class EventLog:
-    """Reads and prunes the outbox through the feed's own connection pool (`call` runs on the storage thread), so
-    that readers never wait for, or hold, a connection that commits need."""
+Call = Callable[[Callable[[asyncpg.Connection], Awaitable[T]]], Awaitable[T]]   # runs it on the storage thread
 
-    def __init__(self, call: Callable[[Callable[[asyncpg.Connection], Awaitable[T]]], Awaitable[T]]):
-        self._call = call
+
+class EventLog:
+    """Reads and prunes the outbox through the feed's own connections, so that readers never wait for, or hold, a
+    connection that commits need: `call` for readers' own reads and retention, `shared_call` for the one read
+    that every waiting reader shares, which so never queues behind theirs."""
+
+    def __init__(self, call: Call, shared_call: Call):
+        self._call, self._shared_call = call, shared_call
 
     async def read(self, after: Position | None, limit: int, *, formats: list[str] | None = None,
                    subjects: list[str] | None = None, scope: FeedScope = EVERYTHING) -> EventPage:
         """Up to `limit` final events after `after` (None: from the oldest kept), in feed order, of those `scope`
         lets through, of the given formats (the type's first word) and subjects only, if given."""
+        return await self._read(self._call, after, limit, formats, subjects, scope)
+
+    async def read_shared(self, after: Position, limit: int) -> EventPage:
+        """`read` of every event, for all the readers waiting at once (on a connection of its own)."""
+        return await self._read(self._shared_call, after, limit, None, None, EVERYTHING)
+
+    @staticmethod
+    async def _read(call: Call, after: Position | None, limit: int, formats: list[str] | None,
+                    subjects: list[str] | None, scope: FeedScope) -> EventPage:
         xid, seq = after if after is not None else (None, 0)
-        rows = await self._call(lambda con: con.fetch(
+        rows = await call(lambda con: con.fetch(
             _READ_SQL, None if xid is None else str(xid), seq, formats, subjects, limit, scope.everything,
             list(scope.tables), list(scope.containers), [_range_end(c) for c in scope.containers]))
         first = rows[0]

@@ -75,14 +75,17 @@ class PostgresStore:
         self.thread = AsyncioThread()
         self.pool: asyncpg.Pool | None = None
         # The commit feed's readers have connections of their own: however many read or wait, they never hold one
-        # that a commit, a table load or a listing needs (connections are made as readers come, up to this many).
+        # that a commit, a table load or a listing needs (connections are made as readers come, up to this many),
+        # and the one read all waiting readers share has one more, so that it never queues behind their own reads.
         self.feed_pool: asyncpg.Pool | None = None
+        self.feed_shared_pool: asyncpg.Pool | None = None
         self.writer: GroupCommitWriter | None = None
         self.on_flush: Callable[[float], None] | None = None  # each group-commit flush's seconds, for /metrics
         # Alone, this process owns the database; fenced, it shares it with cluster members only.
         self.owner = OwnerLock(dsn, shared=fenced, timeout_s=timeout_s)
         self.leases = LeaseStore(self._call)   # the cluster's shard leases and member rows
-        self.events = EventLog(self._feed_call)     # the commit feed
+        self.events = EventLog(lambda fn: self._call(fn, pool=self.feed_pool),   # the commit feed
+                               lambda fn: self._call(fn, pool=self.feed_shared_pool))
         # Called on the storage thread whenever new events may be readable: a flush here applied something, or
         # (fenced) another member said so. The feed wakes its waiting readers.
         self.on_events: Callable[[], None] | None = None
@@ -120,6 +123,8 @@ class PostgresStore:
             await key_locations(con)
         self.feed_pool = await asyncpg.create_pool(self.dsn, min_size=0, max_size=self.feed_pool_size,
                                                    **pool_options(self.timeout_s))
+        self.feed_shared_pool = await asyncpg.create_pool(self.dsn, min_size=0, max_size=1,
+                                                          **pool_options(self.timeout_s))
         self.writer = GroupCommitWriter(self.pool, self.timeout_s, fenced=self.fenced)
         self.writer.on_flush = self.on_flush
         self.writer.on_applied = self._events_applied
@@ -148,20 +153,22 @@ class PostgresStore:
             self._listener.cancel()
         if self.writer:
             await self.writer.stop()
-        if self.feed_pool is not None:
-            await self.feed_pool.close()
+        for pool in (self.feed_pool, self.feed_shared_pool):
+            if pool is not None:
+                await pool.close()
         await self.pool.close()
         await self.owner.release()
 
     # -- plumbing ------------------------------------------------------------------------------------------
 
     async def _call(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, changes: bool = False,
-                    feed: bool = False) -> T:
-        """Run `fn(connection)` on the storage thread, on a connection of the main pool (of the feed's, `feed`).
-        A lost connection is StoreUnavailable (nothing applied), except where `fn` `changes` what a client is
-        answered about and may have sent its COMMIT: OutcomeLost."""
+                    pool: asyncpg.Pool | None = None) -> T:
+        """Run `fn(connection)` on the storage thread, on a connection of `pool` (the main one by default). A lost
+        connection is StoreUnavailable (nothing applied), except where `fn` `changes` what a client is answered
+        about and may have sent its COMMIT: OutcomeLost."""
+        pool = pool or self.pool
+
         async def run() -> T:
-            pool = self.feed_pool if feed else self.pool
             try:
                 # Bounded like every query (command_timeout): with the database stalled, the pool's connections
                 # are all busy and an unbounded wait would hold the request past any client's patience.
@@ -181,9 +188,6 @@ class PostgresStore:
                 await pool.release(con)
 
         return await self.thread.call(run)
-
-    async def _feed_call(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
-        return await self._call(fn, feed=True)
 
     async def with_connection(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """Run `fn(connection)` on the storage thread: for tests and tools that read or set rows directly (the
