@@ -106,7 +106,6 @@ def test_a_long_poll_flood_slows_no_writer_and_what_is_beyond_its_bounds_is_refu
             during = measure()
             held = (mine.outstanding, theirs.outstanding)
     slower = {k: during[k] / before[k] for k in ("commit", "list+create", "cpu/request")}
-    print(f"with {sum(held)} long-polls waiting: {during}; before: {before}")
     assert slower["cpu/request"] < 2 and slower["commit"] < 2.5 and slower["list+create"] < 2.5, (
         f"with {sum(held)} long-polls waiting: {during} against {before} before")
     assert held == (PER_CLIENT, IN_ALL - PER_CLIENT)
