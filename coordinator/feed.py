@@ -178,8 +178,8 @@ class Feed:
                 behind |= not self._serve(w, served)
             if full or behind:
                 self._wake()   # read on at once
-            elif page.pending:
-                recheck = RECHECK_S if recheck is None else min(recheck * 2, RECHECK_MAX_S)
+            elif page.pending:   # (each time events came, as if anew: the pending ones are likely new too)
+                recheck = RECHECK_S if recheck is None or page.events else min(recheck * 2, RECHECK_MAX_S)
             else:
                 recheck = None
 
