@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                                  auth_file=args.auth_file, insecure=args.insecure, tls_proxy=args.tls_proxy,
                                  workers=args.workers, cluster=args.cluster, cluster_host=args.cluster_host,
                                  cluster_port=args.cluster_port, cluster_advertise=args.cluster_advertise,
-                                 cluster_secret_file=args.cluster_secret_file, http_fd=args.http_fd, uniform_workers=args.uniform_workers)
+                                 cluster_secret_file=args.cluster_secret_file, http_fd=args.http_fd,
+                                 uniform_workers=args.uniform_workers,
+                                 events_retention_s=args.events_retention_s, events_max=args.events_max)
         configure_logging(config.log_level)
         try:
             serve(config)

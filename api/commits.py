@@ -26,7 +26,7 @@ from quart import Blueprint, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException
 
 from coordinator import crossformat
-from coordinator.errors import BadRequest, CoordinatorError, Unavailable, from_storage
+from coordinator.errors import BadRequest, CoordinatorError, TooManyRequests, Unavailable, from_storage
 from coordinator.idempotency import IdempotencyKey, IdempotencyRecord, bind, parse_key
 
 from . import delta, iceberg, lance
@@ -100,7 +100,7 @@ def error_response(exc: BaseException, req=None) -> Response:
         status = exc.code or 400
         return json_response({"error": {"code": status, "type": exc.name, "message": exc.description or exc.name}},
                              status)
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, (Unavailable, TooManyRequests)) else None
     parts = g.get("cross_format_parts")
     if exc.part is None or parts is None or exc.part >= len(parts):
         error = {"code": exc.status, "type": type(exc).__name__, "message": exc.message}

@@ -96,6 +96,13 @@ class Config:
     # many, whichever deletes more. An event takes about 0.6 KB in the database: 1,000,000 are about 0.6 GB.
     events_retention_s: float = 7 * 24 * 3600.0
     events_max: int = 1_000_000
+    # Readers waiting in a long-poll (`wait`): at most this many at once, and this many per client (one client id;
+    # every reader is one client without authentication). Beyond, a long-poll is refused at once: 429 for the
+    # client over its share, 503 when the service is full, both with Retry-After. The feed reads through a pool of
+    # `feed_db_pool_size` connections of its own, never taking those that commits need.
+    feed_waiters_max: int = 1000
+    feed_waiters_per_client: int = 100
+    feed_db_pool_size: int = 2
 
     # Storage
     db_pool_size: int = 4

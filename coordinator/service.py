@@ -55,7 +55,7 @@ class Coordinator:
             self.embedded = EmbeddedPostgres(self.config.data_dir / "postgres")
             dsn = self.embedded.start()
         self.store = PostgresStore(dsn, pool_size=self.config.db_pool_size, timeout_s=self.config.db_timeout_s,
-                                   fenced=self.config.cluster)
+                                   fenced=self.config.cluster, feed_pool_size=self.config.feed_db_pool_size)
         self.store.on_flush = self.metrics.db_write.observe
         try:
             self.store.open()
@@ -99,8 +99,8 @@ class Coordinator:
                                                                 c.token_requests_queued, c.token_failures_per_s,
                                                                 c.token_failures_burst))
         await self.warehouses.load()
-        self.feed.attach()
         async with trio.open_nursery() as nursery:
+            await nursery.start(self.feed.run)
             await nursery.start(self.registry.run)
             if self.cluster is not None:
                 await nursery.start(self.cluster.run)
