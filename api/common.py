@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TypeVar
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from quart import Response, g, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
 
@@ -126,8 +127,15 @@ class _RepeatedKey(Exception):
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> None:
-    if len({key for key, _ in pairs}) != len(pairs):
-        raise _RepeatedKey(next(key for i, (key, _) in enumerate(pairs) if any(key == k for k, _ in pairs[:i])))
+    """One object's members: the first key seen twice is named. A set of the keys seen so far keeps the search
+    linear in the object's size (a body of 20,000 distinct keys and one repeated is 165 KB)."""
+    if len({key for key, _ in pairs}) == len(pairs):
+        return
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _RepeatedKey(key)
+        seen.add(key)
 
 
 # The stdlib scanner hands each object's pairs over before they become a dict; orjson (like every dict-building
@@ -188,6 +196,12 @@ def _check_value(value: Any) -> None:
 
 
 async def read_json(allow_empty: bool = False) -> Any:
+    """The request body's JSON, parsed once per request: an access policy that reads part of it and the view share
+    one parse."""
+    return await parsed_once(("json", allow_empty), lambda: _read_json(allow_empty))
+
+
+async def _read_json(allow_empty: bool) -> Any:
     return body_json(await request.get_data(), allow_empty)
 
 
@@ -202,7 +216,23 @@ def body_json(data: bytes, allow_empty: bool = False) -> Any:
 
 def json_model(model: type[M]) -> Callable[[Any], M]:
     """How a direct route (api/direct.py) reads its body as `model`, as `read_model` does."""
-    return lambda req: parse_model(model, body_json(req.body))
+    return lambda req: parse_model(model, req.json())
+
+
+def json_fields(model: type[BaseModel], *names: str) -> Callable[[Any], BaseModel]:
+    """How a direct route reads the fields `names` of its body as `model` has them, as `read_fields` does."""
+    return lambda req: parse_model(fields_of(model, *names), req.json())
+
+
+@functools.cache
+def fields_of(model: type[BaseModel], *names: str) -> type[BaseModel]:
+    """`model` with only its fields `names` (their types, aliases and defaults), every other key ignored: what an
+    access policy reads of a body. The policy validates only those, so the caller's grants are checked before
+    the rest of the body is validated (by `model`, in the view)."""
+    fields = {name: (info.annotation, info) for name, info in model.model_fields.items() if name in names}
+    assert len(fields) == len(names), f"{model.__name__} has no field among {names}"
+    config = ConfigDict(**{**model.model_config, "extra": "ignore"})
+    return create_model(f"{model.__name__}Fields", __config__=config, **fields)
 
 
 def parse_model(model: type[M], value: Any) -> M:
@@ -229,6 +259,15 @@ async def _read_model(model: type[M], allow_empty: bool) -> M:
     return parse_model(model, await read_json(allow_empty))
 
 
+async def read_fields(model: type[BaseModel], *names: str) -> Any:
+    """The fields `names` of the request's body as `model` reads them (`fields_of`), for an access policy."""
+    return await parsed_once((model, names), lambda: _read_fields(model, names))
+
+
+async def _read_fields(model: type[BaseModel], names: tuple[str, ...]) -> Any:
+    return parse_model(fields_of(model, *names), await read_json())
+
+
 def query_flag(name: str, default: bool = False) -> bool:
     """A boolean query parameter: `true` or `false`, in any case. Anything else is refused before the request does
     anything: read as false (Java's `Boolean.parseBoolean`), a misspelt `purgeRequested` would drop a table and
@@ -244,10 +283,12 @@ def query_flag(name: str, default: bool = False) -> bool:
 @dataclass
 class CommitPart:
     """One part of a cross-format commit (api/commits.py), as its protocol's module read it: what to call it in
-    messages, the grants it needs (as that protocol's own commit needs them), how its format's service plans it,
-    and how that protocol words an error (its HTTP status, and its error type or code)."""
+    messages, the grants it needs (as that protocol's own commit needs them, read from only the fields that name
+    its table), how its format's service plans it (`read()` validates the rest of the part, once the grants are
+    checked, and returns the planner), and how that protocol words an error (its HTTP status, and its error
+    type or code)."""
 
     label: str
     needs: Callable[[], Awaitable[list]]
-    plan: Callable[[], Awaitable[Any]]
+    read: Callable[[], Callable[[], Awaitable[Any]]]
     error: Callable[[Any], tuple[int, str | int]]

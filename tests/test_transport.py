@@ -18,7 +18,7 @@ from hypercorn.trio import serve
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from api.transport import HTTPConnection, Request, use_keep_alive_timer
+from api.transport import HTTPConnection, Request, use_transport
 
 KEEP_ALIVE_S = 1.0
 MAX_BODY = 1000
@@ -56,7 +56,7 @@ def hyper_config(keep_alive_s: float) -> HyperConfig:
 
 
 async def start(nursery, config: HyperConfig, shutdown: trio.Event | None = None) -> tuple[str, int]:
-    use_keep_alive_timer()
+    use_transport()
     trigger = shutdown.wait if shutdown is not None else None
     binds = await nursery.start(lambda task_status: serve(tiny_app(), config, shutdown_trigger=trigger,
                                                           task_status=task_status))
