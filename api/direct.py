@@ -47,6 +47,7 @@ from storage.errors import StorageError
 from .access import Needs, caller
 from .common import body_json, body_timeout, refuse_nul
 from .request_log import next_request_id
+from .transport import drain_unread
 
 DIRECT_MAX_BODY = 1024 * 1024   # larger bodies (rare for a commit) are read by Quart, under its lingering limit
 HANDLED = (HTTPException, CoordinatorError, StorageError)   # what the app's error handler answers
@@ -178,7 +179,10 @@ class DirectRoutes:
         COMMITTED.set(None)   # set by the commit this request applies, if any (logged by finish)
         if not received or received[-1].get("more_body", False):
             response = self.error_answer(body_timeout(self.body_timeout_s), req)
-            return await self._answer(send, req, response, request_id, started, rule)
+            if scope.get("http_version") in ("1.0", "1.1"):
+                response.headers["Connection"] = "close"   # (its body unread: hypercorn closes the connection)
+            await self._answer(send, req, response, request_id, started, rule)
+            return drain_unread(receive)
         req.body = b"".join(m.get("body", b"") for m in received)
         try:
             body = await self._checked(route, req, principal)

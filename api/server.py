@@ -78,6 +78,11 @@ def configure_logging(level: str) -> None:
     logging.getLogger("hypercorn.access").setLevel(logging.WARNING)
 
 
+# Connections the kernel holds for the service before it accepts them (capped by net.core.somaxconn). Beyond it a
+# client's connect is dropped, and tried again only a second later: under a flood of connects (each accepted and
+# closed at the connection maximum) a health check would wait that long. hypercorn's default is 100.
+LISTEN_BACKLOG = 2048
+
 # The derived connection maximum (`http_max_connections` 0) is at most this: an idle connection costs the service
 # some memory besides its descriptor.
 DEFAULT_MAX_CONNECTIONS = 10_000
@@ -109,6 +114,7 @@ def hypercorn_config(config: Config) -> ServerConfig:
     hc.keep_alive_timeout = config.http_keep_alive_s  # also bounds slow headers: hypercorn resets it per request
     hc.graceful_timeout = config.shutdown_grace_s
     hc.h11_max_incomplete_size = 64 * 1024
+    hc.backlog = LISTEN_BACKLOG
     if config.http_fd is not None:  # a worker of `serve --workers N`: the supervisor's shared socket
         hc.bind = [f"fd://{config.http_fd}"]
     hc.connections = ConnectionLimit(max_connections(config))

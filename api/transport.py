@@ -83,6 +83,10 @@ class HTTPConnection(TrioASGIHTTPConnection):
     async def _send_response(self, send, response) -> None:
         self._sending = True
         if self._body is not None:
+            if self._body.announced and not self._body.finished:
+                # Answered before the body's end (refused before it was read): the connection closes after the
+                # answer, which says so, or the client could send its next request on it as it closes.
+                response.headers["Connection"] = "close"
             self._body.answered()
         await super()._send_response(send, response)
 
@@ -124,7 +128,9 @@ class LingeringBody:
         self._arrived = trio.Event()   # more data or the end, since an iterating reader last looked
         self._ended = trio.Event()
         self.wanted = trio.Event()     # the message loop receives the body from here on
-        self.lingers = True            # set by `Request` from the request's HTTP version
+        # Set by `Request`: HTTP/1 (else HTTP/2 or 3), and an HTTP/1 request that announces a body.
+        self.lingers = True
+        self.announced = False
         self._dropping = False
         self._disconnected = False
         # A Content-Length over the limit is known at once; the refusal waits for the body's end all the same.
@@ -206,6 +212,7 @@ class Request(TrioRequest):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.body.lingers = self.http_version in ("1.0", "1.1")
+        self.body.announced = self.body.lingers and bool(self.content_length or "Transfer-Encoding" in self.headers)
 
 
 class KeepAliveTimer:
