@@ -213,3 +213,20 @@ def test_the_connection_maximum_stays_below_the_descriptor_limit(config, monkeyp
     config.http_max_connections = 0
     monkeypatch.setattr(resource, "getrlimit", lambda _: (1 << 20, 1 << 20))
     assert max_connections(config) == DEFAULT_MAX_CONNECTIONS
+
+
+@pytest.mark.parametrize("escape", [False, True])
+def test_a_repeated_key_in_a_large_body_is_refused_unnamed(escape):
+    """Past NAME_REPEATED_KEY_UP_TO the repeated key is found by counting alone, also where an escape may spell a
+    colon in a string (then the colons outside strings are counted), and refused without its name."""
+    from api.common import NAME_REPEATED_KEY_UP_TO, parse_json
+    from coordinator.errors import BadRequest
+    from loadtest.attacks.front_door import repeated_key_body
+    body = repeated_key_body(200_000)
+    if escape:
+        body = body.replace(b'"k1":0', b'"k1":"\\u003a"')
+    assert len(body) > NAME_REPEATED_KEY_UP_TO
+    with pytest.raises(BadRequest, match="a key twice in one object"):
+        parse_json(body)
+    unique = body[:-len(b',"k0":1}')] + b"}"
+    assert len(parse_json(unique)) == 200_000
