@@ -1,14 +1,15 @@
-"""How requests come off the wire: three corrections to quart-trio's and hypercorn's defaults, all about bounding
-what a slow, oversized or vanished client can cost (issue 7, "Hostile and broken input").
+"""How requests come off the wire: corrections to quart-trio's and hypercorn's defaults, all about bounding what a
+slow, oversized, vanished or unknown client can cost (issues 7, "Hostile and broken input", and 39).
 
 They replace private parts of quart-trio (its ASGI connection's message loop, Quart's request body) and of
-hypercorn (its connection's idle timer), so those libraries are bounded in pyproject.toml to the versions the
-tests pass with, and `api/dependencies.py` refuses others at start. Both of quart-trio's lines are served: 0.12
-(Quart 0.22, Python 3.11+) and 0.13 (Quart 0.23, Python 3.13+), whose body is a queue fed by an awaited `put`
-where 0.12's was a buffer fed by `append`. Neither line's own body or message loop is used here, so both lines
-run the same code; quart-trio 0.13 still cancels the handler on every `http.disconnect` and still answers an
-over-long body before reading it (holding all of a chunked one in memory first), so each correction is still
-needed there (tests/test_transport.py, tests/test_hostile_input.py).
+hypercorn (its TCP server's idle timer, its HTTP/2 connection), so those libraries are bounded in pyproject.toml
+to the versions the tests pass with, and `api/dependencies.py` refuses others at start. Both of quart-trio's
+lines are served: 0.12 (Quart 0.22, Python 3.11+) and 0.13 (Quart 0.23, Python 3.13+), whose body is a queue fed
+by an awaited `put` where 0.12's was a buffer fed by `append`. Neither line's own body or message loop is used
+here, so both lines run the same code; quart-trio 0.13 still cancels the handler on every `http.disconnect` and
+still answers an over-long body before reading it (holding all of a chunked one in memory first), so each
+correction is still needed there (tests/test_transport.py, tests/test_hostile_input.py,
+tests/test_abuse_front_door.py).
 
 1. `HTTPConnection`: hypercorn reports the end of every request stream to the app as `http.disconnect`, from
    inside the app's own last `send` of the response. quart-trio cancels the handler on `http.disconnect`, so
@@ -16,14 +17,22 @@ needed there (tests/test_transport.py, tests/test_hostile_input.py).
    restarted (an idle connection then stays open forever, and so does one whose next request's headers trickle
    in, which is slowloris), and a connection that must close (answered before its request body ended) is
    neither closed nor recycled. Here a disconnect cancels the handler only while it is still working, which is
-   what the cancellation is for.
-2. `Request` with `LingeringBody`: a body over MAX_CONTENT_LENGTH is still read to its end, its bytes dropped,
-   before the 413 goes out. HTTP clients send the whole body before they read the answer; a server that answers
-   and closes early leaves them a connection reset instead of the 413. BODY_TIMEOUT bounds how long that takes.
+   what the cancellation is for. Its message loop takes the body only once the app wants it (the caller
+   authenticated, its grants checked); a request answered before its body's end says `Connection: close`, and
+   what hypercorn still queues for it is drained (`drain_unread`) so that hypercorn can end it.
+2. `Request` with `LingeringBody`: the body, counted as it arrives whatever its headers say. Over HTTP/1 a body
+   over MAX_CONTENT_LENGTH is still read to its end (up to LINGER_BYTES more), its bytes dropped, before the 413
+   goes out: HTTP/1 clients send the whole body before they read the answer, and a server that answers and
+   closes early leaves them a connection reset instead of the 413. BODY_TIMEOUT bounds how long that takes.
+   Over HTTP/2 the 413 goes at once.
 3. `TCPServer` with `KeepAliveTimer`: with (1), hypercorn re-arms its keep-alive timeout after every response by
    starting a new task, and cancels it when the next request arrives: a lock, a `nursery.start` handshake and a
    cancellation per request, a sixth of a bare request's CPU (loadtest/README.md, "Keep-alive timer"). Here one
    task per connection sleeps until a deadline that each response and request moves, which costs next to nothing.
+   Each connection is admitted by `ConnectionLimit` (past the maximum an idle one makes room), and an error in
+   one connection ends that connection, not the server.
+4. `H2Protocol`: an HTTP/2 stream answered before its request's end is reset once the answer is complete, and
+   the frames the client sent on it meanwhile are dropped (hypercorn's own raised KeyError out of the server).
 """
 
 from __future__ import annotations
