@@ -98,11 +98,15 @@ def max_connections(config: Config) -> int:
     """How many connections may be open at once: `http_max_connections`, or (0) as many as the process's
     descriptor limit leaves room for beside `descriptors_reserved`, at most DEFAULT_MAX_CONNECTIONS."""
     limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    room = DEFAULT_MAX_CONNECTIONS if limit == resource.RLIM_INFINITY else limit - descriptors_reserved(config, limit)
-    if config.http_max_connections > room or room < 1:
-        raise ConfigError(f"http_max_connections {config.http_max_connections or ''} leaves too few of the process's "
-                          f"{limit} file descriptors (ulimit -n) for the database, files and the cluster: at most "
-                          f"{max(room, 0)} connections fit. Raise the limit (ulimit -n), or lower --http-max-connections")
+    if limit == resource.RLIM_INFINITY:
+        return config.http_max_connections or DEFAULT_MAX_CONNECTIONS
+    reserved = descriptors_reserved(config, limit)
+    room = limit - reserved
+    if room < 1 or config.http_max_connections > room:
+        asked = f"--http-max-connections {config.http_max_connections}" if config.http_max_connections else "serving"
+        raise ConfigError(f"{asked} needs more file descriptors than the process's limit of {limit} (ulimit -n) "
+                          f"leaves beside the {reserved} kept for the database, files and the cluster: at most "
+                          f"{max(room, 0)} connections fit. Raise the limit (ulimit -n) or lower the setting")
     return config.http_max_connections or min(room, DEFAULT_MAX_CONNECTIONS)
 
 
@@ -163,6 +167,7 @@ def tune_gc() -> None:
 def serve(config: Config) -> None:
     """Blocking: start the database (embedded unless configured), then serve until interrupted."""
     check_tested_versions()
+    max_connections(config)   # a maximum the descriptor limit cannot hold is refused before anything starts
     if config.workers > 1 and config.http_fd is None:
         from .workers import serve_workers
         return serve_workers(config)
@@ -227,6 +232,7 @@ class EmbeddedService:
 
     def start(self) -> str:
         check_tested_versions()
+        max_connections(self.config)
         self.coordinator.open()
         self._thread = threading.Thread(target=self._main, name="coordinator-embedded", daemon=True)
         self._thread.start()

@@ -26,7 +26,7 @@ import pytest
 
 from api.app import MAX_BODY_BYTES
 from loadtest.attacks import Target
-from loadtest.attacks.front_door import ATTACKS, h2_bodies, token
+from loadtest.attacks.front_door import ATTACKS, h2_bodies, threads, token
 from tests.conftest import fresh_database
 from tests.support import ServerProcess, write_auth_file
 
@@ -59,9 +59,9 @@ class Probe:
 
 @contextmanager
 def healthz_probe(base_url: str) -> Iterator[Probe]:
-    probe, stop = Probe(), threading.Event()
+    probe = Probe()
 
-    def run() -> None:
+    def run(stop: threading.Event) -> None:
         while not stop.is_set():
             started = time.monotonic()
             try:
@@ -72,13 +72,8 @@ def healthz_probe(base_url: str) -> Iterator[Probe]:
                 probe.failures.append(repr(exc))
             probe.seconds.append(time.monotonic() - started)
             stop.wait(0.05)
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with threads(run, 1):
         yield probe
-    finally:
-        stop.set()
-        thread.join(timeout=60)
 
 
 @contextmanager
@@ -86,19 +81,13 @@ def peak_rss(pid: int) -> Iterator[dict[str, float]]:
     """The process's resident memory, in MiB, before the block and at its highest during it (sampled every 20 ms)."""
     figures = {"before": _rss_mib(pid)}
     figures["peak"] = figures["before"]
-    stop = threading.Event()
 
-    def sample() -> None:
+    def sample(stop: threading.Event) -> None:
         while not stop.wait(0.02):
             figures["peak"] = max(figures["peak"], _rss_mib(pid))
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
+    with threads(sample, 1):
         yield figures
-    finally:
-        stop.set()
-        thread.join()
-        figures["peak"] = max(figures["peak"], _rss_mib(pid))
+    figures["peak"] = max(figures["peak"], _rss_mib(pid))
 
 
 def _rss_mib(pid: int) -> float:

@@ -157,13 +157,14 @@ class H2Client:
     def close(self) -> None:
         self.sock.close()
 
-    def post(self, path: str, size: int, headers: dict[str, str] | None = None) -> tuple[int | str, int]:
-        """POST a body of `size` bytes with no Content-Length, as fast as flow control lets, until it is sent or
-        the answer comes (its end, or the stream's reset): the answer's status and the bytes sent by then."""
+    def request(self, method: str, path: str, size: int = 0,
+                headers: dict[str, str] | None = None) -> tuple[int | str, int]:
+        """Send a body of `size` bytes (none: 0) with no Content-Length, as fast as flow control lets, until it is
+        sent or the answer comes (its end, or the stream's reset): the answer's status and the bytes sent by then."""
         stream = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(stream, [(":method", "POST"), (":path", path), (":scheme", "http"),
+        self.conn.send_headers(stream, [(":method", method), (":path", path), (":scheme", "http"),
                                         (":authority", self.authority), ("content-type", "application/json"),
-                                        *(headers or {}).items()])
+                                        *(headers or {}).items()], end_stream=size == 0)
         self.sock.sendall(self.conn.data_to_send())
         chunk = b"x" * self.conn.max_outbound_frame_size
         sent, status, done = 0, None, False
@@ -215,7 +216,7 @@ def h2_bodies(target: Target, credential: str | None = None, size: int = 256 << 
                 try:
                     client = H2Client(target.base_url)
                     try:
-                        answer, sent = client.post(path, size, headers)
+                        answer, sent = client.request("POST", path, size, headers)
                     finally:
                         client.close()
                 except (OSError, h2.exceptions.ProtocolError) as exc:
