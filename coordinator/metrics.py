@@ -34,7 +34,7 @@ SAMPLED_HELP = {
     "coordinator_mailbox_depth": "Requests queued in all actors' mailboxes, waiting to be decided, now",
     "coordinator_dormant_tables": "Idle tables kept in memory in compact form, ready to serve without a reload",
     "coordinator_feed_waiting_readers": "Commit feed readers in a long-poll, waiting for a commit, now",
-    "coordinator_http_connections": "HTTP connections open now",
+    "coordinator_http_connections": "HTTP connections the service holds open now",
     "coordinator_http_connections_max": "HTTP connections allowed open at once (http_max_connections)",
     "coordinator_http_connections_closed_at_limit_total": "HTTP connections closed because the maximum was "
                                                           "reached (an idle one to make room, or the new one)",
