@@ -209,14 +209,14 @@ class DirectRoutes:
         """What Quart does before the view once the body is in (the access check of a policy that reads the body,
         the blueprint's before-request hook), and the body as the view reads it. What fails here, Quart words."""
         part = None
-        if route.part is not None:
+        if route.part is not None and principal is not None:
             part = route.part(req)
             await self._check(route, req, principal, part)
         if route.before is not None:
             await route.before(self.coordinator, req)
         if route.read is None:
             return None
-        return part if route.read is route.part else route.read(req)
+        return part if part is not None and route.read is route.part else route.read(req)
 
     def _error(self, exc: BaseException, req: DirectRequest) -> Response:
         """The view's exception answered as Quart answers it: a handled one (in a group, its first handled part)
