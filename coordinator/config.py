@@ -42,6 +42,9 @@ class Config:
     # request's whole body must arrive within `http_body_timeout_s` (408 otherwise).
     http_keep_alive_s: float = 75.0
     http_body_timeout_s: float = 60.0
+    # Connections open at once, at most (0: as many as the process's descriptor limit leaves room for, beside the
+    # database's, the files' and the cluster's, up to 10,000). Past it a new connection takes an idle one's place.
+    http_max_connections: int = 0
 
     # Authentication: a TOML file of clients, roles and grants (see coordinator/auth.py). Without one every
     # request is anonymous and allowed, which is only safe on loopback: binding any other address without it
