@@ -85,6 +85,15 @@ class Plan:
     def files(self) -> list[str]:
         return [*self.content, *self.manifests, *self.manifest_lists]
 
+    def next_chunk(self, done: set[str], size: int) -> list[str]:
+        """Up to `size` files not `done` yet, all of one kind: content files before manifests before manifest
+        lists, each deleted only once none of what names it is left to read."""
+        for kind in (self.content, self.manifests, self.manifest_lists):
+            chunk = [f for f in kind if f not in done][:size]
+            if chunk:
+                return chunk
+        return []
+
     def protect(self, files, retained_lists: list[str]) -> None:
         """Take out of the plan whatever the retained snapshots' manifest lists (those not seen before) reach."""
         start = time.thread_time()

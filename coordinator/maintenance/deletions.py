@@ -18,6 +18,7 @@ from uuid import UUID
 
 import trio
 
+from storage import faults
 from storage.files import is_below
 from storage.records import FileDeletion
 
@@ -118,9 +119,11 @@ class Deletions:
                     before = plan.cpu_s
                     await trio.to_thread.run_sync(plan.protect, self.files, newer)
                     cpu += plan.cpu_s - before
-                chunk = [f for f in plan.files if f not in done][:CHUNK]
+                chunk = plan.next_chunk(done, CHUNK)
                 if not chunk:
                     return
+                if faults.ARMED and done and chunk[0] in plan.manifests:
+                    faults.hit("mid-deletion")
                 cpu += await trio.to_thread.run_sync(_timed_delete, self.files, claim.location, chunk, stop)
                 done.update(chunk)
                 self.counts["files_deleted"] += len(chunk)

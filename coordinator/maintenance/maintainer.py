@@ -25,6 +25,8 @@ from typing import Any
 
 import trio
 
+from storage import faults
+
 from coordinator.errors import NotFound
 from coordinator.iceberg import cleanup, expiry
 from coordinator.iceberg.state import IcebergTable
@@ -145,6 +147,8 @@ class Maintainer:
         if claim is not None:
             await self.store.record_deletion(claim)   # first: a crash after the commit still deletes
             report.files = list(claim.manifest_lists)
+            if faults.ARMED:
+                faults.hit("expiry-claimed")
         start = time.thread_time()
         done: expiry.Expired = await self.registry.submit(table_id, expiry.ExpireSnapshots(table.ident, planned, at))
         self.counts["expiry_cpu_seconds"] += done.cpu_s if done.cpu_s else time.thread_time() - start
@@ -155,6 +159,8 @@ class Maintainer:
             log.info("table %s: expired %d snapshots%s", table.ident, len(done.snapshot_ids),
                      f" and refs {', '.join(done.refs)}" if done.refs else "")
         if claim is not None:
+            if faults.ARMED:
+                faults.hit("expiry-committed")
             self._nursery.start_soon(self.deletions.run, claim, self.config.maintenance_delete_grace_s)
         return report
 
