@@ -52,7 +52,7 @@ def _storage(args) -> dict:
     return storage
 
 
-def _call(args, method: str, path: str, body: dict | None = None) -> tuple[int, dict | None]:
+def call_api(args, method: str, path: str, body: dict | None = None) -> tuple[int, dict | None]:
     url = args.url.rstrip("/") + "/api/coordinator/v1" + path
     headers = {"Content-Type": "application/json"} if body is not None else {}
     if args.token:
@@ -74,12 +74,12 @@ def _call(args, method: str, path: str, body: dict | None = None) -> tuple[int, 
 def run_warehouse_command(args) -> int:
     try:
         if args.action == "create":
-            status, answer = _call(args, "POST", "/warehouses",
+            status, answer = call_api(args, "POST", "/warehouses",
                                    {"name": args.name, "location": args.location, "storage": _storage(args)})
         elif args.action == "list":
-            status, answer = _call(args, "GET", "/warehouses")
+            status, answer = call_api(args, "GET", "/warehouses")
         else:
-            status, answer = _call(args, "DELETE", f"/warehouses/{urllib.request.quote(args.name, safe='')}")
+            status, answer = call_api(args, "DELETE", f"/warehouses/{urllib.request.quote(args.name, safe='')}")
     except (urllib.error.URLError, OSError) as exc:
         print(f"coordinator: cannot reach {args.url} ({exc}); is `coordinator serve` running there? "
               f"(--url to point elsewhere)", file=sys.stderr)

@@ -191,3 +191,27 @@ def test_without_the_opt_in_nothing_changes(catalog):
     table = catalog.load_table("m.plain")
     assert len(table.metadata.snapshots) == 10
     assert all(local(s.manifest_list).exists() for s in table.metadata.snapshots)
+
+
+def test_cli_dry_run_prints_what_would_be_expired_and_deleted_and_changes_nothing(catalog, service):
+    import subprocess
+    import sys
+
+    table = catalog.create_table("m.dry", schema=SCHEMA, properties={expiry.MAX_SNAPSHOT_AGE_MS: "1"})
+    appended(table, 3)
+    table.overwrite(rows(50))
+    snapshots = catalog.load_table("m.dry").metadata.snapshots
+    out = subprocess.run([sys.executable, "-m", "api.cli", "table", "maintain", "m.dry", "--dry-run",
+                          "--url", service], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    # (pyiceberg's overwrite is two snapshots: a delete, then the append; min-snapshots-to-keep is 1)
+    assert f"m.dry: would expire {len(snapshots) - 1} snapshot(s)" in out.stdout
+    for s in snapshots[:-1]:
+        assert f"  snapshot {s.snapshot_id}" in out.stdout and f"  {s.manifest_list}" in out.stdout
+    assert ".parquet" in out.stdout   # the appends' data files: only the expired snapshots hold them
+    assert [s.snapshot_id for s in catalog.load_table("m.dry").metadata.snapshots] == \
+        [s.snapshot_id for s in snapshots]
+    assert all(local(s.manifest_list).exists() for s in snapshots)
+    missing = subprocess.run([sys.executable, "-m", "api.cli", "table", "maintain", "m.nope", "--dry-run",
+                              "--url", service], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr.lower()

@@ -29,7 +29,7 @@ from storage import faults
 
 from coordinator.errors import NotFound
 from coordinator.iceberg import cleanup, expiry
-from coordinator.iceberg.state import IcebergTable
+from coordinator.iceberg.state import IcebergTable, TableIdent
 
 from .deletions import Deletions, retained_lists
 
@@ -117,6 +117,11 @@ class Maintainer:
                             table_id, type(exc).__name__, exc)
             finally:
                 self.due.discard(table_id)
+
+    async def maintain(self, catalog: str, namespace: tuple[str, ...], name: str, *, dry_run: bool) -> Report:
+        """`coordinator table maintain NAME`: expire the named Iceberg table's snapshots now (dry run: report)."""
+        table_id = await self.c.iceberg.names.id((TableIdent(catalog, namespace, name), "table"))
+        return await self.expire(table_id, dry_run=dry_run)
 
     # -- one expiry ------------------------------------------------------------------------------------------
 
