@@ -191,7 +191,7 @@ class ExpireSnapshots:
             "operation": "expire-snapshots", "expired-snapshots": len(ids), "removed-refs": refs}})
             for c in decision.changes]
         for entry in decision.log:
-            entry.payload["operation"] = "expire-snapshots"
+            entry.payload.update({"operation": "expire-snapshots", "expired-snapshots": len(ids)})
         return decision
 
 
