@@ -72,6 +72,11 @@ SAMPLED_HELP = {
     "coordinator_maintenance_deletions_running": "Deletions of expired snapshots' files under way or waiting out "
                                                  "their grace, now",
     "coordinator_maintenance_tables_due": "Tables queued for snapshot expiry, now",
+    "coordinator_maintenance_published_commits_total": "Ratified Delta commits the service published to "
+                                                       "_delta_log/<v>.json itself (or found published)",
+    "coordinator_maintenance_publish_conflicts_total": "Delta versions whose _delta_log/<v>.json held another file "
+                                                       "than the ratified commit (left intact: an alert)",
+    "coordinator_maintenance_publish_failures_total": "Publishing passes that failed (retried after a later commit)",
 }
 
 

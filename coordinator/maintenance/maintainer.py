@@ -1,4 +1,5 @@
-"""The coordinator's own maintenance of tables, beside their writers (docs/maintenance.md).
+"""The coordinator's own maintenance of tables, beside their writers (docs/maintenance.md): Iceberg snapshot
+expiry here, the publishing of ratified Delta commits in `publisher.py`.
 
 Iceberg snapshot expiry:
 
@@ -32,6 +33,7 @@ from coordinator.iceberg import cleanup, expiry
 from coordinator.iceberg.state import IcebergTable, TableIdent
 
 from .deletions import Deletions, retained_lists
+from .publisher import Publisher
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,7 @@ class Maintainer:
                        "expiry_cpu_seconds": 0.0, "files_deleted": 0, "deletion_cpu_seconds": 0.0,
                        "deletion_failures": 0}
         self.deletions = Deletions(coordinator, self.counts)
+        self.publisher = Publisher(coordinator)   # Delta: ratified commits published by the service
         self.due: set[uuid.UUID] = set()         # queued, waiting for its interval, or running
         self.last_run: dict[uuid.UUID, float] = {}
         self._send, self._receive = trio.open_memory_channel[uuid.UUID](math.inf)
@@ -104,6 +107,7 @@ class Maintainer:
             self._nursery = nursery
             nursery.start_soon(self._work)
             nursery.start_soon(self.deletions.resume_forever)
+            nursery.start_soon(self.publisher.run)
             task_status.started()
 
     async def _work(self) -> None:
