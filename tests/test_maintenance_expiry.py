@@ -96,6 +96,20 @@ def appended(table, n: int, rate: float = RATE) -> dict[int, int]:
     return held
 
 
+def duckdb_reader():
+    """DuckDB with its iceberg extension from the PyPI wheels (tests/uniform/conftest.py): nothing is downloaded."""
+    import importlib.util
+
+    import duckdb
+    extensions = list(importlib.util.find_spec("duckdb_ext").submodule_search_locations)[0] + "/extensions"
+    con = duckdb.connect()
+    con.execute(f"SET extension_directory = '{extensions}'")
+    con.execute("SET autoinstall_known_extensions = false")
+    for extension in ("parquet", "avro", "iceberg"):
+        con.execute(f"LOAD {extension}")
+    return con
+
+
 def local(uri: str):
     return to_local_path(uri)
 
@@ -143,8 +157,11 @@ def test_expiry_keeps_the_policy_every_retained_snapshot_reads_and_only_unrefere
     # Within the policy: the newest KEEP of main, and the tag's.
     assert len(snapshots) == KEEP + 1, [s.snapshot_id for s in snapshots]
     assert tagged in {s.snapshot_id for s in snapshots} and table.metadata.refs["kept"].snapshot_id == tagged
-    for s in snapshots:   # every retained snapshot scans right, and everything it references exists
+    duck = duckdb_reader()
+    for s in snapshots:   # every retained snapshot scans right (pyiceberg, DuckDB), everything it references exists
         assert table.scan(snapshot_id=s.snapshot_id).to_arrow().num_rows == held[s.snapshot_id]
+        assert duck.execute(f"SELECT count(*) FROM iceberg_scan('{table.metadata_location}', "
+                            f"snapshot_from_id => {s.snapshot_id})").fetchone()[0] == held[s.snapshot_id]
         assert all(local(f).exists() for f in referenced_files(table, s))
     retained = {s.manifest_list for s in snapshots}
     wait_for(lambda: not any(local(ml).exists() for ml in every_list - retained))
