@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
-import urllib.error
 
-from .warehouse_cli import DEFAULT_URL, call_api
+from .warehouse_cli import DEFAULT_URL, answered
 
 
 def add_table_commands(sub) -> None:
@@ -25,17 +23,9 @@ def add_table_commands(sub) -> None:
 
 
 def run_table_command(args) -> int:
-    try:
-        status, answer = call_api(args, "POST", "/tables/maintain",
-                                  {"format": "iceberg", "prefix": args.prefix, "name": args.name,
-                                   "dry-run": args.dry_run})
-    except (urllib.error.URLError, OSError) as exc:
-        print(f"coordinator: cannot reach {args.url} ({exc}); is `coordinator serve` running there? "
-              f"(--url to point elsewhere)", file=sys.stderr)
-        return 1
-    if status >= 400:
-        message = (answer or {}).get("error", {}).get("message", f"HTTP {status}")
-        print(f"coordinator: {message}", file=sys.stderr)
+    answer = answered(args, "POST", "/tables/maintain", {"format": "iceberg", "prefix": args.prefix,
+                                                         "name": args.name, "dry-run": args.dry_run})
+    if answer is None:
         return 1
     would = "would expire" if args.dry_run else "expired"
     if answer.get("note"):
