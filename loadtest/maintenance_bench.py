@@ -6,7 +6,7 @@
 
 Starts its own PostgreSQL and the service (this checkout; expiry at most once a second per table, no deletion
 grace), creates one table with `maintenance.expire-snapshots.enabled=true`, `history.expire.max-snapshot-age-ms=1`
-and `history.expire.min-snapshots-to-keep=100`, and appends to it with one closed-loop writer over raw HTTP: each
+and `history.expire.min-snapshots-to-keep=100`, and appends to it with one writer over raw HTTP at a fixed rate (`--rate`, 25/s): each
 commit's snapshot has a real manifest list and a real manifest (Avro) in the table's location, the list naming the
 newest 50 manifests (as a writer that merges older ones away would), so that every expiry's deletion reads
 manifest lists and manifests, finds the manifests and data files only expired snapshots held, and deletes them.
@@ -103,7 +103,7 @@ class Appender:
         self.parent, self.seq = snapshot_id, self.seq + 1
 
 
-async def run(base: str, server_pid: int, appends: int, window: int) -> list[dict]:
+async def run(base: str, server_pid: int, appends: int, window: int, rate: float) -> list[dict]:
     conn = HttpConnection(base)
     status, _ = await conn.request("POST", "/v1/namespaces", {"namespace": ["bench"]})
     schema = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
@@ -122,7 +122,9 @@ async def run(base: str, server_pid: int, appends: int, window: int) -> list[dic
         if k in starts:
             meter.start()
             current = {"when": starts[k], "counters": await scrape(base), "started": time.perf_counter()}
+        started = time.perf_counter()
         await writer.append(conn)
+        await trio.sleep(max(0.0, 1 / rate - (time.perf_counter() - started)))
         if current is not None and k + 1 - next(s for s in starts if starts[s] == current["when"]) == window:
             cpu = meter.stop()
             after = await scrape(base)
@@ -148,6 +150,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--appends", type=int, default=20_000)
     ap.add_argument("--window", type=int, default=200, help="commits per measured window")
+    ap.add_argument("--rate", type=float, default=25.0,
+                    help="appends per second at most (the same in both windows, so that both see as many "
+                         "expiries per commit: one a second at most)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="maintenance-bench-"))
     tmp.chmod(0o755)
@@ -163,15 +168,15 @@ def main() -> None:
                               env={"COORDINATOR_MAINTENANCE_INTERVAL_S": "1",
                                    "COORDINATOR_MAINTENANCE_DELETE_GRACE_S": "0"})
         child.start(base + "/readyz")
-        print(f"appending {args.appends} times to one table, one writer, closed loop ...", flush=True)
-        rows = trio.run(run, base, child.pid, args.appends, args.window)
+        print(f"appending {args.appends} times to one table, one writer, at most {args.rate:g}/s ...", flush=True)
+        rows = trio.run(run, base, child.pid, args.appends, args.window, args.rate)
     finally:
         if child is not None:
             child.stop()
         if pg is not None:
             pg.destroy()
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"\none Iceberg table, expiry keeping {KEEP} snapshots (max age 1 ms), one closed-loop writer; "
+    print(f"\none Iceberg table, expiry keeping {KEEP} snapshots (max age 1 ms), one writer at most {args.rate:g}/s; "
           f"windows of {args.window} commits\n")
     cols = ["window", "commits_per_s", "server_cpu_ms_per_commit", "expiry_cpu_ms_per_commit",
             "deletion_cpu_ms_per_commit", "expiries", "snapshots_expired", "files_deleted", "snapshots_at_end"]

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -67,6 +69,58 @@ def _live_paths(files, location: str, manifest: str, *, required: bool) -> Itera
             yield path
 
 
+class ManifestLists:
+    """What each manifest list names (its manifests) and each retained manifest holds live (its data and delete
+    files), kept for the next expiry of the table: these files never change, and every expiry would otherwise read
+    all the snapshots it keeps again. Bounded by the paths held, least recently used out first; shared by the
+    worker threads. Only what a retained snapshot's file was read to say is kept (an expired snapshot's file
+    that could not be read names nothing, which is no answer to keep)."""
+
+    def __init__(self, max_paths: int = 200_000):
+        self.max_paths = max_paths
+        self._held: OrderedDict[tuple[bool, str], tuple[str, ...]] = OrderedDict()
+        self._paths = 0
+        self._lock = threading.Lock()
+
+    def manifests(self, files, location: str, manifest_list: str, *, required: bool) -> tuple[str, ...]:
+        """The manifests `manifest_list` names."""
+        return self._read(False, manifest_list, required, lambda: (
+            p for p in (r.get("manifest_path") for r in _avro(files, location, manifest_list, required=required))
+            if isinstance(p, str)))
+
+    def live(self, files, location: str, manifest: str, *, required: bool) -> tuple[str, ...]:
+        """The data and delete files `manifest` holds live (not removed by its snapshot)."""
+        return self._read(True, manifest, required, lambda: _live_paths(files, location, manifest,
+                                                                         required=required))
+
+    def _read(self, kind: bool, uri: str, required: bool, read) -> tuple[str, ...]:
+        key = (kind, uri)
+        with self._lock:
+            found = self._held.get(key)
+            if found is not None:
+                self._held.move_to_end(key)
+                return found
+        paths = tuple(read())
+        if not required:
+            return paths
+        with self._lock:
+            if key not in self._held and len(paths) <= self.max_paths:
+                self._held[key] = paths
+                self._paths += len(paths)
+                while self._paths > self.max_paths:
+                    _, gone = self._held.popitem(last=False)
+                    self._paths -= len(gone)
+        return paths
+
+    def forget(self, uri: str) -> None:
+        """`uri` is deleted: nothing will name it again."""
+        with self._lock:
+            for key in ((False, uri), (True, uri)):
+                gone = self._held.pop(key, None)
+                if gone is not None:
+                    self._paths -= len(gone)
+
+
 @dataclass
 class Plan:
     """The files a claim deletes, as checked against the retained snapshots seen so far (`protect` checks
@@ -80,6 +134,7 @@ class Plan:
     seen_lists: set[str] = field(default_factory=set)       # retained manifest lists checked
     seen_manifests: set[str] = field(default_factory=set)   # the manifests they name
     cpu_s: float = 0.0
+    lists: ManifestLists = field(default_factory=ManifestLists)
 
     @property
     def files(self) -> list[str]:
@@ -103,44 +158,40 @@ class Plan:
                 if ml in self.seen_lists:
                     continue
                 self.manifest_lists.pop(ml, None)
-                for record in _avro(files, self.location, ml, required=True):
-                    path = record.get("manifest_path")
-                    if isinstance(path, str) and path not in self.seen_manifests:
+                for path in self.lists.manifests(files, self.location, ml, required=True):
+                    if path not in self.seen_manifests:
                         self.seen_manifests.add(path)
                         new_manifests.append(path)
                         self.manifests.pop(path, None)
                 self.seen_lists.add(ml)
             if self.content:
                 for manifest in new_manifests:
-                    for path in _live_paths(files, self.location, manifest, required=True):
+                    for path in self.lists.live(files, self.location, manifest, required=True):
                         self.content.pop(path, None)
         finally:
             self.cpu_s += time.thread_time() - start
 
 
-def plan(files, location: str, expired_lists: list[str], retained_lists: list[str]) -> Plan:
-    """What only the expired snapshots' manifest lists reach, checked against the retained snapshots' lists."""
+def plan(files, location: str, expired_lists: list[str], retained_lists: list[str],
+         lists: ManifestLists | None = None) -> Plan:
+    """What only the expired snapshots' manifest lists reach, checked against the retained snapshots' lists
+    (`lists`: what earlier plans read of them)."""
     start = time.thread_time()
-    p = Plan(location)
+    p = Plan(location, lists=lists or ManifestLists())
     retained = set(retained_lists)
     for ml in expired_lists:
         if ml in retained or not is_within(location, ml):
             continue
         p.manifest_lists[ml] = None
-        for record in _avro(files, location, ml, required=False):
-            path = record.get("manifest_path")
-            if isinstance(path, str):
-                p.manifests[path] = None
+        p.manifests.update(dict.fromkeys(p.lists.manifests(files, location, ml, required=False)))
     # The manifests still referenced first (the newest snapshot's list names most of them), then the content
     # files of those that are not: only those need the retained manifests read.
     for ml in retained_lists:
         if ml in p.seen_lists:
             continue
-        for record in _avro(files, location, ml, required=True):
-            path = record.get("manifest_path")
-            if isinstance(path, str):
-                p.seen_manifests.add(path)
-                p.manifests.pop(path, None)
+        for path in p.lists.manifests(files, location, ml, required=True):
+            p.seen_manifests.add(path)
+            p.manifests.pop(path, None)
         p.seen_lists.add(ml)
     for manifest in list(p.manifests):
         if is_within(location, manifest):
@@ -149,10 +200,8 @@ def plan(files, location: str, expired_lists: list[str], retained_lists: list[st
             del p.manifests[manifest]
     if p.content:
         for manifest in p.seen_manifests:
-            for path in _live_paths(files, location, manifest, required=True):
+            for path in p.lists.live(files, location, manifest, required=True):
                 p.content.pop(path, None)
-                if not p.content:
-                    break
             if not p.content:
                 break
     p.content = {path: None for path in p.content if is_within(location, path)}

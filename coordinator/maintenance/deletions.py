@@ -46,6 +46,7 @@ class Deletions:
         self.config = coordinator.config
         self.counts = counts
         self.pending = 0
+        self.lists = cleanup.ManifestLists()   # what the expired and retained manifest lists name
 
     def claim(self, table: IcebergTable, manifest_lists: list[str]) -> FileDeletion | None:
         """The claim an expiry of these snapshots records first; None when it may delete nothing: `gc.enabled`
@@ -102,7 +103,7 @@ class Deletions:
             return
         try:
             plan = await trio.to_thread.run_sync(cleanup.plan, self.files, claim.location, claim.manifest_lists,
-                                                 retained_lists(table))
+                                                 retained_lists(table), self.lists)
         except cleanup.Unknowable as exc:
             log.warning("table %s: what a retained snapshot references is unknown (%s); nothing that expired "
                         "snapshots referenced is deleted", claim.table_id, exc)
@@ -126,6 +127,8 @@ class Deletions:
                     faults.hit("mid-deletion")
                 cpu += await trio.to_thread.run_sync(_timed_delete, self.files, claim.location, chunk, stop)
                 done.update(chunk)
+                for uri in chunk:
+                    self.lists.forget(uri)   # (a deleted file is named by no snapshot again)
                 self.counts["files_deleted"] += len(chunk)
         except cleanup.Unknowable as exc:
             log.warning("table %s: what a new snapshot references is unknown (%s); the rest of what expired "
