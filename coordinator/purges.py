@@ -116,7 +116,7 @@ class Renewal:
         self.store, self.claims = store, claims   # location -> owner token; `claims` may change while this runs
         # (claim, owner) -> still ours: a dropped table's location by default; the claims on files of live tables
         # (coordinator/maintenance) are renewed the same way.
-        self.renew = renew or store.renew_purge
+        self.renew = renew
         self._stop = threading.Event()
         self._valid_until = renewed_at + PURGE_RETRY_S / 2   # `renewed_at`: `_clock()` when sent, before the renewal
 
@@ -130,7 +130,7 @@ class Renewal:
                 sent = _clock()   # the database stamps the renewal no earlier than this
                 try:
                     for location, owner in list(self.claims.items()):
-                        if not await self.renew(location, owner):
+                        if not await (self.renew or self.store.renew_purge)(location, owner):
                             log.warning("the claim on %s was taken over by another member: stopping", location)
                             return
                     self._valid_until = sent + PURGE_RETRY_S / 2
