@@ -72,6 +72,7 @@ class Maintainer:
         self.deletions = Deletions(coordinator, self.counts)
         self.publisher = Publisher(coordinator)   # Delta: ratified commits published by the service
         self.due: set[uuid.UUID] = set()         # queued, waiting for its interval, or running
+        self.again: set[uuid.UUID] = set()       # committed to while due: looked at again once its expiry ran
         self.last_run: dict[uuid.UUID, float] = {}
         self._send, self._receive = trio.open_memory_channel[uuid.UUID](math.inf)
         self._nursery: trio.Nursery | None = None
@@ -84,13 +85,19 @@ class Maintainer:
 
     def written(self, table_id: uuid.UUID, state: Any) -> None:
         """The registry's watch hook: called in the actor's task after every applied Iceberg write."""
-        if table_id in self.due or not isinstance(state, IcebergTable):
+        if not isinstance(state, IcebergTable):
+            return
+        if table_id in self.due:   # queued, or running: a running expiry planned before this commit, so again after
+            self.again.add(table_id)
             return
         metadata = state.metadata
         if not expiry.enabled(metadata, self.config.maintenance_expire_snapshots):
             return
         if not expiry.over_limits(metadata, now_ms()):
             return
+        self._schedule(table_id)
+
+    def _schedule(self, table_id: uuid.UUID) -> None:
         self.due.add(table_id)
         wait = self.last_run.get(table_id, -math.inf) + self.config.maintenance_interval_s - time.monotonic()
         if wait <= 0 or self._nursery is None:
@@ -121,6 +128,9 @@ class Maintainer:
                             table_id, type(exc).__name__, exc)
             finally:
                 self.due.discard(table_id)
+                if table_id in self.again:   # committed to while it ran: looked at again (after the interval)
+                    self.again.discard(table_id)
+                    self._schedule(table_id)
 
     async def maintain(self, catalog: str, namespace: tuple[str, ...], name: str, *, dry_run: bool) -> Report:
         """`coordinator table maintain NAME`: expire the named Iceberg table's snapshots now (dry run: report)."""
