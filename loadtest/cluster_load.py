@@ -3,7 +3,8 @@ commit, for the benchmarks that stop, kill, restart or upgrade members under loa
 
 Each writer thread owns one Iceberg table and adds one snapshot per commit on top of main
 (`assert-ref-snapshot-id`), each carrying an id of its own in its summary; it sends each commit ONCE, through the
-members a load balancer would pick (round-robin over those not taken out of rotation), and logs the answer. At the
+members a load balancer would pick (round-robin over those not taken out of rotation; a refused connection, which
+reached no member, goes to the next one, as a balancer does), and logs the answer. At the
 end every table is read back: an acknowledged commit whose snapshot is not on main is lost.
 """
 
@@ -64,12 +65,21 @@ class Member:
     def address(self) -> str:
         return f"127.0.0.1:{self.channel_port}"
 
-    def start(self, env: dict[str, str] | None = None) -> None:
+    def launch(self, env: dict[str, str] | None = None) -> None:
+        """Start the process; `wait_ready` waits for it (several members' imports can overlap)."""
         self.child = procs.service(self.port, self.dsn, self.root, self.root / "server.log", cluster=True,
                                    warehouse=self.warehouse, env=env,
                                    extra_args=["--cluster-port", str(self.channel_port)])
-        self.child.start(self.base + "/readyz", timeout_s=120)
+        self.child.launch()
+
+    def wait_ready(self) -> None:
+        assert self.child is not None
+        procs.wait_ready(self.base + "/readyz", self.child.proc, f"member {self.index}", self.child.log, 120)
         self.in_rotation = True
+
+    def start(self, env: dict[str, str] | None = None) -> None:
+        self.launch(env)
+        self.wait_ready()
 
     def stop(self) -> float:
         """Out of rotation, then SIGTERM (a graceful stop); returns how long the process took to exit."""
@@ -102,7 +112,9 @@ class Cluster:
         dsn = self.pg.start()
         self.members = [Member(i, dsn, self.root, self.root / "warehouse") for i in range(self.n)]
         for m in self.members:
-            m.start(env)
+            m.launch(env)
+        for m in self.members:
+            m.wait_ready()
         self.wait_balanced()
 
     @property
@@ -152,6 +164,7 @@ class Commit:
 class Log:
     lock: threading.Lock = field(default_factory=threading.Lock)
     commits: list[Commit] = field(default_factory=list)
+    refused: int = 0   # connections refused by a member that had just stopped, sent on to the next member
 
     def add(self, c: Commit) -> None:
         with self.lock:
@@ -232,13 +245,20 @@ class Writer(threading.Thread):
                 "updates": [{"action": "add-snapshot", "snapshot": snapshot},
                             {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
                              "snapshot-id": snapshot_id}]}
-        m = self._member()
-        sent = time.monotonic()
-        try:
-            r = self._http(m).post(self.path, json=body, headers={"Idempotency-Key": _uuid7()})
-            code, text = r.status_code, ("" if r.status_code < 300 else r.text[:300])
-        except httpx.HTTPError as exc:
-            code, text = type(exc).__name__, str(exc)[:300]
+        key, sent = _uuid7(), time.monotonic()
+        while True:
+            m = self._member()
+            try:
+                r = self._http(m).post(self.path, json=body, headers={"Idempotency-Key": key})
+                code, text = r.status_code, ("" if r.status_code < 300 else r.text[:300])
+            except httpx.ConnectError:
+                # Refused: nothing reached that member (it stopped after this writer picked it). A balancer sends
+                # such a request to the next member, as this one does.
+                self.log.refused += 1
+                continue
+            except httpx.HTTPError as exc:
+                code, text = type(exc).__name__, str(exc)[:300]
+            break
         self.log.add(Commit(self.table, cid, sent, time.monotonic(), code, m.index, text))
         self.view = (snapshot_id, last_seq + 1, location) if code == 200 else None
 

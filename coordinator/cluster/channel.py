@@ -164,6 +164,16 @@ class ChannelServer:
         self.codec = codec
         self.handlers = handlers
         self.key = key
+        self.calls = 0              # calls being answered now
+        self._idle = trio.Event()   # set whenever `calls` falls to 0
+        self._idle.set()
+
+    async def drain(self, timeout_s: float) -> int:
+        """Wait (at most `timeout_s`) until every call accepted so far has been answered; returns how many were
+        still unanswered then."""
+        with trio.move_on_after(timeout_s):
+            await self._idle.wait()
+        return self.calls
 
     async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         await trio.serve_tcp(self._connection, port, host=host, task_status=task_status)
@@ -189,6 +199,16 @@ class ChannelServer:
             await trio.aclose_forcefully(stream)
 
     async def _answer(self, stream, lock: trio.Lock, call_id: int, method: str, args: tuple) -> None:
+        self.calls += 1
+        self._idle = trio.Event() if self.calls == 1 else self._idle
+        try:
+            await self._answer_call(stream, lock, call_id, method, args)
+        finally:
+            self.calls -= 1
+            if not self.calls:
+                self._idle.set()
+
+    async def _answer_call(self, stream, lock: trio.Lock, call_id: int, method: str, args: tuple) -> None:
         try:
             value, ok = await self.handlers[method](*args), True
         except trio.Cancelled:

@@ -61,11 +61,27 @@ class Cluster:
                          len(self.leases.held), self.leases.live_members)
                 task_status.started(self)
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(5):
-                try:
-                    await self.leases.leave()
-                except Exception as exc:
-                    log.warning("could not release leases on the way out: %s", exc)
+            if not self.leases.stopping:   # cancelled without a hand-over (an embedding program's own stop)
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    try:
+                        await self.leases.leave()
+                    except Exception as exc:
+                        log.warning("could not release leases on the way out: %s", exc)
+
+    async def hand_over(self, grace_s: float) -> None:
+        """A graceful stop, before anything is cancelled: serve no shard from now on (requests for them are
+        answered NotOwner, and the members that forwarded them send them to the next owner), answer every call
+        already accepted (within `grace_s`), then release the leases, so the others take the tables over at once.
+        Clients see latency, never an error."""
+        shards = self.leases.stop_serving()
+        unanswered = await self.server.drain(grace_s)
+        if unanswered:
+            log.warning("%d forwarded calls still unanswered after %.1f s; leaving anyway", unanswered, grace_s)
+        try:
+            await self.leases.leave()
+        except Exception as exc:  # the leases then expire by themselves, lease_ttl_s from now
+            log.warning("could not release leases on the way out: %s", exc)
+        log.info("handed over shards %s", shards)
 
     def peer(self, address: str) -> Peer:
         peer = self.peers.get(address)
