@@ -116,6 +116,9 @@ class Config:
     lease_margin_s: float = 0.75              # stop serving this long before the lease could expire in the database
     cluster_route_wait_s: float = 2.0         # how long a request waits for a moving shard's owner before a 503
     cluster_prepare_timeout_s: float = 10.0   # a held transaction part settles itself from the store after this
+    # Speak at most this cluster channel version (the one before this release's, for tests of a rolling upgrade;
+    # docs/cluster.md). None: this release's.
+    cluster_channel_version: int | None = None
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -124,6 +127,8 @@ class Config:
             self.auth_file = Path(self.auth_file)
         if self.cluster_advertise or int(self.workers) > 1:
             self.cluster = True
+        if self.cluster_channel_version is not None:
+            self.cluster_channel_version = int(self.cluster_channel_version)
         self.s3_options = {**self.s3_options, **self._named_s3_options()}
 
     def _named_s3_options(self) -> dict[str, str]:

@@ -65,10 +65,11 @@ class Member:
     def address(self) -> str:
         return f"127.0.0.1:{self.channel_port}"
 
-    def launch(self, env: dict[str, str] | None = None) -> None:
-        """Start the process; `wait_ready` waits for it (several members' imports can overlap)."""
+    def launch(self, env: dict[str, str] | None = None, code: Path = procs.ROOT) -> None:
+        """Start the process (running the checkout `code`); `wait_ready` waits for it (several members' imports
+        can overlap)."""
         self.child = procs.service(self.port, self.dsn, self.root, self.root / "server.log", cluster=True,
-                                   warehouse=self.warehouse, env=env,
+                                   warehouse=self.warehouse, env=env, code=code,
                                    extra_args=["--cluster-port", str(self.channel_port)])
         self.child.launch()
 
@@ -77,9 +78,20 @@ class Member:
         procs.wait_ready(self.base + "/readyz", self.child.proc, f"member {self.index}", self.child.log, 120)
         self.in_rotation = True
 
-    def start(self, env: dict[str, str] | None = None) -> None:
-        self.launch(env)
+    def start(self, env: dict[str, str] | None = None, code: Path = procs.ROOT) -> None:
+        self.launch(env, code)
         self.wait_ready()
+
+    def gauge(self, name: str) -> float | None:
+        """One of the member's /metrics gauges (None if it does not report it)."""
+        try:
+            text = httpx.get(self.base + "/metrics", timeout=10).text
+        except httpx.HTTPError:
+            return None
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
 
     def stop(self) -> float:
         """Out of rotation, then SIGTERM (a graceful stop); returns how long the process took to exit."""
@@ -108,11 +120,11 @@ class Cluster:
         self.n = n
         self.members: list[Member] = []
 
-    def start(self, env: dict[str, str] | None = None) -> None:
+    def start(self, env: dict[str, str] | None = None, code: Path = procs.ROOT) -> None:
         dsn = self.pg.start()
         self.members = [Member(i, dsn, self.root, self.root / "warehouse") for i in range(self.n)]
         for m in self.members:
-            m.launch(env)
+            m.launch(env, code)
         for m in self.members:
             m.wait_ready()
         self.wait_balanced()

@@ -10,6 +10,10 @@ failed commits (any answer but 200, or none) and lost ones (acknowledged but not
 
 `--upgrade` starts every member speaking the previous cluster channel version (COORDINATOR_CLUSTER_CHANNEL_VERSION,
 docs/cluster.md) and restarts each on the current one: members of both versions serve side by side meanwhile.
+`--from-checkout DIR` starts every member from another checkout instead (a `git worktree` of the previous
+release: `git worktree add /tmp/previous <commit>`), run with this checkout's Python environment, and restarts each
+on this one. After each restart the members' connections still on the older channel version are counted
+(`coordinator_cluster_channel_connections_older`, on members that report it).
 
 Exits 1 if any commit failed or was lost.
 """
@@ -22,10 +26,11 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from coordinator.cluster.channel import VERSION
 
-from . import cluster_load
+from . import cluster_load, procs
 from .cluster_load import Cluster, Commit, Log, Workdir, Writer, percentile
 
 OLDER_CHANNEL = {"COORDINATOR_CLUSTER_CHANNEL_VERSION": str(VERSION - 1)}
@@ -37,12 +42,17 @@ class Rolling:
     failed: list[Commit]      # answered anything but 200, or not at all
     lost: list[str]           # acknowledged, not on the table's main branch
     acknowledged: int
+    older_links: list[float]  # after each restart: connections on the older channel version, all members summed
 
 
-def run(members: int, writers: int, *, upgrade: bool, steady_s: float, deregister_s: float, settle_s: float,
-        keep: bool = False) -> Rolling:
+def run(members: int, writers: int, *, upgrade: bool = False, old_code: Path | None = None, steady_s: float,
+        deregister_s: float, settle_s: float, keep: bool = False) -> Rolling:
+    """`upgrade`: start on the older channel version (forced); `old_code`: start from that checkout."""
     first_env = OLDER_CHANNEL if upgrade else None
-    what = (f"rolling upgrade from channel version {VERSION - 1} to {VERSION}" if upgrade else "rolling restart")
+    first_code = old_code or procs.ROOT
+    what = (f"rolling upgrade from channel version {VERSION - 1} (forced) to {VERSION}" if upgrade else
+            f"rolling upgrade from the checkout {old_code} to this one" if old_code else "rolling restart")
+    older_links: list[float] = []
     with Workdir(keep, "coordinator-rolling-") as root:
         cluster = Cluster(members, root)
         log, stop = Log(), threading.Event()
@@ -50,8 +60,9 @@ def run(members: int, writers: int, *, upgrade: bool, steady_s: float, deregiste
         restarts: list[tuple[float, float, float]] = []   # (out of rotation, back in, SIGTERM to exit)
         try:
             print(f"starting PostgreSQL and {members} members"
-                  + (f" on channel version {VERSION - 1}" if upgrade else ""), flush=True)
-            cluster.start(first_env)
+                  + (f" on channel version {VERSION - 1}" if upgrade else f" from {old_code}" if old_code else ""),
+                  flush=True)
+            cluster.start(first_env, first_code)
             tables = cluster_load.create_tables(cluster.members[0].base, [f"t{i}" for i in range(writers)])
             threads = [Writer(cluster, t, log, stop) for t in tables]
             for w in threads:
@@ -69,9 +80,12 @@ def run(members: int, writers: int, *, upgrade: bool, steady_s: float, deregiste
                 back = time.monotonic()
                 restarts.append((out, back, exit_s))
                 failed = sum(1 for c in log.snapshot() if c.code != 200)
-                print(f"  member {m.index} restarted{' on the current version' if upgrade else ''}: exited "
+                gauges = [m.gauge("coordinator_cluster_channel_connections_older") for m in cluster.members]
+                older_links.append(sum(g for g in gauges if g is not None))
+                print(f"  member {m.index} restarted{' on this version' if upgrade or old_code else ''}: exited "
                       f"{exit_s:.1f} s after SIGTERM, back in rotation after {back - out:.1f} s; failed commits "
-                      f"so far: {failed}", flush=True)
+                      f"so far: {failed}; connections on the older channel version: {older_links[-1]:.0f}",
+                      flush=True)
             time.sleep(settle_s)
         finally:
             stop.set()
@@ -99,7 +113,7 @@ def run(members: int, writers: int, *, upgrade: bool, steady_s: float, deregiste
           f"lost: {len(missing)}; connections refused by a member that had just stopped (sent on to the next, as "
           f"a balancer does): {log.refused}")
     out += [f"  failed: {c.table} via member {c.member}: {c.code} {c.text}" for c in failed[:10]] + missing[:10]
-    return Rolling("\n".join(out), failed, missing, acked)
+    return Rolling("\n".join(out), failed, missing, acked, older_links)
 
 
 def _warm_up(log: Log, tables: set[str], timeout_s: float = 120) -> float:
@@ -118,13 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--writers", type=int, default=64)
     parser.add_argument("--upgrade", action="store_true",
                         help=f"start on channel version {VERSION - 1}, restart each member on {VERSION}")
+    parser.add_argument("--from-checkout", type=Path, metavar="DIR",
+                        help="start every member from this checkout (the previous release), restart each on this one")
     parser.add_argument("--steady", type=float, default=5.0, help="seconds of load before the first restart")
     parser.add_argument("--deregister", type=float, default=0.5,
                         help="seconds between taking a member out of rotation and stopping it")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds of load after each member is back")
     parser.add_argument("--keep", action="store_true", help="keep the members' logs")
     args = parser.parse_args(argv)
-    result = run(args.members, args.writers, upgrade=args.upgrade, steady_s=args.steady,
+    result = run(args.members, args.writers, upgrade=args.upgrade, old_code=args.from_checkout, steady_s=args.steady,
                  deregister_s=args.deregister, settle_s=args.settle, keep=args.keep)
     print(result.table)
     return 1 if result.failed or result.lost else 0

@@ -11,7 +11,8 @@ from typing import Any
 import trio
 
 from ..auth import new_signing_key
-from .channel import ChannelServer, Codec, Peer
+from ..config import ConfigError
+from .channel import VERSION, ChannelServer, Codec, Peer, speaks
 from .leases import Leases
 from .routing import Router
 
@@ -32,9 +33,14 @@ class Cluster:
         self.codec = Codec({"files": coordinator.files, "store": coordinator.store})
         # The channel's HMAC key (`server.key`, also dialled with) is derived at start from the secret all members
         # share in the database.
+        try:
+            self.versions = speaks(config.cluster_channel_version)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self.server = ChannelServer(self.codec, {
             "submit": self.router.on_submit, "create": self.router.on_create, "prepare": self.router.on_prepare,
-            "verdict": self.router.on_verdict, "forget": self.router.on_forget, "ping": self._ping}, b"")
+            "verdict": self.router.on_verdict, "forget": self.router.on_forget, "ping": self._ping}, b"",
+            versions=self.versions)
         self.peers: dict[str, Peer] = {}
         self.nursery: trio.Nursery | None = None
         self.address: str | None = None
@@ -86,7 +92,8 @@ class Cluster:
     def peer(self, address: str) -> Peer:
         peer = self.peers.get(address)
         if peer is None:
-            peer = self.peers[address] = Peer(address, self.codec, self.nursery, self.server.key)
+            peer = self.peers[address] = Peer(address, self.codec, self.nursery, self.server.key,
+                                              versions=self.versions)
         return peer
 
     async def call_watching(self, peer: Peer, shard: int, member: uuid.UUID, method: str, *args: Any) -> Any:
@@ -113,8 +120,12 @@ class Cluster:
         return str(self.member_id)
 
     def gauges(self) -> dict[str, float]:
+        older = sum(n for version, n in self.server.agreed.items() if version < VERSION) + sum(
+            1 for p in self.peers.values() if p.connected and p.version is not None and p.version < VERSION)
         return {"coordinator_cluster_shards_held": len(self.leases.held),
-                "coordinator_cluster_members_live": self.leases.live_members}
+                "coordinator_cluster_members_live": self.leases.live_members,
+                "coordinator_cluster_channel_version": self.versions[1],
+                "coordinator_cluster_channel_connections_older": older}
 
     def counters(self) -> dict[str, float]:
         return {"coordinator_cluster_takeovers_total": self.leases.takeovers,
