@@ -287,12 +287,13 @@ async def test_members_with_no_version_in_common_refuse_each_other_clearly():
         nursery.cancel_scope.cancel()
 
 
-async def test_a_listener_of_version_3_which_knows_no_offer_keeps_the_connection_on_version_3():
-    """Version 3's listener answers any call it has no handler for with an error, the offer of versions too (as
-    its ChannelServer did): the dialer then stays on version 3, and its calls are answered."""
+async def test_a_listener_of_the_previous_release_which_knows_no_offer_keeps_the_connection_on_its_version():
+    """The previous release's listener (channel version 4, the handshake's) answers any call it has no handler for
+    with an error, the offer of versions too (as its ChannelServer did): the dialer then stays on version 4, and
+    its calls are answered."""
     codec = Codec({})
 
-    async def version_3_listener(stream):
+    async def previous_listener(stream):
         await accept_handshake(stream, KEY)
         async for payload in read_frames(stream):
             call_id, method, args = codec.loads(payload)
@@ -301,15 +302,15 @@ async def test_a_listener_of_version_3_which_knows_no_offer_keeps_the_connection
             await stream.send_all(codec.frame(answer))
 
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(trio.serve_tcp, version_3_listener, 0)
+        listeners = await nursery.start(trio.serve_tcp, previous_listener, 0)
         port = listeners[0].socket.getsockname()[1]
         peer = Peer(f"127.0.0.1:{port}", Codec({}), nursery, KEY)
         assert await peer.call("echo", 9) == 9
-        assert peer.version == 3
+        assert peer.version == HANDSHAKE == OLDEST
         nursery.cancel_scope.cancel()
 
 
-async def test_a_dialer_of_version_3_which_offers_nothing_is_served_on_version_3():
+async def test_a_dialer_of_the_previous_release_which_offers_nothing_is_served_on_its_version():
     server = ChannelServer(Codec({}), {"echo": _echo}, KEY)
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(server.serve, "127.0.0.1", 0)
@@ -317,10 +318,10 @@ async def test_a_dialer_of_version_3_which_offers_nothing_is_served_on_version_3
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         from coordinator.cluster.channel import dial_handshake
         await dial_handshake(stream, KEY)
-        await stream.send_all(Codec({}).frame([1, "echo", [4]]))   # a call straight away, as version 3 sends
+        await stream.send_all(Codec({}).frame([1, "echo", [4]]))   # a call straight away, as version 4 sends
         frames = read_frames(stream)
         assert Codec({}).loads(await anext(frames)) == [1, True, 4]
-        assert server.agreed[3] == 1
+        assert server.agreed[OLDEST] == 1
         await stream.aclose()
         nursery.cancel_scope.cancel()
 
@@ -367,3 +368,57 @@ async def _ignore_loss(call) -> None:
         await call
     except AnswerLost:
         pass
+
+
+def test_the_channel_key_is_the_clusters_own_secret(tmp_path):
+    """The data dir's cluster.key (0600, made once, shared by members there) or a configured file; members that may
+    run on several hosts must be given one; a file others may read, or a short secret, stops the start."""
+    from coordinator.cluster.secret import channel_key
+    from coordinator.config import Config, ConfigError
+
+    config = Config(data_dir=tmp_path / "data", cluster=True)
+    key = channel_key(config)
+    assert (tmp_path / "data" / "cluster.key").stat().st_mode & 0o777 == 0o600
+    assert channel_key(Config(data_dir=tmp_path / "data", cluster=True)) == key   # another member there
+    assert channel_key(Config(data_dir=tmp_path / "other", cluster=True)) != key
+    for far in (dict(cluster_advertise="10.0.0.5:9181"), dict(cluster_host="0.0.0.0")):
+        with pytest.raises(ConfigError, match="--cluster-secret-file"):
+            channel_key(Config(data_dir=tmp_path / "data", cluster=True, **far))
+    secret = tmp_path / "cluster.secret"
+    secret.write_text("s" * 64 + "\n")
+    for mode, wanted in ((0o644, "chmod 600"), (0o606, "chmod 600")):
+        secret.chmod(mode)
+        with pytest.raises(ConfigError, match=wanted):
+            channel_key(Config(cluster_secret_file=secret, cluster_advertise="10.0.0.5:9181"))
+    secret.chmod(0o640)
+    shared = channel_key(Config(cluster_secret_file=secret, cluster_advertise="10.0.0.5:9181"))
+    assert shared == channel_key(Config(cluster_secret_file=str(secret), data_dir=tmp_path / "elsewhere"))
+    secret.write_text("short")
+    with pytest.raises(ConfigError, match="shorter than 32"):
+        channel_key(Config(cluster_secret_file=secret))
+    with pytest.raises(ConfigError, match="cannot read"):
+        channel_key(Config(cluster_secret_file=tmp_path / "missing"))
+
+
+def test_only_registered_types_cross_and_a_program_module_never_registers():
+    import types
+
+    from coordinator.crossable import WIRE_TYPES, crossing
+    from coordinator.service import Coordinator
+
+    assert "coordinator.iceberg.proposals:CommitTable" in WIRE_TYPES   # each format registers its own
+    assert not [name for name in WIRE_TYPES if "__main__" in name]
+    with pytest.raises(ValueError, match="run as a program"):
+        crossing(types.ModuleType("coordinator.uniform.__main__"))
+    with pytest.raises(TypeError, match="cannot cross"):
+        Codec({}).dumps(Coordinator.__new__(Coordinator))   # a class of ours, but no wire type: never sent
+    for name in ("coordinator.service:Coordinator", "coordinator.uniform.__main__:main", "storage.embedded:EmbeddedPostgres"):
+        with pytest.raises(WireError, match="not a type that crosses"):
+            Codec({}).loads(msgpack.packb([msgpack.ExtType(wire._OBJECT, name.encode()), {}]))
+
+
+def test_an_error_of_a_class_that_does_not_cross_arrives_as_the_nearest_that_does():
+    class Unlisted(Unavailable):
+        pass
+    back = Codec({}).loads(Codec({}).dumps(Unlisted("busy", retry_after_s=3)))
+    assert type(back) is Unavailable and back.message == "busy" and back.retry_after_s == 3 and back.status == 503

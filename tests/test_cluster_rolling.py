@@ -24,5 +24,5 @@ def test_a_rolling_restart_onto_the_next_channel_version_fails_and_loses_no_comm
     assert result.acknowledged > 0
     assert not result.failed, result.table
     assert not result.lost, result.lost[:10]
-    assert result.older_links[0] > 0, result.older_links    # one member upgraded, the other not yet: version 3
+    assert result.older_links[0] > 0, result.older_links    # one member upgraded, the other not yet: the older version
     assert result.older_links[-1] == 0, result.older_links  # all upgraded: every connection on this version

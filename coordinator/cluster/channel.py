@@ -8,14 +8,14 @@ costs a type's head to encode and decode). One connection per peer carries any n
 side: no second HTTP hop, no connection set-up per request.
 
 Nothing is decoded before both ends of a connection prove they hold the cluster key (`handshake`: a greeting,
-then an HMAC challenge-response each way, keyed by a secret every member reads from the shared database); still
-bind the channel to a private interface.
+then an HMAC challenge-response each way, keyed by the cluster's own secret, secret.py, which nothing in the
+database reveals); still bind the channel to a private interface.
 
 Versions, for rolling upgrades (docs/cluster.md): a member speaks its own channel version (VERSION) and the one
-before (OLDEST), so members of consecutive releases serve together. The handshake is channel version 3's, which
+before (OLDEST), so members of consecutive releases serve together. The handshake is channel version 4's, which
 every version since speaks first; then the dialer offers the range it speaks (`channel_versions`) and the
-listener answers with its own, and the connection uses the highest version both speak. A listener of version 3
-knows no such call and answers it with an error: the connection then stays on version 3. Members with no version
+listener answers with its own, and the connection uses the highest version both speak. A listener of version 4
+knows no such call and answers it with an error: the connection then stays on version 4. Members with no version
 in common refuse each other with a message that says so. `cluster_channel_version` makes a member speak at most
 an older version (for tests of an upgrade). A version whose encoding changes keeps the previous encoding for the
 connections that agreed on it, one release long.
@@ -41,14 +41,14 @@ log = logging.getLogger(__name__)
 
 MAX_FRAME = 512 * 1024 * 1024
 NONCE = 16
-# The greeting each end sends first: a magic and the handshake's version (channel version 3's handshake, kept so
-# that members of version 3 and later all pass it). Raise VERSION whenever what crosses the channel changes (the
+# The greeting each end sends first: a magic and the handshake's version (channel version 4's handshake, kept so
+# that members of version 4 and later all pass it). Raise VERSION whenever what crosses the channel changes (the
 # message shapes, wire.py's encoding, the handlers' arguments), and keep speaking OLDEST for one release.
-# Version 4: the versions offered after the handshake; the frames are version 3's.
+# Version 5: the versions offered after the handshake; the frames are version 4's.
 MAGIC = b"CCH"
-HANDSHAKE = 3
+HANDSHAKE = 4   # 4: keyed by the cluster's own secret (3 derived it from the token signing key in the database)
 GREETING = MAGIC + bytes([HANDSHAKE])
-VERSION = 4
+VERSION = 5
 OLDEST = VERSION - 1
 NEGOTIATE = "channel_versions"
 HANDSHAKE_TIMEOUT_S = 5.0
@@ -56,6 +56,10 @@ HANDSHAKE_TIMEOUT_S = 5.0
 
 class HandshakeFailed(Exception):
     """The other end does not hold the cluster key (or spoke something else): no frame is exchanged."""
+
+
+SAME_SECRET = ("every member needs the same cluster secret: the same --cluster-secret-file, or on one host the same "
+               "--data-dir (its cluster.key)")
 
 
 def _proof(key: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
@@ -111,7 +115,7 @@ async def accept_handshake(stream: trio.abc.Stream, key: bytes) -> None:
         reply = await _receive_exactly(stream, NONCE + 32)
         theirs, proof = reply[:NONCE], reply[NONCE:]
         if not hmac.compare_digest(proof, _proof(key, b"dialer", ours, theirs)):
-            raise HandshakeFailed("the dialer does not hold the cluster key")
+            raise HandshakeFailed(f"the dialer does not hold the cluster key ({SAME_SECRET})")
         await stream.send_all(_proof(key, b"listener", theirs, ours))
 
 
@@ -126,7 +130,7 @@ async def dial_handshake(stream: trio.abc.Stream, key: bytes) -> None:
         await stream.send_all(GREETING + ours + _proof(key, b"dialer", challenge, ours))
         proof = await _receive_exactly(stream, 32)
         if not hmac.compare_digest(proof, _proof(key, b"listener", ours, challenge)):
-            raise HandshakeFailed("the listener does not hold the cluster key")
+            raise HandshakeFailed(f"the listener does not hold the cluster key ({SAME_SECRET})")
 
 
 class PeerUnreachable(Unavailable):
@@ -226,7 +230,7 @@ class ChannelServer:
             if first is None:
                 return
             call = self.codec.loads(first)
-            version = HANDSHAKE   # a dialer of version 3 offers nothing: its first frame is a call
+            version = HANDSHAKE   # a dialer of version 4 offers nothing: its first frame is a call
             if call[1] == NEGOTIATE:
                 version, call = await self._negotiate(stream, lock, call[0], call[2]), None
             self.agreed[version] += 1
@@ -354,8 +358,8 @@ class Peer:
         return self._stream is not None
 
     async def _negotiate(self, stream: trio.SocketStream) -> int:
-        """Offer the versions this member speaks; the highest the listener speaks too. A listener of version 3
-        answers the offer with an error (it knows no such call): the connection stays on version 3."""
+        """Offer the versions this member speaks; the highest the listener speaks too. A listener of version 4
+        answers the offer with an error (it knows no such call): the connection stays on version 4."""
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             await stream.send_all(self.codec.frame([0, NEGOTIATE, list(self.versions)]))
             (size,) = HEADER.unpack(await _receive_exactly(stream, HEADER.size))
