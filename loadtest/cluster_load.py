@@ -5,12 +5,14 @@ Each writer thread owns one Iceberg table and adds one snapshot per commit on to
 (`assert-ref-snapshot-id`), each carrying an id of its own in its summary; it sends each commit ONCE, through the
 members a load balancer would pick (round-robin over those not taken out of rotation; a refused connection, which
 reached no member, goes to the next one, as a balancer does), and logs the answer. At the
-end every table is read back: an acknowledged commit whose snapshot is not on main is lost.
+end every table is read back: an acknowledged commit whose snapshot is not on main is lost. The members log at
+LOADTEST_MEMBER_LOG_LEVEL (warning by default).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 import threading
@@ -70,7 +72,8 @@ class Member:
         can overlap)."""
         self.child = procs.service(self.port, self.dsn, self.root, self.root / "server.log", cluster=True,
                                    warehouse=self.warehouse, env=env, code=code,
-                                   extra_args=["--cluster-port", str(self.channel_port)])
+                                   extra_args=["--cluster-port", str(self.channel_port),
+                                               "--log-level", os.environ.get("LOADTEST_MEMBER_LOG_LEVEL", "warning")])
         self.child.launch()
 
     def wait_ready(self) -> None:

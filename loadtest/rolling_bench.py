@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deregister", type=float, default=0.5,
                         help="seconds between taking a member out of rotation and stopping it")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds of load after each member is back")
-    parser.add_argument("--keep", action="store_true", help="keep the members' logs")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the members' logs (with LOADTEST_MEMBER_LOG_LEVEL=info: their leases' moves)")
     args = parser.parse_args(argv)
     result = run(args.members, args.writers, upgrade=args.upgrade, old_code=args.from_checkout, steady_s=args.steady,
                  deregister_s=args.deregister, settle_s=args.settle, keep=args.keep)

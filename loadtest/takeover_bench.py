@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease-ttl", type=float, default=3.0, help="COORDINATOR_LEASE_TTL_S (default 3)")
     parser.add_argument("--slack", type=float, default=2.0,
                         help="what a takeover may take beyond lease_ttl_s + 2 x lease_renew_s (s)")
-    parser.add_argument("--keep", action="store_true", help="keep the members' logs")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the members' logs (with LOADTEST_MEMBER_LOG_LEVEL=info: their leases' moves)")
     args = parser.parse_args(argv)
     env = {"COORDINATOR_LEASE_TTL_S": str(args.lease_ttl)}
     bound = args.lease_ttl + 2 * RENEW_S
