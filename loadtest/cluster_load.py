@@ -11,7 +11,6 @@ LOADTEST_MEMBER_LOG_LEVEL (warning by default).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import tempfile
@@ -21,12 +20,13 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
 import httpx
 from storage.embedded import EmbeddedPostgres, free_port
 from storage.records import SHARDS, shard_of
+from tests.support import sql
 
 from . import procs
+from .flows import iceberg_commit_body
 
 NAMESPACE = "rolling"
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
@@ -38,17 +38,6 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))]
-
-
-def query(dsn: str, sql: str, *args) -> list:
-    """Rows of one query (asyncpg on an event loop of its own)."""
-    async def run() -> list:
-        con = await asyncpg.connect(dsn)
-        try:
-            return await con.fetch(sql, *args)
-        finally:
-            await con.close()
-    return asyncio.run(run())
 
 
 class Member:
@@ -144,7 +133,7 @@ class Cluster:
 
     def owners(self) -> dict[int, str | None]:
         """shard -> the channel address of the member whose lease on it is live (None: no live owner)."""
-        rows = query(self.dsn, "SELECT l.shard, m.address, l.expires_at > now() AS live FROM shard_leases l"
+        rows = sql(self.dsn, "SELECT l.shard, m.address, l.expires_at > now() AS live FROM shard_leases l"
                                " LEFT JOIN cluster_members m ON m.member_id = l.owner")
         return {r["shard"]: r["address"] if r["live"] else None for r in rows}
 
@@ -250,16 +239,9 @@ class Writer(threading.Thread):
         parent, last_seq, location = self.view
         cid = uuid.uuid4().hex
         snapshot_id = uuid.uuid4().int >> 66
-        snapshot = {"snapshot-id": snapshot_id, "sequence-number": last_seq + 1,
-                    "timestamp-ms": int(time.time() * 1000),
-                    "manifest-list": f"{location}/metadata/snap-{snapshot_id}-{cid}.avro",
-                    "summary": {"operation": "append", "bench-id": cid}, "schema-id": 0}
-        if parent is not None:
-            snapshot["parent-snapshot-id"] = parent
-        body = {"requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent}],
-                "updates": [{"action": "add-snapshot", "snapshot": snapshot},
-                            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
-                             "snapshot-id": snapshot_id}]}
+        body = iceberg_commit_body(parent, snapshot_id, last_seq + 1,
+                                   manifest_list=f"{location}/metadata/snap-{snapshot_id}-{cid}.avro",
+                                   summary={"operation": "append", "bench-id": cid})
         key, sent = _uuid7(), time.monotonic()
         while True:
             m = self._member()
