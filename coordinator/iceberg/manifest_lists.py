@@ -148,16 +148,20 @@ def read_manifest_entries(location: str, data: bytes) -> list[ManifestEntry]:
 
 
 def added_only(entry: ManifestEntry, snapshot_id: int) -> str | None:
-    """Why `entry` is not a data file this snapshot added and whose sequence numbers it inherits; None if it is."""
+    """Why `entry` is not a data file this snapshot added; None if it is."""
     if entry.status != ManifestEntryStatus.ADDED:
         return f"an entry with status {entry.status.name}"
     if entry.data_file.content != DataFileContent.DATA:
         return f"a {entry.data_file.content.name.lower().replace('_', ' ')} file"
     if entry.snapshot_id not in (None, snapshot_id):
         return f"an entry of snapshot {entry.snapshot_id}"
-    if entry.sequence_number is not None or entry.file_sequence_number is not None:
-        return "an entry with its own sequence number (it must inherit the commit's)"
     return None
+
+
+def written_sequence_numbers(entry: ManifestEntry) -> list[int]:
+    """The sequence numbers an entry carries itself (most writers leave them to be inherited; DuckDB writes its
+    data sequence number)."""
+    return [n for n in (entry.sequence_number, entry.file_sequence_number) if n is not None]
 
 
 def avro_codec(properties: dict[str, str]) -> str:

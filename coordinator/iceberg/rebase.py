@@ -45,7 +45,7 @@ from coordinator.errors import BadRequest, CommitConflict, Unavailable
 from . import changes as m
 from . import models
 from .manifest_lists import DATA, Manifest, NotAvro, added_only, avro_codec, read_manifest_entries, \
-    read_manifest_list, write_list
+    read_manifest_list, write_list, written_sequence_numbers
 from .rules.builder import SNAPSHOT_INDEXES, implicit_refs
 from .rules.requirements import check_requirements
 
@@ -163,10 +163,11 @@ class ReadLists:
     channel inside the proposal."""
 
     conflict: str                       # the commit's 409, answered if it is not rebased after all
-    own: tuple[Manifest, ...]
+    own: tuple[Manifest, ...]           # sequence numbers UNASSIGNED_SEQ where its entries inherit the commit's
     inherited: frozenset[str]           # the paths of the list's other manifests: they must be its parent's
     lists: tuple[tuple[str, tuple[Manifest, ...]], ...] = ()
     attempt: int = 1
+    written: tuple[int, int] | None = None   # the least and largest sequence number its entries carry themselves
 
     def manifests_of(self, path: str) -> tuple[Manifest, ...] | None:
         return next((found for p, found in self.lists if p == path), None)
@@ -230,9 +231,10 @@ def rebase(metadata: dict[str, Any], append: Append, read: ReadLists | None, kep
 
     version = metadata.get("format-version", 2)
     sequence_number = (metadata.get("last-sequence-number") or 0) + 1 if version >= 2 else None
-    own = tuple(mf._replace(sequence_number=UNASSIGNED_SEQ, min_sequence_number=UNASSIGNED_SEQ,
-                            first_row_id=None) for mf in read.own)
-    manifests = (*own, *known(head["manifest-list"]))
+    heads = known(head["manifest-list"])
+    if read.written is not None:
+        _check_written(read.written, sequence_number, heads, conflict)
+    manifests = (*(mf._replace(first_row_id=None) for mf in read.own), *heads)
     stored = snapshot.stored()
     rebased = {**stored, "parent-snapshot-id": head_id,
                "timestamp-ms": max(snapshot.timestamp_ms, head.get("timestamp-ms") or 0),
@@ -252,6 +254,20 @@ def rebase(metadata: dict[str, Any], append: Append, read: ReadLists | None, kep
     requirements = [*append.others, m.AssertRefSnapshotId(ref=append.ref, snapshot_id=head_id)]
     updates = [m.AddSnapshotUpdate(snapshot=models.Snapshot.model_validate(rebased)), append.set_ref]
     return Rebased(requirements, updates, rebased["manifest-list"], data, written, head_id)
+
+
+def _check_written(written: tuple[int, int], sequence_number: int | None, heads: tuple[Manifest, ...],
+                   conflict: CommitConflict) -> None:
+    """Entries that carry their own (data) sequence number keep it: the client's idea of this commit's, at most
+    the commit's. That is harmless unless delete files were committed after it, whose sequence numbers are then
+    above the entry's and would delete its rows (equality deletes apply to data files with a lower number)."""
+    low, high = written
+    if sequence_number is None or high > sequence_number:
+        raise _not_rebased(conflict, f"its entries carry sequence number {high}, beyond the commit's "
+                                     f"({sequence_number})")
+    if any(mf.content != DATA and mf.sequence_number > low for mf in heads):
+        raise _not_rebased(conflict, f"its entries carry sequence number {low}, and delete files were committed "
+                                     f"since")
 
 
 def assign_row_ids(manifests: tuple[Manifest, ...], next_row_id: int) -> tuple[tuple[Manifest, ...], int]:
@@ -302,10 +318,11 @@ async def read_for_rebase(files, needed: RebaseNeeded, before: ReadLists | None)
 def _read_for_rebase_sync(files, needed: RebaseNeeded, before: ReadLists | None) -> ReadLists:
     conflict = CommitConflict(needed.message)
     if before is None:
-        own, inherited = _own_manifests(files, needed, conflict)
+        own, inherited, written = _own_manifests(files, needed, conflict)
         lists, attempt = (), 1
     else:
-        own, inherited, lists, attempt = before.own, before.inherited, before.lists, before.attempt + 1
+        own, inherited, lists, attempt, written = (before.own, before.inherited, before.lists, before.attempt + 1,
+                                                   before.written)
     read = {p for p, _ in lists}
     for path in needed.lists:
         if path not in read:
@@ -314,31 +331,42 @@ def _read_for_rebase_sync(files, needed: RebaseNeeded, before: ReadLists | None)
             except (BadRequest, NotAvro) as exc:   # the table's own history, not this request: it stays a 409
                 raise _not_rebased(conflict, f"cannot read the manifest list {path}: {exc}") from None
             lists = (*lists, (path, manifests))
-    return ReadLists(needed.message, own, inherited, lists, attempt)
+    return ReadLists(needed.message, own, inherited, lists, attempt, written)
 
 
 def _own_manifests(files, needed: RebaseNeeded, conflict: CommitConflict
-                   ) -> tuple[tuple[Manifest, ...], frozenset[str]]:
+                   ) -> tuple[tuple[Manifest, ...], frozenset[str], tuple[int, int] | None]:
     path = needed.manifest_list
     try:
         listed = read_manifest_list(path, _read(files, path, needed.location, "manifest list"))
     except NotAvro as exc:
         raise BadRequest(f"cannot rebase snapshot {needed.snapshot_id}: {exc}") from None
-    own = [mf for mf in listed if mf.added_snapshot_id == needed.snapshot_id]
-    if len(own) > MAX_OWN_MANIFESTS:
-        raise _not_rebased(conflict, f"it adds {len(own)} manifests, more than the {MAX_OWN_MANIFESTS} a rebase reads")
-    for mf in own:
+    listed_own = [mf for mf in listed if mf.added_snapshot_id == needed.snapshot_id]
+    if len(listed_own) > MAX_OWN_MANIFESTS:
+        raise _not_rebased(conflict, f"it adds {len(listed_own)} manifests, more than the {MAX_OWN_MANIFESTS} a "
+                                     f"rebase reads")
+    own, written = [], []
+    for mf in listed_own:
         if mf.content != DATA or mf.existing_files_count or mf.deleted_files_count:
             raise _not_rebased(conflict, f"its manifest {mf.path} is not one of added data files only")
         try:
             entries = read_manifest_entries(mf.path, _read(files, mf.path, needed.location, "manifest"))
         except NotAvro as exc:
             raise BadRequest(f"cannot rebase snapshot {needed.snapshot_id}: {exc}") from None
+        data_numbers = []
         for entry in entries:
             why = added_only(entry, needed.snapshot_id)
             if why is not None:
                 raise _not_rebased(conflict, f"its manifest {mf.path} holds {why}")
-    return tuple(own), frozenset(mf.path for mf in listed if mf.added_snapshot_id != needed.snapshot_id)
+            written += written_sequence_numbers(entry)
+            if entry.sequence_number is not None:
+                data_numbers.append(entry.sequence_number)
+        # (the commit's number is UNASSIGNED_SEQ until the list is written: that of inheriting entries, and the
+        # least unless an entry carries a lower one of its own, which `_check_written` checks to be harmless)
+        own.append(mf._replace(sequence_number=UNASSIGNED_SEQ,
+                               min_sequence_number=min(data_numbers) if data_numbers else UNASSIGNED_SEQ))
+    return (tuple(own), frozenset(mf.path for mf in listed if mf.added_snapshot_id != needed.snapshot_id),
+            (min(written), max(written)) if written else None)
 
 
 def _read(files, path: str, location: str, what: str) -> bytes:
