@@ -108,7 +108,7 @@ class _Buffer(OutputFile):
         return Buffer()
 
 
-def _plain(record: ManifestFile) -> Manifest:
+def as_manifest(record: ManifestFile) -> Manifest:
     values = [record[i] for i in range(len(record))]
     values += [None] * (len(Manifest._fields) - len(values))
     partitions = values[13]
@@ -117,7 +117,7 @@ def _plain(record: ManifestFile) -> Manifest:
     return Manifest(*values)
 
 
-def _record(m: Manifest, format_version: int) -> ManifestFile:
+def as_manifest_file(m: Manifest, format_version: int) -> ManifestFile:
     partitions = None if m.partitions is None else [PartitionFieldSummary(*p) for p in m.partitions]
     values = [*m[:3], ManifestContent(m.content), *m[4:13], partitions, m.key_metadata]
     return ManifestFile(*values, *([m.first_row_id] if format_version >= 3 else []))
@@ -129,7 +129,7 @@ def read_manifest_list(location: str, data: bytes) -> list[Manifest]:
         with AvroFile[ManifestFile](_Bytes(location, data), MANIFEST_LIST_FILE_SCHEMAS[3],
                                     read_types={-1: ManifestFile, 508: PartitionFieldSummary},
                                     read_enums={517: ManifestContent}) as reader:
-            return [_plain(record) for record in reader]
+            return [as_manifest(record) for record in reader]
     except Exception as exc:  # noqa: BLE001 - any failure of the reader: the bytes are not a manifest list
         raise NotAvro(f"{location} is not an Avro manifest list ({type(exc).__name__}: {exc})"[:500]) from None
 
@@ -180,7 +180,7 @@ def write_list(location: str, format_version: int, snapshot_id: int, parent_snap
     if format_version <= 2:
         with write_manifest_list(format_version, out, snapshot_id, parent_snapshot_id,
                                  sequence_number if format_version == 2 else None, codec) as writer:
-            writer.add_manifests([_record(m, format_version) for m in manifests])
+            writer.add_manifests([as_manifest_file(m, format_version) for m in manifests])
         return out.data
     meta = {"snapshot-id": str(snapshot_id),
             "parent-snapshot-id": "null" if parent_snapshot_id is None else str(parent_snapshot_id),
@@ -191,5 +191,5 @@ def write_list(location: str, format_version: int, snapshot_id: int, parent_snap
                            else m.min_sequence_number) for m in manifests]
     with AvroOutputFile[ManifestFile](out, MANIFEST_LIST_FILE_SCHEMAS[3], "manifest_file",
                                       record_schema=MANIFEST_LIST_FILE_SCHEMAS[3], metadata=meta) as writer:
-        writer.write_block([_record(m, 3) for m in assigned])
+        writer.write_block([as_manifest_file(m, 3) for m in assigned])
     return out.data

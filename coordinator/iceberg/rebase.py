@@ -183,10 +183,14 @@ class Rebased:
     list_data: bytes
     manifests: tuple[Manifest, ...]
     parent_snapshot_id: int
+    read: tuple[tuple[str, tuple[Manifest, ...]], ...] = ()   # the lists of others it was read with
 
     def kept(self, before: tuple) -> tuple:
-        """The lists the actor keeps after this commit (`IcebergTable.rebased`): this one first."""
-        return ((self.list_location, self.manifests), *before[:KEPT_LISTS - 1])
+        """The lists the actor keeps after this commit (`IcebergTable.rebased`): this one first, then those read
+        for it (the next appends from the same parent need them again), then the ones kept before."""
+        new = ((self.list_location, self.manifests), *self.read)
+        paths = {p for p, _ in new}
+        return (*new, *(entry for entry in before if entry[0] not in paths))[:KEPT_LISTS]
 
 
 # -- the rebase itself (pure: run by the actor, in order) --------------------------------------------------------
@@ -253,7 +257,8 @@ def rebase(metadata: dict[str, Any], append: Append, read: ReadLists | None, kep
                     if mf.sequence_number == UNASSIGNED_SEQ else mf for mf in manifests)
     requirements = [*append.others, m.AssertRefSnapshotId(ref=append.ref, snapshot_id=head_id)]
     updates = [m.AddSnapshotUpdate(snapshot=models.Snapshot.model_validate(rebased)), append.set_ref]
-    return Rebased(requirements, updates, rebased["manifest-list"], data, written, head_id)
+    return Rebased(requirements, updates, rebased["manifest-list"], data, written, head_id,
+                   tuple(entry for entry in read.lists if entry[0] in wanted))
 
 
 def _check_written(written: tuple[int, int], sequence_number: int | None, heads: tuple[Manifest, ...],
