@@ -230,10 +230,16 @@ def feed_change(kind: str, what: str, metadata_location: str, extra: dict[str, A
 
 
 def main_moved(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """`{"snapshot-id": ...}` when the commit moved the `main` branch (the current snapshot), else nothing."""
+    """When the commit moved the `main` branch (the current snapshot): its `snapshot-id`, and that snapshot's
+    `parent-snapshot-id` and `sequence-number` as committed (an append the actor rebased has a parent and number
+    its client did not send); else nothing."""
     main = (new.get("refs") or {}).get("main", {}).get("snapshot-id", new.get("current-snapshot-id"))
     before = (old.get("refs") or {}).get("main", {}).get("snapshot-id", old.get("current-snapshot-id"))
-    return {"snapshot-id": main} if main not in (None, -1) and main != before else {}
+    if main in (None, -1) or main == before:
+        return {}
+    snapshot = rebase.snapshot_of(new, main) or {}
+    return {"snapshot-id": main, "parent-snapshot-id": snapshot.get("parent-snapshot-id"),
+            "sequence-number": snapshot.get("sequence-number", 0)}
 
 
 def check_ident(state: IcebergTable | UnreadableTable, ident: TableIdent, *, unreadable_ok: bool = False) -> None:

@@ -317,9 +317,13 @@ class IcebergService:
         read: dict[int | None, rebase.ReadLists] = {}
         while True:
             try:
-                return await offer(read)
+                answer = await offer(read)
             except rebase.RebaseNeeded as needed:
                 read[needed.part] = await rebase.read_for_rebase(self.files, needed, read.get(needed.part))
+                continue
+            if read:
+                self.c.metrics.rebased.inc(len(read))
+            return answer
 
     async def _check_relocation(self, ident: TableIdent, requirements: list, updates: list,
                                 kind: str = "table") -> None:
@@ -413,7 +417,7 @@ class IcebergService:
         parts in table-id order, so a transaction with a table changed meanwhile (409: refresh and retry) could
         otherwise be answered 400 for another table's updates. Java's `CatalogHandlers` checks requirements before
         updates too. The actors check them again, while they hold their tables."""
-        for ident, requirements, _ in changes:
+        for ident, requirements, updates in changes:
             if creates_table(requirements):
                 await self._check_absent(ident)
                 check_requirements(None, requirements)
