@@ -211,7 +211,7 @@ class FileIO:
         return self.read_within_sync(uri, within, durable=True)
 
     def read_within_sync(self, uri: str, within: str | None = None, durable: bool = False,
-                         limit: int = MAX_READ_BYTES) -> bytes:
+                         limit: int | None = None) -> bytes:
         """The one way a file is read, blocking. Locally only a regular file (a FIFO or a device would block the
         thread for good, or hand over a stream), reached from `within` (the place the file must lie in; None:
         its own directory) following no link below it, opened without waiting (a FIFO, a lease), and of at most
@@ -219,7 +219,7 @@ class FileIO:
         FileRefused if it is not such a file. `durable`: a local file is fsynced too, through the descriptor it was read by
         (see `read_durable`; an object-store PUT is durable already)."""
         path = local_path(uri)
-        limit = min(limit, MAX_READ_BYTES)
+        limit = MAX_READ_BYTES if limit is None else min(limit, MAX_READ_BYTES)
         if path is None:
             return self._get_object(uri, limit)
         root = os.path.dirname(path) if within is None else local_path(within)

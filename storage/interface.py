@@ -244,9 +244,9 @@ class Files(Protocol):
 
     # For purges that walk a table's metadata in a worker thread:
     def read_within_sync(self, uri: str, within: str | None = None, durable: bool = False,
-                         limit: int = ...) -> bytes:
+                         limit: int | None = None) -> bytes:
         """`read`, blocking; `durable`: a local file is fsynced too, through the descriptor it was read by; at most
-        `limit` bytes (MAX_READ_BYTES at most)."""
+        `limit` bytes (None: MAX_READ_BYTES, its most)."""
 
     def delete_listed_sync(self, location: str, uris: list[str], stop: Callable[[], bool] | None = None) -> None:
         """Delete those of `uris` within `location`, then the directories that leaves empty; paths that name no
