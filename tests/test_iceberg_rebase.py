@@ -41,11 +41,12 @@ def create_table(url: str, name: str, rebase: bool) -> None:
                                                           "commit.retry.num-retries": "0"})
 
 
-def writer(url: str, name: str, number: int, appends: int, loaded) -> tuple[list[int], int, list[str]]:
+def writer(url: str, namespace: str, name: str, number: int, appends: int, loaded, properties: dict
+           ) -> tuple[list[int], int, list[str]]:
     """One pyiceberg process: `appends` appends of one row each, with the table it loaded once (each answer
     brings it up to date, and others commit meanwhile). Its snapshot ids, and the appends refused. Every process
     starts once all have loaded the table (`loaded`, a barrier): their first appends are all on the same base."""
-    table = load_catalog(f"w{number}", type="rest", uri=url).load_table(f"w.{name}")
+    table = load_catalog(f"w{number}", type="rest", uri=url, **properties).load_table(f"{namespace}.{name}")
     loaded.wait()
     ids, failed, errors = [], 0, []
     for n in range(appends):
@@ -60,11 +61,15 @@ def writer(url: str, name: str, number: int, appends: int, loaded) -> tuple[list
     return ids, failed, errors
 
 
-def run_writers(url: str, name: str, processes: int, appends: int) -> tuple[list[int], int, list[str]]:
+def run_writers(url: str, namespace: str, name: str, processes: int, appends: int, properties: dict | None = None
+                ) -> tuple[list[int], int, list[str]]:
+    """`processes` pyiceberg processes (`writer`) appending to `namespace.name`: their snapshot ids, how many
+    appends were refused, and the refusals' messages. `properties`: the catalog's (credentials, say)."""
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager, context.Pool(processes) as pool:
         loaded = manager.Barrier(processes, timeout=300)
-        results = pool.starmap(writer, [(url, name, i, appends, loaded) for i in range(processes)])
+        results = pool.starmap(writer, [(url, namespace, name, i, appends, loaded, properties or {})
+                                        for i in range(processes)])
     return ([sid for ids, _, _ in results for sid in ids], sum(f for _, f, _ in results),
             [e for _, _, errors in results for e in errors])
 
@@ -90,7 +95,7 @@ def main_history(metadata) -> list:
 
 def test_pyiceberg_processes_append_into_one_table_and_every_append_lands(service):
     create_table(service, "t", rebase=True)
-    ids, failed, errors = run_writers(service, "t", PROCESSES, APPENDS)
+    ids, failed, errors = run_writers(service, "w", "t", PROCESSES, APPENDS)
     assert failed == 0, errors
     table = load_catalog("check", type="rest", uri=service).load_table("w.t")
     rows = table.scan().to_arrow().to_pylist()
@@ -114,7 +119,7 @@ def test_pyiceberg_processes_append_into_one_table_and_every_append_lands(servic
 
 def test_without_rebasing_the_same_writers_get_409s(service):
     create_table(service, "plain", rebase=False)
-    ids, failed, errors = run_writers(service, "plain", PROCESSES, APPENDS)
+    ids, failed, errors = run_writers(service, "w", "plain", PROCESSES, APPENDS)
     assert failed >= PROCESSES - 1 and len(ids) + failed == PROCESSES * APPENDS   # (the first appends: one lands)
     assert all("Requirement failed" in e and "not rebased" not in e for e in errors), errors[:3]
 
