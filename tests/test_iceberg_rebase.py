@@ -281,3 +281,35 @@ def test_rebase_appends_sets_the_property_on_new_tables(tmp_path, database_url):
                         {"action": "set-default-sort-order", "sort-order-id": -1}]})
         assert committed.status_code == 200, committed.text
         assert committed.json()["metadata"]["properties"][REBASE_PROPERTY] == "true"
+
+
+def test_appends_sent_through_any_cluster_member_are_rebased_by_the_tables_owner(database_url, tmp_path):
+    """A member that is not the table's owner reads the files a rebase needs and forwards the commit with them:
+    the owner's question (what to read) and the files read cross the cluster channel."""
+    from tests.test_cluster import start_cluster, stop_all, wait_balanced
+    members = start_cluster(database_url, tmp_path, n=2)
+    try:
+        wait_balanced(database_url, members)
+        urls = [m.base_url for m in members]
+        with httpx.Client(timeout=30) as http:
+            assert http.post(f"{urls[0]}/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
+            created = http.post(f"{urls[0]}/v1/namespaces/db/tables", json={
+                "name": "t", "schema": REST_SCHEMA, "properties": {REBASE_PROPERTY: "true"}})
+            assert created.status_code == 200, created.text
+            base = created.json()["metadata"]
+            bodies = [client.append(base) for _ in range(6)]
+            for i, body in enumerate(bodies):   # all from the empty table, through each member in turn
+                r = http.post(f"{urls[i % 2]}/v1/namespaces/db/tables/t", json=body)
+                assert r.status_code == 200, r.text
+            changes = [{"identifier": {"namespace": ["db"], "name": "t"}, **client.append(base)}]
+            for url in urls:   # DuckDB's way, through both members
+                r = http.post(f"{url}/v1/transactions/commit", json={"table-changes": changes})
+                assert r.status_code == 204, r.text
+                changes = [{"identifier": {"namespace": ["db"], "name": "t"}, **client.append(base)}]
+            md = http.get(f"{urls[1]}/v1/namespaces/db/tables/t").json()["metadata"]
+        assert [e["snapshot-id"] for e in md["snapshot-log"]][:6] == [
+            b["updates"][0]["snapshot"]["snapshot-id"] for b in bodies]
+        assert [s["sequence-number"] for s in md["snapshots"]] == list(range(1, 9))
+        assert len(client.data_files(md, md["current-snapshot-id"])) == 8
+    finally:
+        stop_all(members)
