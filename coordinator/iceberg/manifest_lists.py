@@ -80,6 +80,10 @@ class NotAvro(ValueError):
     """A file that pyiceberg's reader cannot read as what it was named as."""
 
 
+class TooManyManifests(ValueError):
+    """A manifest list with more entries than its reader may hold."""
+
+
 class _Bytes(InputFile):
     def __init__(self, location: str, data: bytes):
         super().__init__(location)
@@ -237,15 +241,24 @@ def as_manifest_file(m: Manifest, format_version: int = 3) -> ManifestFile:
     return ManifestFile(*values, *([m.first_row_id] if format_version >= 3 else []))
 
 
-def read_manifest_list(location: str, data: bytes) -> list[Manifest]:
-    """A manifest list's entries (any format version, read with v3's schema: `first_row_id` None before v3)."""
+def read_manifest_list(location: str, data: bytes, limit: int | None = None) -> list[Manifest]:
+    """A manifest list's entries (any format version, read with v3's schema: `first_row_id` None before v3); at
+    most `limit` of them (TooManyManifests beyond)."""
+    out: list[Manifest] = []
     try:
         with _AvroFile(_Bytes(location, data), MANIFEST_LIST_FILE_SCHEMAS[3],
-                                    read_types={-1: ManifestFile, 508: PartitionFieldSummary},
-                                    read_enums={517: ManifestContent}) as reader:
-            return [as_manifest(record) for record in reader]
+                       read_types={-1: ManifestFile, 508: PartitionFieldSummary},
+                       read_enums={517: ManifestContent}) as reader:
+            for record in reader:
+                if limit is not None and len(out) >= limit:
+                    raise TooManyManifests(f"{location} lists more than {limit} manifests: rewrite the table's "
+                                           f"manifests (Spark: CALL system.rewrite_manifests)")
+                out.append(as_manifest(record))
+    except TooManyManifests:
+        raise
     except Exception as exc:  # noqa: BLE001 - any failure of the reader: the bytes are not a manifest list
         raise NotAvro(f"{location} is not an Avro manifest list ({type(exc).__name__}: {exc})"[:500]) from None
+    return out
 
 
 def read_manifest_entries(location: str, data: bytes) -> list[ManifestEntry]:
@@ -253,9 +266,8 @@ def read_manifest_entries(location: str, data: bytes) -> list[ManifestEntry]:
     `ManifestFile.fetch_manifest_entry`): what the rebase checks is what the file itself says."""
     try:
         with _AvroFile(_Bytes(location, data), MANIFEST_ENTRY_SCHEMAS[2],
-                                     read_types={-1: ManifestEntry, 2: DataFile},
-                                     read_enums={0: ManifestEntryStatus, 101: FileFormat,
-                                                 134: DataFileContent}) as reader:
+                       read_types={-1: ManifestEntry, 2: DataFile},
+                       read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}) as reader:
             return list(reader)
     except Exception as exc:  # noqa: BLE001 - as above
         raise NotAvro(f"{location} is not an Avro manifest ({type(exc).__name__}: {exc})"[:500]) from None

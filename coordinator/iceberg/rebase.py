@@ -33,7 +33,7 @@ link and at most `MAX_LIST_BYTES`.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -44,7 +44,7 @@ from storage.files import READ_TIMEOUT_S, is_below, join
 from coordinator.errors import BadRequest, CommitConflict, Unavailable
 from . import changes as m
 from . import models
-from .manifest_lists import DATA, Manifest, NotAvro, added_only, avro_codec, read_manifest_entries, \
+from .manifest_lists import DATA, Manifest, NotAvro, TooManyManifests, added_only, avro_codec, read_manifest_entries, \
     read_manifest_list, write_list, written_sequence_numbers
 from .rules.builder import SNAPSHOT_INDEXES, implicit_refs
 from .rules.requirements import check_requirements
@@ -53,6 +53,7 @@ REBASE_PROPERTY = "commit.rebase-appends.enabled"
 MAX_ATTEMPTS = 4             # offers of one commit with what was read, before its 409 stands (heads moving on)
 MAX_LIST_BYTES = 64 << 20    # a manifest list or manifest the rebase reads
 MAX_OWN_MANIFESTS = 64       # the snapshot's own manifests read and checked; an append with more is not rebased
+MAX_LIST_MANIFESTS = 20_000  # entries of a manifest list a rebase holds (~0.5 KB each in memory); more: not rebased
 KEPT_LISTS = 8               # manifest lists the actor wrote, kept with the state (parents of appends in flight)
 UNASSIGNED_SEQ = -1
 NOT_REBASED = "not rebased"
@@ -197,7 +198,7 @@ class Rebased:
 
 
 def rebase(metadata: dict[str, Any], append: Append, read: ReadLists | None, kept: tuple, conflict: CommitConflict,
-           *, location: str, snapshot_id: int | None = None) -> Rebased:
+           *, location: str) -> Rebased:
     """`append` on the branch's head as it is in `metadata`. Raises RebaseNeeded if a file must be read first,
     CommitConflict if it cannot be rebased (saying why)."""
     snapshot = append.snapshot
@@ -332,8 +333,9 @@ def _read_for_rebase_sync(files, needed: RebaseNeeded, before: ReadLists | None)
     for path in needed.lists:
         if path not in read:
             try:
-                manifests = tuple(read_manifest_list(path, _read(files, path, needed.location, "manifest list")))
-            except (BadRequest, NotAvro) as exc:   # the table's own history, not this request: it stays a 409
+                manifests = tuple(read_manifest_list(path, _read(files, path, needed.location, "manifest list"),
+                                                     MAX_LIST_MANIFESTS))
+            except (BadRequest, NotAvro, TooManyManifests) as exc:   # the table's history, not this request: 409
                 raise _not_rebased(conflict, f"cannot read the manifest list {path}: {exc}") from None
             lists = (*lists, (path, manifests))
     return ReadLists(needed.message, own, inherited, lists, attempt, written)
@@ -343,9 +345,11 @@ def _own_manifests(files, needed: RebaseNeeded, conflict: CommitConflict
                    ) -> tuple[tuple[Manifest, ...], frozenset[str], tuple[int, int] | None]:
     path = needed.manifest_list
     try:
-        listed = read_manifest_list(path, _read(files, path, needed.location, "manifest list"))
+        listed = read_manifest_list(path, _read(files, path, needed.location, "manifest list"), MAX_LIST_MANIFESTS)
     except NotAvro as exc:
         raise BadRequest(f"cannot rebase snapshot {needed.snapshot_id}: {exc}") from None
+    except TooManyManifests as exc:
+        raise _not_rebased(conflict, str(exc)) from None
     listed_own = [mf for mf in listed if mf.added_snapshot_id == needed.snapshot_id]
     if len(listed_own) > MAX_OWN_MANIFESTS:
         raise _not_rebased(conflict, f"it adds {len(listed_own)} manifests, more than the {MAX_OWN_MANIFESTS} a "

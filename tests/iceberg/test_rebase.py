@@ -348,3 +348,15 @@ def test_totals_are_counted_from_the_new_parent():
     assert recount(summary, None) == {**summary, "total-records": "5", "total-data-files": "1",
                                       "total-files-size": "10", "total-delete-files": "0",
                                       "total-position-deletes": "0", "total-equality-deletes": "0"}
+
+
+async def test_a_list_longer_than_a_rebase_holds_is_not_rebased(tmp_path, monkeypatch):
+    from coordinator.iceberg import rebase
+    monkeypatch.setattr(rebase, "MAX_LIST_MANIFESTS", 2)
+    t = Table(new_table(tmp_path))
+    base = t.metadata
+    for _ in range(2):
+        base = await t.commit(client.append(base))
+    await t.commit(client.append(base))
+    with pytest.raises(CommitConflict, match="lists more than 2 manifests: rewrite the table's manifests"):
+        await t.commit(client.append(base))
