@@ -5,7 +5,8 @@ rebases needs. A rebased commit's files are read by the service, so here each co
 append makes, with pyiceberg's own writers: the writer reads its base snapshot's manifest list, writes a manifest
 of one data file (named only: no Parquet is written, nobody reads it) and a manifest list holding it and the base's
 manifests, then commits `add-snapshot` + `set-snapshot-ref main` guarded by `assert-table-uuid` and
-`assert-ref-snapshot-id`. A 409 (a commit that is not rebased) is retried as the `iceberg` flow retries it.
+`assert-ref-snapshot-id`. A 409 (a commit that is not rebased) is retried as the `iceberg` flow retries it
+(its writer, whose commit body and answer this one's replace).
 
 A manifest list holds one entry per manifest and a fast append adds one, so what a commit costs (the client's
 list and the service's) grows with the table's appends. So that layouts compare at the same list lengths, the
@@ -16,6 +17,7 @@ commit on lists of the same lengths, 1 to APPENDS_PER_TABLE manifests, and make 
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -29,11 +31,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
-from .flows import ICEBERG_SCHEMA, Flow, Stats, Writer, _check
+from .flows import ICEBERG_SCHEMA, Flow, IcebergWriter, Stats, _check
 from .http import HttpConnection
-from .retry import schedule
-
-import time
 
 APPENDS_PER_TABLE = 32
 REBASE_PROPERTY = "commit.rebase-appends.enabled"
@@ -49,34 +48,38 @@ class TableGroup:
     prefix: str
     rebase: bool
 
-    def path(self, k: int) -> str:
+    def path_of(self, k: int) -> str:
         return f"/v1/namespaces/{self.namespace}/tables/{self.prefix}_{k}"
 
 
-class AppendWriter(Writer):
+class AppendWriter(IcebergWriter):
+    """The `iceberg` flow's writer (its retries after a 409), committing real fast appends to its group's tables."""
+
     def __init__(self, base: str, table: TableGroup, stats: Stats, appends_per_table: int):
         super().__init__(base, table, stats)
-        self.k = 0
+        self.group, self.k = table, 0
         self.appends_per_table = appends_per_table
         self.metadata: dict[str, Any] = {}
 
-    async def load(self) -> None:
+    @property
+    def table_path(self) -> str:
+        return self.group.path_of(self.k)
+
+    async def reload(self) -> None:
         """The group's current table (made if nobody made it yet), as a client loads it."""
-        status, body = await self.request("GET", self.table.path(self.k))
+        status, body = await self.request("GET", self.table_path)
         if status == 404:
-            status, body = await self.request("POST", self.table.path(self.k).rsplit("/", 1)[0], {
-                "name": f"{self.table.prefix}_{self.k}", "schema": ICEBERG_SCHEMA,
-                "properties": {REBASE_PROPERTY: str(self.table.rebase).lower()}})
+            status, body = await self.request("POST", self.table_path.rsplit("/", 1)[0], {
+                "name": f"{self.group.prefix}_{self.k}", "schema": ICEBERG_SCHEMA,
+                "properties": {REBASE_PROPERTY: str(self.group.rebase).lower()}})
             if status == 409:   # made by another writer of the group meanwhile
-                status, body = await self.request("GET", self.table.path(self.k))
-        _check(status, body, f"loading Iceberg table {self.table.prefix}_{self.k}")
+                status, body = await self.request("GET", self.table_path)
+        _check(status, body, f"loading Iceberg table {self.group.prefix}_{self.k}")
         self.metadata = orjson.loads(body)["metadata"]
 
-    async def start(self) -> None:
-        await self.load()
-
-    def files(self, snapshot_id: int) -> dict:
+    def commit_body(self, new_id: int) -> dict:
         """Write what pyiceberg's fast append writes for one data file; the commit body that names it."""
+        snapshot_id = new_id + 1
         md = self.metadata
         parent = md.get("current-snapshot-id")
         parent = None if parent in (None, -1) else parent
@@ -111,27 +114,12 @@ class AppendWriter(Writer):
                             {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
                              "snapshot-id": snapshot_id}]}
 
-    async def commit(self, deadline: float) -> bool:
-        retry = schedule("iceberg", self.retry_mode, self.rng, time.perf_counter())
-        while time.perf_counter() < deadline:
-            body = self.files(self.rng.getrandbits(62) + 1)
-            status, answer = await self.request("POST", self.table.path(self.k), body, commit=True)
-            if status == 200:
-                self.metadata = orjson.loads(answer)["metadata"]
-                self.stats.writes += 1
-                if self.metadata["last-sequence-number"] >= self.appends_per_table:
-                    self.k += 1
-                    await self.load()
-                return True
-            if status == 409:
-                self.stats.conflicts += 1
-                retrying = await self.wait_to_retry(retry, deadline)
-                await self.load()
-                if not retrying:
-                    return False
-            else:
-                await self._backoff(status, answer)
-        return False
+    async def landed(self, new_id: int, answer: bytes) -> None:
+        """Go on from what the answer says was committed (a rebased append's parent is not the one it sent)."""
+        self.metadata = orjson.loads(answer)["metadata"]
+        if self.metadata["last-sequence-number"] >= self.appends_per_table:
+            self.k += 1
+            await self.reload()
 
 
 class IcebergAppendFlow(Flow):

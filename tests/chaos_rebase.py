@@ -11,12 +11,10 @@ its commit to survive a power loss; the lists the service writes are its own to 
 
 from __future__ import annotations
 
-import io
 import os
 import uuid
 from pathlib import Path
 
-from pyiceberg.io import OutputFile
 from pyiceberg.manifest import (DataFile, DataFileContent, FileFormat, ManifestEntry, ManifestEntryStatus,
                                 write_manifest, write_manifest_list)
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
@@ -24,37 +22,13 @@ from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField
 
-from coordinator.iceberg.manifest_lists import as_manifest_file, read_manifest_entries, read_manifest_list
+from coordinator.iceberg.manifest_lists import MemoryOutput, as_manifest_file, read_manifest_entries, \
+    read_manifest_list
 from coordinator.lance.layout import object_path
 
 TABLE = "tr"
 PROPERTIES = {"commit.rebase-appends.enabled": "true"}
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
-
-
-class _Memory(OutputFile):
-    def __init__(self, location: str):
-        super().__init__(location)
-        self.data = b""
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def exists(self) -> bool:
-        return False
-
-    def to_input_file(self):
-        raise NotImplementedError
-
-    def create(self, overwrite: bool = False):
-        out = self
-
-        class Buffer(io.BytesIO):
-            def close(self) -> None:
-                if not self.closed:
-                    out.data = self.getvalue()
-                super().close()
-        return Buffer()
 
 
 def data_path(location: str, cid: str) -> str:
@@ -103,14 +77,14 @@ class AppendFiles:
                                          file_size_in_bytes=64, sort_order_id=None, spec_id=0, equality_ids=None,
                                          key_metadata=None))
         name = f"metadata/{cid}-m0.avro"
-        out = _Memory(f"{location}/{name}")
+        out = MemoryOutput(f"{location}/{name}")
         with write_manifest(2, UNPARTITIONED_PARTITION_SPEC, SCHEMA, out, snapshot_id, "gzip") as writer:
             writer.add(entry)
         own = writer.to_manifest_file()
         self._put(location, name, out.data)
         inherited = [as_manifest_file(m, 2) for m in self.manifests_of(parent_list)] if parent_list else []
         name = f"metadata/snap-{snapshot_id}-0-{uuid.uuid4().hex}.avro"
-        out = _Memory(f"{location}/{name}")
+        out = MemoryOutput(f"{location}/{name}")
         with write_manifest_list(2, out, snapshot_id, parent, sequence_number, "gzip") as lists:
             lists.add_manifests([own, *inherited])
         return self._put(location, name, out.data)

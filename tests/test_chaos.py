@@ -285,8 +285,9 @@ class Writer(abc.ABC):
         body, version = prepared
         key = uuid7()
         status, doubt = self.send(lambda: self.post(body, key))
-        self.log.record(Outcome(self.fmt, self.table, cid, status, version, doubt))
-        self.settle(status)
+        acknowledged = self.settle(status)
+        self.log.record(Outcome(self.fmt, self.table, cid, status, version if acknowledged is None else acknowledged,
+                                doubt))
 
     @abc.abstractmethod
     def prepare(self, cid: str) -> tuple[dict, int] | None:
@@ -300,8 +301,8 @@ class Writer(abc.ABC):
     def part(self, body: dict) -> dict:
         """The same commit as a part of a cross-format commit."""
 
-    def settle(self, status: str) -> None:
-        """After the commit's outcome is known."""
+    def settle(self, status: str) -> int | None:
+        """After the commit's outcome is known; the version it was acknowledged at, if not the one it asked for."""
 
     def read(self, send: Callable[[], httpx.Response]) -> dict | None:
         """A read that must succeed; retried through the restarts. None when the run is over."""
@@ -426,23 +427,13 @@ class RebasingWriter(IcebergWriter):
         self.answer = self.http.post(self.path, json=body, headers={"Idempotency-Key": key})
         return self.answer
 
-    def commit_once(self) -> None:
-        cid = uuid.uuid4().hex
-        prepared = self.prepare(cid)
-        if prepared is None:
-            return
-        body, version = prepared
-        key = uuid7()
-        status, doubt = self.send(lambda: self.post(body, key))
+    def settle(self, status: str) -> int | None:
         self.view = None
-        if status == "acked":
-            md = self.answer.json()["metadata"]
-            version = next(s["sequence-number"] for s in md["snapshots"] if s["snapshot-id"] == self.snapshot_id)
-            self.view = self._view(md)
-        self.log.record(Outcome(self.fmt, self.table, cid, status, version, doubt))
-
-    def settle(self, status: str) -> None:
-        pass
+        if status != "acked":
+            return None
+        md = self.answer.json()["metadata"]
+        self.view = self._view(md)
+        return next(s["sequence-number"] for s in md["snapshots"] if s["snapshot-id"] == self.snapshot_id)
 
 
 class DeltaWriter(Writer):

@@ -99,7 +99,7 @@ class _Bytes(InputFile):
         return io.BytesIO(self._data)
 
 
-class _Buffer(OutputFile):
+class MemoryOutput(OutputFile):
     """An output pyiceberg's writers write into memory; `data` once they closed it."""
 
     def __init__(self, location: str):
@@ -322,7 +322,7 @@ def write_list(location: str, format_version: int, snapshot_id: int, parent_snap
                            min_sequence_number=sequence_number if m.min_sequence_number == UNASSIGNED_SEQ
                            else m.min_sequence_number)
         records.append(m)
-    out = _Buffer(location)
+    out = MemoryOutput(location)
     with _ListWriter(out, format_version, meta) as writer:
         writer.write_block(records)
     return out.data

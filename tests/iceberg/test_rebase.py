@@ -62,6 +62,14 @@ class Table:
             return decision.state.metadata
 
 
+async def moved_on(tmp_path: Path) -> tuple[Table, dict]:
+    """A table with rebasing on and `base`, its metadata after one append; another append has landed since."""
+    t = Table(new_table(tmp_path))
+    base = await t.commit(client.append(t.metadata))
+    await t.commit(client.append(base))
+    return t, base
+
+
 def main_history(metadata: dict) -> list[dict]:
     by_id = {s["snapshot-id"]: s for s in metadata["snapshots"]}
     out, at = [], client.head(metadata)
@@ -238,9 +246,7 @@ async def test_a_list_without_its_parents_manifests_is_not_rebased(tmp_path):
 
 @pytest.mark.parametrize("status", [ManifestEntryStatus.EXISTING, ManifestEntryStatus.DELETED])
 async def test_an_append_whose_manifest_holds_other_entries_is_not_rebased(tmp_path, status):
-    t = Table(new_table(tmp_path))
-    base = await t.commit(client.append(t.metadata))
-    await t.commit(client.append(base))
+    t, base = await moved_on(tmp_path)
     sid = client.new_snapshot_id()
     own = client.manifest(base, sid, [client.data_file(base["location"], 1)], status=status,
                           sequence_number=1)
@@ -251,9 +257,7 @@ async def test_an_append_whose_manifest_holds_other_entries_is_not_rebased(tmp_p
 
 @pytest.mark.parametrize("content", [DataFileContent.POSITION_DELETES, DataFileContent.EQUALITY_DELETES])
 async def test_an_append_holding_deletes_is_not_rebased(tmp_path, content):
-    t = Table(new_table(tmp_path))
-    base = await t.commit(client.append(t.metadata))
-    await t.commit(client.append(base))
+    t, base = await moved_on(tmp_path)
     sid = client.new_snapshot_id()
     files = [client.data_file(base["location"], 1, content)]
     for own, match in (([client.manifest(base, sid, files)], "holds a (position|equality) deletes file"),
@@ -294,9 +298,7 @@ def _stale_with_list(t: Table, base: dict, make_list) -> dict:
     ("outside", "not within the table's location"),
 ])
 async def test_a_manifest_list_that_cannot_be_read(tmp_path, bad, message):
-    t = Table(new_table(tmp_path))
-    base = await t.commit(client.append(t.metadata))
-    await t.commit(client.append(base))
+    t, base = await moved_on(tmp_path)
     before = t.state
     body = client.append(base)
     path = Path(body["updates"][0]["snapshot"]["manifest-list"].removeprefix("file://"))
@@ -325,9 +327,7 @@ async def test_a_manifest_list_that_cannot_be_read(tmp_path, bad, message):
 
 
 async def test_a_manifest_of_its_own_that_cannot_be_read(tmp_path):
-    t = Table(new_table(tmp_path))
-    base = await t.commit(client.append(t.metadata))
-    await t.commit(client.append(base))
+    t, base = await moved_on(tmp_path)
     body = client.append(base)
     own = client.manifests_of({**base, "snapshots": [{**body["updates"][0]["snapshot"]}]},
                               body["updates"][0]["snapshot"]["snapshot-id"])[0]
