@@ -86,11 +86,12 @@ class EventLog:
         async with con.transaction():
             await con.execute("SELECT 1 FROM events_floor FOR UPDATE")
             # Exclusive bounds: by age, the first young event (none: every event is old); by count, the one after
-            # the newest of the excess (none: no excess). The greater one wins.
+            # the newest of the excess (none: no excess). The greater one wins. (Ordered by the table's columns,
+            # `events.xid`: a bare `xid` would name the output's text and order "1000" before "999".)
             young = await con.fetchrow("SELECT xid::text, seq FROM events WHERE time >= now() - make_interval("
-                                       "secs => $1) ORDER BY xid, seq LIMIT 1", float(max_age_s))
-            excess = await con.fetchrow("SELECT xid::text, seq + 1 AS seq FROM events ORDER BY xid DESC, seq DESC"
-                                        " OFFSET $1 LIMIT 1", max_count)
+                                       "secs => $1) ORDER BY events.xid, events.seq LIMIT 1", float(max_age_s))
+            excess = await con.fetchrow("SELECT xid::text, seq + 1 AS seq FROM events"
+                                        " ORDER BY events.xid DESC, events.seq DESC OFFSET $1 LIMIT 1", max_count)
             if young is not None:
                 bounds = [(int(young["xid"]), young["seq"])]
                 if excess is not None:
