@@ -381,13 +381,15 @@ def test_spark_reads_what_pyiceberg_writers_appended_with_rebasing(spark, ns, mo
     """pyiceberg processes append into one table at once, every append landing (rebased): Spark reads the
     service's manifest lists and counts every row once."""
     from pyiceberg.catalog import load_catalog
-    from tests.test_iceberg_rebase import SCHEMA as WRITER_SCHEMA, run_writers
+    from tests.test_iceberg_rebase import APPENDS, PROCESSES, SCHEMA as WRITER_SCHEMA, run_writers
     properties = {"credential": f"{SPARK_CLIENT}:{SPARK_SECRET}",
                   "oauth2-server-uri": module_service + "/v1/oauth/tokens"}
     catalog = load_catalog("setup", type="rest", uri=module_service, **properties)
     catalog.create_table(f"{ns}.appended", WRITER_SCHEMA, properties={
         "commit.rebase-appends.enabled": "true", "commit.retry.num-retries": "0"})
-    ids, failed, errors = run_writers(module_service, ns, "appended", 4, 5, properties)
+    ids, failed, errors = run_writers(module_service, ns, "appended", PROCESSES, APPENDS, properties)
     assert failed == 0, errors
-    assert rows(spark, f"SELECT count(*), count(DISTINCT (writer, n)) FROM {CATALOG}.{ns}.appended") == [(20, 20)]
-    assert rows(spark, f"SELECT count(*) FROM {CATALOG}.{ns}.appended.snapshots") == [(20,)]
+    total = PROCESSES * APPENDS   # (COORDINATOR_REBASE_WRITERS, as tests/test_iceberg_rebase.py)
+    assert rows(spark, f"SELECT count(*), count(DISTINCT (writer, n)) FROM {CATALOG}.{ns}.appended") == [
+        (total, total)]
+    assert rows(spark, f"SELECT count(*) FROM {CATALOG}.{ns}.appended.snapshots") == [(total,)]
