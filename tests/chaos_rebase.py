@@ -1,5 +1,6 @@
 """The chaos test's rebased Iceberg appends (docs/rebasing.md): the files its writers on the rebasing table write,
-with pyiceberg's writers, and the check of what they read back.
+with pyiceberg's writers (the lists with the service's, which are pyiceberg's too), and the check of what they
+read back.
 
 Each commit appends one data file named after its commit id (`data/<cid>.parquet`, only named: nobody reads it), in
 a manifest of its own, listed with its base snapshot's manifests; the writers race on one table, so most commits
@@ -16,14 +17,14 @@ import uuid
 from pathlib import Path
 
 from pyiceberg.manifest import (DataFile, DataFileContent, FileFormat, ManifestEntry, ManifestEntryStatus,
-                                write_manifest, write_manifest_list)
+                                write_manifest)
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField
 
-from coordinator.iceberg.manifest_lists import MemoryOutput, as_manifest_file, read_manifest_entries, \
-    read_manifest_list
+from coordinator.iceberg.manifest_lists import MemoryOutput, as_manifest, read_manifest_entries, \
+    read_manifest_list, write_list
 from coordinator.lance.layout import object_path
 
 TABLE = "tr"
@@ -82,12 +83,14 @@ class AppendFiles:
             writer.add(entry)
         own = writer.to_manifest_file()
         self._put(location, name, out.data)
-        inherited = [as_manifest_file(m, 2) for m in self.manifests_of(parent_list)] if parent_list else []
+        inherited = self.manifests_of(parent_list) if parent_list else []
+        # (the list through the service's writer, which keeps each manifest's encoding: this table's lists grow by
+        # one manifest a commit, and pyiceberg's own writer encoding them all again took the load generator's
+        # threads the CPU the other writers need)
         name = f"metadata/snap-{snapshot_id}-0-{uuid.uuid4().hex}.avro"
-        out = MemoryOutput(f"{location}/{name}")
-        with write_manifest_list(2, out, snapshot_id, parent, sequence_number, "gzip") as lists:
-            lists.add_manifests([own, *inherited])
-        return self._put(location, name, out.data)
+        data = write_list(f"{location}/{name}", 2, snapshot_id, parent, sequence_number,
+                          [as_manifest(own), *inherited], "gzip")
+        return self._put(location, name, data)
 
 
 def check(files: AppendFiles, metadata: dict) -> list[str]:

@@ -17,7 +17,7 @@ The checker (`check`, a pure function of the log and the state read back) requir
   snapshot-log equal to main's ancestry and the metadata files numbered without holes; Delta versions 0..N, the
   tail GET commits serves (page by page) equal to the commit log; Lance versions 1..N, each manifest on disk
   holding its commit's bytes and no other manifest there;
-* the Iceberg table with rebasing on (tests/chaos_rebase.py), where three writers race with real manifest lists
+* the Iceberg table with rebasing on (tests/chaos_rebase.py), where two writers race with real manifest lists
   and most commits are rebased: every snapshot of main holds exactly its parent's data files plus its own;
 * the Delta table the service converts to Iceberg (UniForm, tests/chaos_uniform.py; not in the power-loss mode,
   whose cuts take the writers' unsynced files): after every restart its Iceberg side shows no Delta version the
@@ -800,7 +800,7 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
         writers += single_format_writers(base, CROSS_FORMAT_TABLE, log, stop, give_up, tables, patient=True,
                                          pause_s=CROSS_FORMAT_RIVAL_PAUSE_S)
         writers += [RebasingWriter(base, chaos_rebase.TABLE, log, stop, give_up, patient=patient)
-                    for patient in (True, True, False)]
+                    for patient in (True, False)]
         if chaos_uniform.TABLE in tables.delta:
             writers += [UniformWriter(base, chaos_uniform.TABLE, log, stop, give_up, patient=patient,
                                       table_info=tables.delta[chaos_uniform.TABLE]) for patient in (True, False)]
