@@ -45,7 +45,7 @@ from coordinator.errors import BadRequest, CommitConflict, Unavailable
 from . import changes as m
 from . import models
 from .manifest_lists import DATA, Manifest, NotAvro, TooManyManifests, added_only, avro_codec, read_manifest_entries, \
-    read_manifest_list, write_list, written_sequence_numbers
+    read_manifest_list, split_manifest_list, write_list, written_sequence_numbers
 from .rules.builder import SNAPSHOT_INDEXES, implicit_refs
 from .rules.requirements import check_requirements
 
@@ -345,12 +345,12 @@ def _own_manifests(files, needed: RebaseNeeded, conflict: CommitConflict
                    ) -> tuple[tuple[Manifest, ...], frozenset[str], tuple[int, int] | None]:
     path = needed.manifest_list
     try:
-        listed = read_manifest_list(path, _read(files, path, needed.location, "manifest list"), MAX_LIST_MANIFESTS)
+        listed_own, others = split_manifest_list(path, _read(files, path, needed.location, "manifest list"),
+                                                 needed.snapshot_id, MAX_LIST_MANIFESTS)
     except NotAvro as exc:
         raise BadRequest(f"cannot rebase snapshot {needed.snapshot_id}: {exc}") from None
     except TooManyManifests as exc:
         raise _not_rebased(conflict, str(exc)) from None
-    listed_own = [mf for mf in listed if mf.added_snapshot_id == needed.snapshot_id]
     if len(listed_own) > MAX_OWN_MANIFESTS:
         raise _not_rebased(conflict, f"it adds {len(listed_own)} manifests, more than the {MAX_OWN_MANIFESTS} a "
                                      f"rebase reads")
@@ -374,8 +374,7 @@ def _own_manifests(files, needed: RebaseNeeded, conflict: CommitConflict
         # least unless an entry carries a lower one of its own, which `_check_written` checks to be harmless)
         own.append(mf._replace(sequence_number=UNASSIGNED_SEQ,
                                min_sequence_number=min(data_numbers) if data_numbers else UNASSIGNED_SEQ))
-    return (tuple(own), frozenset(mf.path for mf in listed if mf.added_snapshot_id != needed.snapshot_id),
-            (min(written), max(written)) if written else None)
+    return tuple(own), frozenset(others), (min(written), max(written)) if written else None
 
 
 def _read(files, path: str, location: str, what: str) -> bytes:
