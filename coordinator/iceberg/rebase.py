@@ -234,6 +234,10 @@ def rebase(metadata: dict[str, Any], append: Append, read: ReadLists | None, kep
         raise _not_rebased(conflict, f"its manifest list names {len(read.inherited)} manifests of other "
                                      f"snapshots, but it has no parent")
 
+    specs = {spec.get("spec-id") for spec in metadata.get("partition-specs") or ()}
+    gone = sorted({mf.partition_spec_id for mf in read.own} - specs)
+    if gone:
+        raise _not_rebased(conflict, f"its manifests use partition spec {gone[0]}, which the table no longer has")
     version = metadata.get("format-version", 2)
     sequence_number = (metadata.get("last-sequence-number") or 0) + 1 if version >= 2 else None
     heads = known(head["manifest-list"])

@@ -360,3 +360,12 @@ async def test_a_list_longer_than_a_rebase_holds_is_not_rebased(tmp_path, monkey
     await t.commit(client.append(base))
     with pytest.raises(CommitConflict, match="lists more than 2 manifests: rewrite the table's manifests"):
         await t.commit(client.append(base))
+
+
+async def test_an_append_in_a_partition_spec_the_table_no_longer_has_is_not_rebased(tmp_path):
+    t, base = await moved_on(tmp_path)
+    sid = client.new_snapshot_id()
+    own = client.manifest(base, sid, [client.data_file(base["location"], 1)])
+    own[2] = 7   # (partition_spec_id)
+    with pytest.raises(CommitConflict, match="partition spec 7, which the table no longer has"):
+        await t.commit(client.append(base, snapshot_id=sid, own=[own]))
