@@ -3,6 +3,7 @@ over tables of their own, in one run: prints one table.
 
     python -m loadtest.rebase_bench                       # own PostgreSQL + service, 10 s per configuration
     python -m loadtest.rebase_bench --duration 20 --rounds 2
+    python -m loadtest.rebase_bench --stages              # where a rebased commit's CPU goes, against a plain one
 
 Every commit is a real fast append (`loadtest/append_flow.py`: pyiceberg's writers write the manifest and the
 manifest list the service reads when it rebases). Configurations, each measured `--rounds` times in turn:
@@ -28,7 +29,7 @@ import trio
 
 from storage.embedded import EmbeddedPostgres, free_port
 
-from . import procs
+from . import procs, stages
 from .append_flow import APPENDS_PER_TABLE, IcebergAppendFlow
 from .http import HttpConnection
 from .runner import run
@@ -49,18 +50,25 @@ async def rebased_total(base: str) -> float:
 
 
 def measure(base: str, pids: list[int], pg_pid: int | None, cfg: str, rebase: bool, duration_s: float,
-            appends_per_table: int, tag: str) -> dict:
+            appends_per_table: int, tag: str, profile: Path | None = None) -> dict:
+    """One configuration's run; with `profile`, the service recorded by py-spy into it (its stages)."""
     tables, writers = (int(x) for x in cfg.split("x"))
     flow = IcebergAppendFlow(rebase, appends_per_table)
+    recording: list[stages.Recording] = []
+
+    def on_start() -> None:
+        if profile is not None:
+            recording.append(stages.Recording(pids[0], duration_s, profile))
 
     async def go():
         groups = await flow.prepare(base, tables, tag)
         before = await rebased_total(base)
         result = await run(flow, base, groups, writers, duration_s, meter=procs.CpuMeter(pids, pg_pid),
-                           metrics_base=base, scenario=cfg)
+                           metrics_base=base, scenario=cfg, on_start=on_start)
         return result, await rebased_total(base) - before
     result, rebased = trio.run(go)
-    return {"scenario": cfg + ("" if rebase else ", rebasing off"), "commits_per_s": result.commits_per_s,
+    extra = {"stages": recording[0].finish(result.commits)} if recording else {}
+    return {**extra, "scenario": cfg + ("" if rebase else ", rebasing off"), "commits_per_s": result.commits_per_s,
             "p50_ms": result.p50_ms, "p99_ms": result.p99_ms, "commits": result.commits, "rebased": rebased,
             "conflicts": result.conflicts, "gave_up": result.gave_up, "errors": result.errors,
             "server_cpu_ms_per_commit": result.server_cpu_ms_per_commit, "loadgen_cpu_pct": result.loadgen_cpu_pct,
@@ -105,7 +113,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="measure each configuration this many times, in turn")
     ap.add_argument("--appends-per-table", type=int, default=APPENDS_PER_TABLE,
                     help="a group's writers move to its next table once the table has this many appends")
-    ap.add_argument("--keep", action="store_true", help="keep the temp dir (service log, warehouse)")
+    ap.add_argument("--stages", action="store_true", help="py-spy the service in the first round's 8x1 and 1x8 "
+                                                          "and print their CPU per commit by stage")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir (service log, warehouse, py-spy files)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="rebase-bench-"))
     tmp.chmod(0o755)
@@ -124,8 +134,10 @@ def main() -> None:
                 print(f"round {round_ + 1}/{args.rounds}: {cfg}{'' if rebase else ', rebasing off'} for "
                       f"{args.duration:g} s ...", flush=True)
                 tag = f"rb_{cfg}_{int(rebase)}_{round_}_{free_port()}"
+                profile = (tmp / f"pyspy-{cfg}.txt" if args.stages and round_ == 0 and rebase and cfg in ("8x1", "1x8")
+                           else None)
                 row = measure(base, [service.pid], pg_pid, cfg, rebase, args.duration, args.appends_per_table,
-                              tag)
+                              tag, profile)
                 if row["errors"]:
                     print(f"  {row['errors']} errors, e.g. {row['error_samples']}", flush=True)
                 results.setdefault((cfg, rebase), []).append(row)
@@ -143,6 +155,13 @@ def main() -> None:
           f"round(s) per configuration, at most ~{args.appends_per_table} appends per table; medians over rounds")
     print()
     print(table([summarize(results[key]) for key in CONFIGS]))
+    profiled = {f"{cfg} (server CPU ms/commit)": results[(cfg, True)][0]["stages"] for cfg in ("8x1", "1x8")
+                if "stages" in results[(cfg, True)][0]}
+    if profiled:
+        print()
+        print(stages.table(profiled))
+        print()
+        print(stages.top_functions(profiled[next(k for k in profiled if k.startswith("1x8"))]))
 
 
 if __name__ == "__main__":

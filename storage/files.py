@@ -49,6 +49,7 @@ MAX_READ_BYTES = 256 << 20
 # the threads writes go through, nor other reads (READ_THREADS: the pool of reads off the commit path).
 READ_TIMEOUT_S = 30.0
 READ_THREADS = 16
+READ_WORKERS = 4   # long-lived threads for reads on the commit path (`FileIO.reading`): each reads one file at a time
 
 
 def _in_worker_thread(name: str, run_batch: Callable[[list[Any]], list[Any]]) -> GroupedCall:
@@ -99,6 +100,9 @@ class FileIO:
             interrupted=lambda: OSError("the file operation was interrupted"),
             timeout_s=READ_TIMEOUT_S, timed_out=lambda: _read_timed_out("a staged file"))
         self._deletes = _in_worker_thread("file-deletes", _each(lambda item: self.delete_within_sync(*item)))
+        # Reads a commit needs before it is decided (an Iceberg rebase's manifest lists): see `reading`.
+        self._readers = [WorkerThread(f"file-reads-{i}", abandon_on_cancel=True) for i in range(READ_WORKERS)]
+        self._next_reader = 0
 
     # -- public, awaited from trio (blocking work runs in a worker thread) ----------------------------------
 
@@ -134,14 +138,17 @@ class FileIO:
         """A file's bytes, read as `read_within_sync` says (a regular file, reached from `within` without following
         a link, of at most MAX_READ_BYTES), on a thread of its own: FileUnavailable after READ_TIMEOUT_S."""
         with trio.move_on_after(READ_TIMEOUT_S):
-            return await self.reading(self.read_within_sync, uri, within)
+            return await trio.to_thread.run_sync(self.read_within_sync, uri, within, abandon_on_cancel=True,
+                                                 limiter=self._read_threads)
         raise _read_timed_out(uri)
 
     async def reading(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """`fn(*args)`, blocking work made of reads (`read_within_sync` calls, and parsing what they read), on a
-        thread of its own from the pool of READ_THREADS. The caller bounds its time: a cancelled caller stops
-        waiting at once, and the thread is left to end on its own."""
-        return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True, limiter=self._read_threads)
+        """`fn(*args)`, blocking work made of reads (`read_within_sync` calls, and parsing what they read), on
+        one of READ_WORKERS long-lived threads in turn (the commit path's reads: a thread of trio's cache per call
+        cost a commit more than the reading). The caller bounds its time: a cancelled caller stops waiting at
+        once, and the thread is left to end on its own while later calls go to a new one (storage/worker.py)."""
+        self._next_reader = (self._next_reader + 1) % len(self._readers)
+        return await self._readers[self._next_reader].run_sync(fn, *args)
 
     async def delete(self, uri: str, within: str) -> None:
         """Delete one file of the place `within` (a table's): see `delete_within_sync`."""
@@ -216,8 +223,8 @@ class FileIO:
         thread for good, or hand over a stream), reached from `within` (the place the file must lie in; None:
         its own directory) following no link below it, opened without waiting (a FIFO, a lease), and of at most
         MAX_READ_BYTES (or `limit`, if less); from an object store, the same. FileMissing if it is not there,
-        FileRefused if it is not such a file. `durable`: a local file is fsynced too, through the descriptor it was read by
-        (see `read_durable`; an object-store PUT is durable already)."""
+        FileRefused if it is not such a file. `durable`: a local file is fsynced too, through the descriptor it was
+        read by (see `read_durable`; an object-store PUT is durable already)."""
         path = local_path(uri)
         limit = MAX_READ_BYTES if limit is None else min(limit, MAX_READ_BYTES)
         if path is None:

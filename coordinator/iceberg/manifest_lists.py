@@ -99,6 +99,17 @@ class _Bytes(InputFile):
         return io.BytesIO(self._data)
 
 
+class _Buffer(io.BytesIO):
+    def __init__(self, out: "MemoryOutput"):
+        super().__init__()
+        self.out = out
+
+    def close(self) -> None:
+        if not self.closed:
+            self.out.data = self.getvalue()
+        super().close()
+
+
 class MemoryOutput(OutputFile):
     """An output pyiceberg's writers write into memory; `data` once they closed it."""
 
@@ -115,15 +126,8 @@ class MemoryOutput(OutputFile):
     def to_input_file(self) -> InputFile:
         return _Bytes(self.location, self.data)
 
-    def create(self, overwrite: bool = False):
-        out = self
-
-        class Buffer(io.BytesIO):
-            def close(self) -> None:
-                if not self.closed:
-                    out.data = self.getvalue()
-                super().close()
-        return Buffer()
+    def create(self, overwrite: bool = False) -> _Buffer:
+        return _Buffer(self)
 
 
 # -- pyiceberg's Avro reader and writer, their schema work done once ----------------------------------------------
@@ -180,8 +184,7 @@ class _KeptEncodings:
         self.lock = threading.Lock()
 
     def write(self, encoder: BinaryEncoder, manifest: Manifest) -> None:
-        with self.lock:
-            data = self.kept.get(manifest)
+        data = self.kept.get(manifest)   # (a lookup is atomic; changes take the lock)
         if data is None:
             out = io.BytesIO()
             self.writer.write(BinaryEncoder(out), manifest)

@@ -244,11 +244,11 @@ def rebase(metadata: dict[str, Any], append: Append, read: ReadLists | None, kep
     if read.written is not None:
         _check_written(read.written, sequence_number, heads, conflict)
     manifests = (*(mf._replace(first_row_id=None) for mf in read.own), *heads)
-    stored = snapshot.stored()
-    rebased = {**stored, "parent-snapshot-id": head_id,
+    list_name = f"snap-{snapshot.snapshot_id}-rebased-{uuid.uuid4().hex}.avro"
+    rebased = {**snapshot.stored(), "parent-snapshot-id": head_id,
                "timestamp-ms": max(snapshot.timestamp_ms, head.get("timestamp-ms") or 0),
                "summary": recount(snapshot.summary, head.get("summary")),
-               "manifest-list": join(location, "metadata", f"snap-{snapshot.snapshot_id}-rebased-{uuid.uuid4().hex}.avro")}
+               "manifest-list": join(location, "metadata", list_name)}
     if sequence_number is not None:
         rebased["sequence-number"] = sequence_number
     first_row_id = None
