@@ -54,7 +54,7 @@ MAX_ATTEMPTS = 4             # offers of one commit with what was read, before i
 MAX_LIST_BYTES = 64 << 20    # a manifest list or manifest the rebase reads
 MAX_OWN_MANIFESTS = 64       # the snapshot's own manifests read and checked; an append with more is not rebased
 MAX_LIST_MANIFESTS = 20_000  # entries of a manifest list a rebase holds (~0.5 KB each in memory); more: not rebased
-KEPT_LISTS = 8               # manifest lists the actor wrote, kept with the state (parents of appends in flight)
+KEPT_LISTS = 32              # manifest lists kept with the state (the parents of appends in flight: one per writer)
 UNASSIGNED_SEQ = -1
 NOT_REBASED = "not rebased"
 
