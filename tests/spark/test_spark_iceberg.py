@@ -393,3 +393,4 @@ def test_spark_reads_what_pyiceberg_writers_appended_with_rebasing(spark, ns, mo
     assert rows(spark, f"SELECT count(*), count(DISTINCT (writer, n)) FROM {CATALOG}.{ns}.appended") == [
         (total, total)]
     assert rows(spark, f"SELECT count(*) FROM {CATALOG}.{ns}.appended.snapshots") == [(total,)]
+    print(f"Spark counts {total} rows of {PROCESSES} pyiceberg processes x {APPENDS} appends, each once")
