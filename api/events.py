@@ -7,29 +7,22 @@ the events' `subject` spells it). Answers 200 `{"events": [...CloudEvents...], "
 is older than retention kept; 400 for a malformed token or query. Errors are the service's own
 (`{"error": {"code", "type", "message"}}`).
 
-Any authenticated client may read the feed; it sees only the events of tables it may read.
+Any authenticated client may read the feed; it sees only the events of tables it may read, and what it is answered
+depends on nothing else. A long-poll beyond the waiting readers' bounds is 429 (the client's share) or 503 (the
+service's), with Retry-After.
 """
 
 from __future__ import annotations
 
 from quart import Blueprint, Response, current_app, g, request
 
-from coordinator.auth import Privilege, Resource, table_securable
 from coordinator.errors import BadRequest
-from storage.records import StoredEvent
+from coordinator.feed import scope_of
 
 from .access import authenticated, guard
 from .common import json_response
 
 bp = Blueprint("events", __name__, url_prefix="/api/coordinator/v1")
-
-
-def securable(event: StoredEvent) -> Resource:
-    """What a reader must be allowed to read to see `event` (coordinator/auth.py's securable paths)."""
-    fmt, parts = event.type.split(".", 1)[0], event.data["name"]
-    if fmt == "iceberg":   # Iceberg's catalog (the prefix) is "" by default, and then not in the name
-        parts = [event.catalog, *(parts[1:] if event.catalog else parts)]
-    return table_securable((fmt, *parts[:-1]), parts[-1])   # Unity Catalog's name begins with its catalog
 
 
 def _number(name: str, default: float, kind: type) -> float:
@@ -46,8 +39,8 @@ def _number(name: str, default: float, kind: type) -> float:
 @guard(authenticated)
 async def events() -> Response:
     principal = g.get("principal")
-    visible = (lambda e: True) if principal is None else (lambda e: principal.may(Privilege.READ, securable(e)))
     feed = current_app.config["COORDINATOR"].feed
     return json_response(await feed.read(request.args.get("after"), limit=int(_number("limit", 100, int)),
                                          wait_s=_number("wait", 0.0, float), formats=request.args.getlist("format"),
-                                         tables=request.args.getlist("table"), visible=visible))
+                                         tables=request.args.getlist("table"), scope=scope_of(principal),
+                                         client=principal.name if principal is not None else "anonymous"))

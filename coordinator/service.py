@@ -55,7 +55,7 @@ class Coordinator:
             self.embedded = EmbeddedPostgres(self.config.data_dir / "postgres")
             dsn = self.embedded.start()
         self.store = PostgresStore(dsn, pool_size=self.config.db_pool_size, timeout_s=self.config.db_timeout_s,
-                                   fenced=self.config.cluster)
+                                   fenced=self.config.cluster, feed_pool_size=self.config.feed_db_pool_size)
         self.store.on_flush = self.metrics.db_write.observe
         try:
             self.store.open()
@@ -96,10 +96,11 @@ class Coordinator:
             key = self.auth.signing_key or await self.store.signing_key(new_signing_key())
             c = self.config
             self.authority = Authority(self.auth, key, Throttle(c.token_requests_per_s, c.token_requests_burst,
-                                                                c.token_requests_queued))
+                                                                c.token_requests_queued, c.token_failures_per_s,
+                                                                c.token_failures_burst))
         await self.warehouses.load()
-        self.feed.attach()
         async with trio.open_nursery() as nursery:
+            await nursery.start(self.feed.run)
             await nursery.start(self.registry.run)
             if self.cluster is not None:
                 await nursery.start(self.cluster.run)
