@@ -28,7 +28,7 @@ from coordinator.purges import purge_after_drop
 from . import rebase
 from .files import delete_after_commit, gc_enabled, reachable_files, metadata_file_name, metadata_version, not_purged, \
     purge_named_files
-from . import changes as _changes, models as _models, state as _state
+from . import changes as _changes, manifest_lists as _manifest_lists, models as _models, state as _state
 from .rules import apply_commit, apply_view_commit, views as _views
 from .rules.catalog import check_moved
 from .state import FORMAT, REALM, VIEW_FORMAT, IcebergTable, TableIdent, UnreadableTable, row_state, \
@@ -264,4 +264,4 @@ def idempotency_record(key: IdempotencyKey | None, status: int, table: IcebergTa
 
 
 # What an Iceberg request carries to its table's owner in a cluster, and the owner's answers (coordinator/crossable).
-crossing(sys.modules[__name__], _changes, _models, _state, _views)
+crossing(sys.modules[__name__], _changes, _manifest_lists, _models, rebase, _state, _views)
