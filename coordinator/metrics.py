@@ -45,6 +45,9 @@ SAMPLED_HELP = {
     "coordinator_file_write_cpu_seconds_total": "CPU seconds spent making table files durable (write and fsync)",
     "coordinator_cluster_shards_held": "Shards this cluster member holds a lease on",
     "coordinator_cluster_members_live": "Cluster members whose lease heartbeat is current",
+    "coordinator_cluster_channel_version": "The newest cluster channel version this member speaks",
+    "coordinator_cluster_channel_connections_older":
+        "This member's channel connections (to and from peers) on a version older than this release's",
     "coordinator_cluster_takeovers_total": "Shards this member took over from another member",
     "coordinator_cluster_forwarded_total": "Requests this member forwarded to the shard's owner",
     "coordinator_uniform_versions_behind": "Delta versions the service's Iceberg conversion (UniForm) lags the "

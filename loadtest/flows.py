@@ -226,11 +226,13 @@ class IcebergTable:
         return f"/v1/namespaces/{self.namespace}/tables/{self.name}"
 
 
-def iceberg_commit_body(parent: int | None, new_id: int, seq: int) -> dict:
+def iceberg_commit_body(parent: int | None, new_id: int, seq: int, *, manifest_list: str | None = None,
+                        summary: dict[str, str] | None = None) -> dict:
+    """An append of snapshot `new_id` on top of `parent` (main's current snapshot), guarded by it."""
     snap = {"snapshot-id": new_id, "sequence-number": seq, "timestamp-ms": int(time.time() * 1000),
-            "manifest-list": f"file:///tmp/loadtest/snap-{new_id}-{uuid.uuid4()}.avro",
-            "summary": {"operation": "append", "added-data-files": "1", "added-records": "100",
-                        "added-files-size": "4096"},
+            "manifest-list": manifest_list or f"file:///tmp/loadtest/snap-{new_id}-{uuid.uuid4()}.avro",
+            "summary": summary or {"operation": "append", "added-data-files": "1", "added-records": "100",
+                                   "added-files-size": "4096"},
             "schema-id": 0}
     if parent is not None:
         snap["parent-snapshot-id"] = parent
