@@ -17,7 +17,6 @@ commit on lists of the same lengths, 1 to APPENDS_PER_TABLE manifests, and make 
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +30,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
-from .flows import ICEBERG_SCHEMA, Flow, IcebergWriter, Stats, _check
+from .flows import ICEBERG_SCHEMA, Flow, IcebergWriter, Stats, _check, iceberg_commit_body
 from .http import HttpConnection
 
 APPENDS_PER_TABLE = 32
@@ -102,17 +101,9 @@ class AppendWriter(IcebergWriter):
         with write_manifest_list(2, IO.new_output(manifest_list), snapshot_id, parent, sequence_number,
                                  "gzip") as lists:
             lists.add_manifests([writer.to_manifest_file(), *inherited])
-        snapshot = {"snapshot-id": snapshot_id, "sequence-number": sequence_number,
-                    "timestamp-ms": int(time.time() * 1000), "manifest-list": manifest_list, "schema-id": 0,
-                    "summary": {"operation": "append", "added-data-files": "1", "added-records": "100",
-                                "added-files-size": "4096"}}
-        if parent is not None:
-            snapshot["parent-snapshot-id"] = parent
-        return {"requirements": [{"type": "assert-table-uuid", "uuid": md["table-uuid"]},
-                                 {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent}],
-                "updates": [{"action": "add-snapshot", "snapshot": snapshot},
-                            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
-                             "snapshot-id": snapshot_id}]}
+        body = iceberg_commit_body(parent, snapshot_id, sequence_number, manifest_list=manifest_list)
+        body["requirements"].insert(0, {"type": "assert-table-uuid", "uuid": md["table-uuid"]})
+        return body
 
     async def landed(self, new_id: int, answer: bytes) -> None:
         """Go on from what the answer says was committed (a rebased append's parent is not the one it sent)."""
@@ -143,5 +134,4 @@ class IcebergAppendFlow(Flow):
         return AppendWriter(base, table, stats, self.appends_per_table)
 
     def sample_request(self, table: int = 0) -> tuple[str, Any]:
-        from .flows import iceberg_commit_body
         return f"/v1/namespaces/bench/tables/g{table}_0", iceberg_commit_body(7, 8, 2)
