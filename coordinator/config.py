@@ -71,6 +71,10 @@ class Config:
     dormant_tables_max: int = 100_000  # idle tables kept compact in memory (least recently used beyond: reload)
     retry_after_s: int = 1           # advertised in Retry-After on 503
 
+    # Iceberg: new tables get the property commit.rebase-appends.enabled=true (unless their creator sets it): the
+    # table's actor rebases an append whose branch moved on instead of answering 409 (docs/rebasing.md).
+    rebase_appends: bool = False
+
     # Delta (Unity Catalog)
     delta_max_unpublished_commits: int = 10   # a commit leaving more unpublished gets 429: clients must backfill
     # A Lance final manifest the namespace never recorded is removed once it is older than this: a younger one may
