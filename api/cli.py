@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--uniform-workers", type=int,
                    help="worker processes converting Delta tables to Iceberg for UniForm readers, 0 = none "
                         f"{default('uniform_workers')}")
+    s.add_argument("--rebase-appends", action="store_true", default=None,
+                   help="new Iceberg tables rebase concurrent appends instead of answering 409 (table property "
+                        f"commit.rebase-appends.enabled, docs/rebasing.md) {default('rebase_appends')}")
     h = sub.add_parser("hash-secret", help="hash a client secret for the auth file (reads it from stdin)")
     h.add_argument("--secret", help="the secret (default: read one line from stdin)")
     # Scale-out (docs/cluster.md).
@@ -117,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                                  cluster_port=args.cluster_port, cluster_advertise=args.cluster_advertise,
                                  cluster_secret_file=args.cluster_secret_file, http_fd=args.http_fd,
                                  uniform_workers=args.uniform_workers, http_max_connections=args.http_max_connections,
-                                 events_retention_s=args.events_retention_s, events_max=args.events_max)
+                                 events_retention_s=args.events_retention_s, events_max=args.events_max,
+                                 rebase_appends=args.rebase_appends)
         configure_logging(config.log_level)
         try:
             serve(config)

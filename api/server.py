@@ -145,7 +145,9 @@ async def serve_coordinator(coordinator: Coordinator, *, shutdown: trio.Event | 
             binds = await http.start(lambda task_status: hypercorn_serve(
                 app, hc, shutdown_trigger=trigger, task_status=task_status))
             task_status.started(binds)
-        # hypercorn returns once its graceful shutdown has drained in-flight requests: the actors are idle.
+        # hypercorn returns once its graceful shutdown has drained in-flight requests; a cluster member then
+        # hands its tables over (answering the calls other members forwarded to it first).
+        await coordinator.hand_over()
         nursery.cancel_scope.cancel()
 
 

@@ -345,7 +345,10 @@ class TableActor:
     # -- commit metrics ------------------------------------------------------------------------------------------
 
     def _count_refusal(self, req: Request, proposal: Proposal | None = None) -> None:
-        """A commit refused by its table's rules: a conflict (409) or rejected; nothing applied either way."""
+        """A commit refused by its table's rules: a conflict (409) or rejected; nothing applied either way. Not
+        counted when the requester offers it again at once (`offered_again`: Iceberg's rebase reads files first)."""
+        if getattr(req.reply.error, "offered_again", False):
+            return
         if getattr(proposal or req.proposal, "counts_as_commit", False) and self.row is not None:
             outcome = "conflict" if req.reply.error is not None and req.reply.error.status == 409 else "rejected"
             self.registry.observe_commit(self.row.format, outcome, time.perf_counter() - req.arrived)

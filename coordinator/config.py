@@ -71,6 +71,10 @@ class Config:
     dormant_tables_max: int = 100_000  # idle tables kept compact in memory (least recently used beyond: reload)
     retry_after_s: int = 1           # advertised in Retry-After on 503
 
+    # Iceberg: new tables get the property commit.rebase-appends.enabled=true (unless their creator sets it): the
+    # table's actor rebases an append whose branch moved on instead of answering 409 (docs/rebasing.md).
+    rebase_appends: bool = False
+
     # Delta (Unity Catalog)
     delta_max_unpublished_commits: int = 10   # a commit leaving more unpublished gets 429: clients must backfill
     # A Lance final manifest the namespace never recorded is removed once it is older than this: a younger one may
@@ -144,8 +148,14 @@ class Config:
     lease_ttl_s: float = 3.0                  # a dead member's shards are taken over about this long after it died
     lease_renew_s: float = 0.5                # leases are renewed (and expired ones looked for) this often
     lease_margin_s: float = 0.75              # stop serving this long before the lease could expire in the database
-    cluster_route_wait_s: float = 2.0         # how long a request waits for a moving shard's owner before a 503
+    # How long a request waits for a moving shard's next owner before a 503: past a crashed owner's takeover
+    # (lease_ttl_s + 2 x lease_renew_s), and past a hand-over or a rebalance on a loaded machine, where a shard may
+    # have no owner for a few lease passes (measured: over 2 s).
+    cluster_route_wait_s: float = 5.0
     cluster_prepare_timeout_s: float = 10.0   # a held transaction part settles itself from the store after this
+    # Speak at most this cluster channel version (the one before this release's, for tests of a rolling upgrade;
+    # docs/cluster.md). None: this release's.
+    cluster_channel_version: int | None = None
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -156,6 +166,8 @@ class Config:
             self.cluster_secret_file = Path(self.cluster_secret_file)
         if self.cluster_advertise or int(self.workers) > 1:
             self.cluster = True
+        if self.cluster_channel_version is not None:
+            self.cluster_channel_version = int(self.cluster_channel_version)
         self.s3_options = {**self.s3_options, **self._named_s3_options()}
 
     def _named_s3_options(self) -> dict[str, str]:

@@ -45,6 +45,9 @@ SAMPLED_HELP = {
     "coordinator_file_write_cpu_seconds_total": "CPU seconds spent making table files durable (write and fsync)",
     "coordinator_cluster_shards_held": "Shards this cluster member holds a lease on",
     "coordinator_cluster_members_live": "Cluster members whose lease heartbeat is current",
+    "coordinator_cluster_channel_version": "The newest cluster channel version this member speaks",
+    "coordinator_cluster_channel_connections_older":
+        "This member's channel connections (to and from peers) on a version older than this release's",
     "coordinator_cluster_takeovers_total": "Shards this member took over from another member",
     "coordinator_cluster_forwarded_total": "Requests this member forwarded to the shard's owner",
     "coordinator_uniform_versions_behind": "Delta versions the service's Iceberg conversion (UniForm) lags the "
@@ -99,6 +102,10 @@ class Metrics:
         self.file_write = Histogram(
             "coordinator_file_write_seconds", "Time to make one batch of table files durable (written and "
             "fsynced), the files of every commit waiting at that moment", buckets=LATENCY_BUCKETS_S,
+            registry=self.registry)
+        self.rebased = Counter(
+            "coordinator_rebased_commits", "Iceberg appends whose branch had moved on, rebased onto its head by the "
+            "table's actor instead of answered 409 (docs/rebasing.md); also counted as applied commits",
             registry=self.registry)
         self.commit_batch = Histogram(
             "coordinator_actor_batch_commits", "Commits an actor wrote with one compare-and-set of its table's row",
@@ -163,12 +170,14 @@ class Metrics:
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         """Per format: commits by outcome and the commit-latency sum and count (a console computes rates and
-        means from two snapshots)."""
+        means from two snapshots); Iceberg's rebased commits too."""
         out: dict[str, dict[str, float]] = {f: {} for f in FORMATS}
-        for family in (*self.commits.collect(), *self.commit_latency.collect()):
+        for family in (*self.commits.collect(), *self.commit_latency.collect(), *self.rebased.collect()):
             for sample in family.samples:
                 fmt = sample.labels.get("format")
-                if sample.name == "coordinator_commits_total":
+                if sample.name == "coordinator_rebased_commits_total":
+                    out["iceberg"]["rebased"] = sample.value
+                elif sample.name == "coordinator_commits_total":
                     out[fmt][sample.labels["outcome"]] = sample.value
                 elif sample.name == "coordinator_commit_seconds_sum":
                     out[fmt]["latency_sum_s"] = sample.value

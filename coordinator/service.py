@@ -92,6 +92,12 @@ class Coordinator:
         if stop_embedded and self.embedded is not None:
             self.embedded.stop_unless_shared(APPLICATION_NAME)
 
+    async def hand_over(self) -> None:
+        """Before a graceful stop cancels `run`: a cluster member hands its tables to the other members (answering
+        what it accepted first), so that clients see no error. Nothing to do for a single process."""
+        if self.cluster is not None:
+            await self.cluster.hand_over(self.config.shutdown_grace_s)
+
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Runs the actors (and background jobs) until cancelled."""
         if self.auth is not None:

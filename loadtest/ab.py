@@ -57,13 +57,6 @@ class Side:
     pids: list[int]    # whose CPU counts
 
 
-def launch(child: procs.Child, checkout: Path) -> procs.Child:
-    """procs.service builds the command, but it must run with cwd = the checkout (Child.launch runs it here)."""
-    with open(child.log, "ab") as out:
-        child.proc = subprocess.Popen(child.argv, stdout=out, stderr=subprocess.STDOUT, cwd=checkout, env=child.env)
-    return child
-
-
 def start_service(name: str, checkout: Path, pg: EmbeddedPostgres, tmp: Path, processes: int = 1,
                   one_port: bool = False, log_level: str = "warning") -> Side:
     """The service from `checkout`, on its own database of `pg`: one process, `processes` cluster members on ports
@@ -78,8 +71,8 @@ def start_service(name: str, checkout: Path, pg: EmbeddedPostgres, tmp: Path, pr
         extra = ["--log-level", log_level] + (["--workers", str(processes)] if one_port and processes > 1 else [])
         child = procs.service(port, dsn, tmp / f"{name}-{i}", tmp / f"{name}-{i}.log",
                               warehouse=tmp / name / "warehouse", cluster=processes > 1 and not one_port, env=env,
-                              extra_args=extra)
-        children.append(launch(child, checkout))
+                              extra_args=extra, code=checkout)
+        children.append(child.launch())
         bases.append(f"http://127.0.0.1:{port}")
     for child, base in zip(children, bases):
         child.start(base + "/readyz")

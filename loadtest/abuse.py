@@ -1,6 +1,6 @@
 """The abuse run: what each attack of `loadtest/attacks/` costs the clients that are not attacking.
 
-    python -m loadtest.abuse                          # every attack, ~15 minutes
+    python -m loadtest.abuse                          # every attack, ~10 minutes
     python -m loadtest.abuse --attacks h2-body-no-length,feed-long-poll-flood --window 20
 
 One PostgreSQL and the service as a real process, with authentication on (a `writer` client granted everything, a
@@ -8,8 +8,9 @@ One PostgreSQL and the service as a real process, with authentication on (a `wri
 to an Iceberg table at `--rate` commits/s on a connection it opened first (open loop: a commit's latency runs from
 the moment it was due, so a stall counts in full), and a probe asks `/healthz` every 100 ms on a new connection.
 On a machine of two or more cores the service runs on core 0 and everything else (PostgreSQL, the writer, the
-probe, the attack) on the others, as an attacker on another host would. For each attack: a window without it, then a window with it running (after `--warmup` seconds for it to build
-up; the attack runs in a process of its own). One table is printed: healthz p99, the writer's commit p50/p99 and commits/s, the service's peak RSS, with
+probe, the attack) on the others, as an attacker on another host would. For each attack: a window without it,
+then a window with it running (after `--warmup` seconds for it to build up; the attack runs in a process of its
+own). One table is printed: healthz p99, the writer's commit p50/p99 and commits/s, the service's peak RSS, with
 and without the attack, and whether the commit p99 stayed within 2x of its value without the attack.
 """
 
@@ -36,7 +37,6 @@ import orjson
 from storage.embedded import EmbeddedPostgres, free_port
 
 from . import procs
-from .ab import launch
 from .attacks import Target
 from .flows import iceberg_commit_body, iceberg_state
 
@@ -273,13 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         port = free_port()
         service = procs.service(port, pg.dsn_for("abuse"), tmp / "service", tmp / "service.log",
                                 extra_args=["--auth-file", str(write_auth_file(tmp / "auth.toml"))],
-                                env={"PYTHONPATH": str(args.code)} if args.code else None)
+                                **({"code": args.code, "env": {"PYTHONPATH": str(args.code)}} if args.code else {}))
         service.argv = ["prlimit", f"--nofile={DESCRIPTOR_LIMIT}:{DESCRIPTOR_LIMIT}", "--",
                         *(["taskset", "-c", str(cores[0])] if pinned else []), *service.argv]
         base = f"http://127.0.0.1:{port}"
         print(f"starting the service{f' from {args.code}' if args.code else ''} ...", flush=True)
-        if args.code:
-            launch(service, args.code)
         service.start(base + "/readyz")
         target = Target(base, service.pid, CLIENTS)
         client_id, secret = CLIENTS["writer"]
@@ -313,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     print()
-    print(f"the service: {args.code or 'this checkout'}; steady writer at {args.rate:g} commits/s (Iceberg, one table, its own connection); windows of "
+    print(f"the service: {args.code or 'this checkout'}; steady writer at {args.rate:g} commits/s (Iceberg, one "
+          f"table, its own connection); windows of "
           f"{args.window:g} s; the service under a {DESCRIPTOR_LIMIT}-descriptor limit, authentication on"
           + (f", alone on core {cores[0]}" if pinned else ""))
     print_table(rows)

@@ -226,11 +226,13 @@ class IcebergTable:
         return f"/v1/namespaces/{self.namespace}/tables/{self.name}"
 
 
-def iceberg_commit_body(parent: int | None, new_id: int, seq: int) -> dict:
+def iceberg_commit_body(parent: int | None, new_id: int, seq: int, *, manifest_list: str | None = None,
+                        summary: dict[str, str] | None = None) -> dict:
+    """An append of snapshot `new_id` on top of `parent` (main's current snapshot), guarded by it."""
     snap = {"snapshot-id": new_id, "sequence-number": seq, "timestamp-ms": int(time.time() * 1000),
-            "manifest-list": f"file:///tmp/loadtest/snap-{new_id}-{uuid.uuid4()}.avro",
-            "summary": {"operation": "append", "added-data-files": "1", "added-records": "100",
-                        "added-files-size": "4096"},
+            "manifest-list": manifest_list or f"file:///tmp/loadtest/snap-{new_id}-{uuid.uuid4()}.avro",
+            "summary": summary or {"operation": "append", "added-data-files": "1", "added-records": "100",
+                                   "added-files-size": "4096"},
             "schema-id": 0}
     if parent is not None:
         snap["parent-snapshot-id"] = parent
@@ -250,24 +252,36 @@ class IcebergWriter(Writer):
     seq: int = 0
     idempotency_keys = False  # send an Idempotency-Key with each commit request, as a client may (`/v1/config`)
 
+    @property
+    def table_path(self) -> str:
+        return self.table.path
+
     async def reload(self) -> None:
-        status, body = await self.request("GET", self.table.path)
+        status, body = await self.request("GET", self.table_path)
         _check(status, body, f"loading Iceberg table {self.table.name}")
         self.snapshot_id, self.seq = iceberg_state(body)
 
     async def start(self) -> None:
         await self.reload()
 
+    def commit_body(self, new_id: int) -> dict:
+        """The commit of snapshot `new_id` on the snapshot this writer last saw."""
+        return iceberg_commit_body(self.snapshot_id, new_id, self.seq + 1)
+
+    async def landed(self, new_id: int, answer: bytes) -> None:
+        """The commit of `new_id` was answered 200 with `answer`."""
+        self.snapshot_id, self.seq = new_id, self.seq + 1
+
     async def commit(self, deadline: float) -> bool:
         retry = schedule("iceberg", self.retry_mode, self.rng, time.perf_counter())
         while time.perf_counter() < deadline:
             new_id = self.rng.getrandbits(62)
-            body = iceberg_commit_body(self.snapshot_id, new_id, self.seq + 1)
+            body = self.commit_body(new_id)
             # A retry after a 409 is a new commit (new parent, new snapshot), so it gets a new key.
             headers = {"Idempotency-Key": new_key()} if self.idempotency_keys else None
-            status, body = await self.request("POST", self.table.path, body, commit=True, headers=headers)
+            status, body = await self.request("POST", self.table_path, body, commit=True, headers=headers)
             if status == 200:
-                self.snapshot_id, self.seq = new_id, self.seq + 1
+                await self.landed(new_id, body)
                 self.stats.writes += 1
                 return True
             if status == 409:

@@ -136,8 +136,8 @@ class Child:
     """A server subprocess with its output in a log file; `stop()` interrupts it, then kills after a grace."""
 
     def __init__(self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None,
-                 stop_signal: int = signal.SIGINT):
-        self.name, self.argv, self.log, self.stop_signal = name, argv, log, stop_signal
+                 stop_signal: int = signal.SIGINT, cwd: Path = ROOT):
+        self.name, self.argv, self.log, self.stop_signal, self.cwd = name, argv, log, stop_signal, cwd
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
 
@@ -150,7 +150,7 @@ class Child:
         """Start without waiting (its imports can overlap other work); `start` or `wait_ready` later."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env)
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd, env=self.env)
         return self
 
     def start(self, ready_url: str, timeout_s: float = 60) -> Child:
@@ -172,9 +172,10 @@ class Child:
 
 def service(port: int, database_url: str, data_dir: Path, log: Path, *, cluster: bool = False,
             warehouse: Path | str | None = None, env: dict[str, str] | None = None,
-            extra_args: list[str] | None = None) -> Child:
+            extra_args: list[str] | None = None, code: Path = ROOT) -> Child:
     """`coordinator serve` as a real OS process, against the benchmark's PostgreSQL (`cluster`: as a member of a
-    cluster sharing it; `extra_args`: more flags, such as the S3 settings of an s3:// warehouse)."""
+    cluster sharing it; `extra_args`: more flags, such as the S3 settings of an s3:// warehouse; `code`: the
+    checkout whose code it runs, this one by default)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     if cluster:   # the members' data dirs differ: they share the channel's secret from a file beside them
         from coordinator.cluster.secret import make_secret_file
@@ -185,7 +186,7 @@ def service(port: int, database_url: str, data_dir: Path, log: Path, *, cluster:
             "--log-level", "warning"] + (["--cluster"] if cluster else []) + (extra_args or [])
     # SIGTERM: the service's graceful stop (it handles SIGINT and SIGTERM alike); `Child.stop` kills it after a
     # grace period, which would lose nothing either: every answered commit is durable.
-    return Child("the coordinator service", argv, log, env=env, stop_signal=signal.SIGTERM)
+    return Child("the coordinator service", argv, log, env=env, stop_signal=signal.SIGTERM, cwd=code)
 
 
 def bare_app(port: int, log: Path, durable_dir: Path | None = None) -> Child:

@@ -2,6 +2,13 @@
 
     python -m loadtest.spark_streaming                          # starts an EmbeddedService (embedded PostgreSQL)
     python -m loadtest.spark_streaming --uri http://127.0.0.1:8181 --tables 8 --duration 120
+    python -m loadtest.spark_streaming --one-table --tables 2 --duration 130 --warmup 10   # 2 queries, one table
+
+`--one-table`: the queries (`--tables` of them) all append to one table, which has rebasing on
+(`commit.rebase-appends.enabled`, docs/rebasing.md) and Spark's own retries off (`commit.retry.num-retries=0`), so
+that a micro-batch that loses the race to another query is the service's to land, never Spark's retry: the run
+fails if any query fails, and counts each query's rows in the table against what it sent. `--no-rebase` keeps the
+one table's conflicts as 409s (Spark's default retries on), for comparison.
 
 One streaming query per table (rate source -> Iceberg sink, fixed processing-time trigger); every micro-batch
 is one Iceberg commit made by Spark's own REST client. Figures, over the window after --warmup:
@@ -123,17 +130,26 @@ def run(base: str, args: argparse.Namespace, database_url: str | None) -> None:
     ns = f"{args.catalog}.{namespace}"
     checkpoints = Path(args.checkpoint_dir or tempfile.mkdtemp(prefix="coordinator-spark-loadtest-"))
     spark.sql(f"CREATE NAMESPACE {ns}")
-    tables = [f"{ns}.t{i}" for i in range(args.tables)]
-    for t in tables:
-        spark.sql(f"CREATE TABLE {t} (value bigint, ts timestamp) USING iceberg")
+    if args.one_table:
+        tables = [f"{ns}.t0"] * args.tables
+        rebase = "false" if args.no_rebase else "true"
+        retries = "" if args.no_rebase else ", 'commit.retry.num-retries'='0'"
+        spark.sql(f"CREATE TABLE {tables[0]} (value bigint, ts timestamp, src string) USING iceberg "
+                  f"TBLPROPERTIES ('commit.rebase-appends.enabled'='{rebase}'{retries})")
+    else:
+        tables = [f"{ns}.t{i}" for i in range(args.tables)]
+        for t in tables:
+            spark.sql(f"CREATE TABLE {t} (value bigint, ts timestamp) USING iceberg")
 
-    print(f"{args.tables} streaming queries, {args.rows_per_second} rows/s each, trigger {args.trigger_s} s, "
+    print(f"{args.tables} streaming queries{' into one table' if args.one_table else ''}, "
+          f"{args.rows_per_second} rows/s each, trigger {args.trigger_s} s, "
           f"{args.duration:.0f} s (first {args.warmup:.0f} s not measured), master {args.master}, service {base}",
           flush=True)
     queries = []
     for i, t in enumerate(tables):
+        columns = ("value", "timestamp AS ts") + ((f"'q{i}' AS src",) if args.one_table else ())
         df = (spark.readStream.format("rate").option("rowsPerSecond", args.rows_per_second)
-              .option("numPartitions", 1).load().selectExpr("value", "timestamp AS ts"))
+              .option("numPartitions", 1).load().selectExpr(*columns))
         queries.append(df.writeStream.format("iceberg").outputMode("append")
                        .trigger(processingTime=f"{args.trigger_s} seconds")
                        .option("checkpointLocation", str(checkpoints / f"t{i}")).toTable(t))
@@ -148,7 +164,7 @@ def run(base: str, args: argparse.Namespace, database_url: str | None) -> None:
     window_end, after = time.time(), scrape_commits(base)
     for q in queries:
         # stop between triggers so the last micro-batch is whole
-        idle_by = time.monotonic() + 30
+        idle_by = time.monotonic() + 120   # (a busy machine may take long over a micro-batch)
         while q.isActive and q.status["isTriggerActive"] and time.monotonic() < idle_by:
             time.sleep(0.05)
         q.stop()
@@ -157,9 +173,9 @@ def run(base: str, args: argparse.Namespace, database_url: str | None) -> None:
 
     elapsed = window_end - window_start
     add_batch, trigger, commits, rows_written = [], [], 0, {}
-    for q, t in zip(queries, tables):
+    for i, (q, t) in enumerate(zip(queries, tables)):
         progress = q.recentProgress
-        rows_written[t] = sum(p["numInputRows"] for p in progress)
+        rows_written[(t, f"q{i}") if args.one_table else t] = sum(p["numInputRows"] for p in progress)
         for p in progress:
             at = datetime.fromisoformat(p["timestamp"]).timestamp()
             if window_start <= at < window_end:
@@ -167,7 +183,13 @@ def run(base: str, args: argparse.Namespace, database_url: str | None) -> None:
                 add_batch.append(p["durationMs"].get("addBatch", 0) / 1000)
                 trigger.append(p["durationMs"].get("triggerExecution", 0) / 1000)
     reports = commit_reports(database_url, namespace, window_start, window_end) if database_url else []
-    lost = [t for t in tables if spark.sql(f"SELECT count(*) FROM {t}").collect()[0][0] != rows_written[t]]
+    if args.one_table:   # each query's rows, each value once
+        lost = [src for (t, src), n in rows_written.items() if tuple(spark.sql(
+            f"SELECT count(*), count(DISTINCT value) FROM {t} WHERE src = '{src}'").collect()[0]) != (n, n)]
+        snapshots = spark.sql(f"SELECT count(*), count_if(manifest_list LIKE '%-rebased-%') "
+                              f"FROM {tables[0]}.snapshots").collect()[0]
+    else:
+        lost = [t for t in tables if spark.sql(f"SELECT count(*) FROM {t}").collect()[0][0] != rows_written[t]]
 
     window = diff(after, before)
     ok = window.get("2xx", {}).get(float("inf"), 0.0)
@@ -189,8 +211,12 @@ def run(base: str, args: argparse.Namespace, database_url: str | None) -> None:
     print(f"service: {ok / elapsed:.2f} commits/s (2xx {ok:.0f}, 4xx {conflicts:.0f}, 5xx {errors:.0f}); "
           f"commit request p50 {ms(histogram_pct(served, 50))} ms, p95 {ms(histogram_pct(served, 95))} ms, "
           f"p99 {ms(histogram_pct(served, 99))} ms")
+    if args.one_table:
+        print(f"table:   {snapshots[0]} snapshots, {snapshots[1]} of them rebased by the service; "
+              f"{len(queries)} queries ran to the end, none failed")
     print(f"rows:    {sum(rows_written.values())} written, "
-          + ("every table holds exactly what its query wrote" if not lost else f"MISMATCH in {lost}"))
+          + (("the table holds exactly what each query wrote, each row once" if args.one_table else
+              "every table holds exactly what its query wrote") if not lost else f"MISMATCH in {lost}"))
     spark.stop()
     if not args.checkpoint_dir:
         shutil.rmtree(checkpoints, ignore_errors=True)
@@ -212,6 +238,9 @@ def main() -> None:
                     help="comma-separated Iceberg Spark runtime jars; default: tests/spark/build_runtime.sh's")
     ap.add_argument("--database-url", help="the service's PostgreSQL, to read Spark's commit reports (with --uri)")
     ap.add_argument("--checkpoint-dir")
+    ap.add_argument("--one-table", action="store_true",
+                    help="all queries append to one table, rebasing on and Spark's retries off (see above)")
+    ap.add_argument("--no-rebase", action="store_true", help="with --one-table: rebasing off, Spark's retries on")
     args = ap.parse_args()
     if args.warmup >= args.duration:
         ap.error("--warmup must be shorter than --duration")

@@ -49,6 +49,7 @@ MAX_READ_BYTES = 256 << 20
 # the threads writes go through, nor other reads (READ_THREADS: the pool of reads off the commit path).
 READ_TIMEOUT_S = 30.0
 READ_THREADS = 16
+READ_WORKERS = 4   # long-lived threads for reads on the commit path (`FileIO.reading`): each reads one file at a time
 
 
 def _in_worker_thread(name: str, run_batch: Callable[[list[Any]], list[Any]]) -> GroupedCall:
@@ -99,6 +100,9 @@ class FileIO:
             interrupted=lambda: OSError("the file operation was interrupted"),
             timeout_s=READ_TIMEOUT_S, timed_out=lambda: _read_timed_out("a staged file"))
         self._deletes = _in_worker_thread("file-deletes", _each(lambda item: self.delete_within_sync(*item)))
+        # Reads a commit needs before it is decided (an Iceberg rebase's manifest lists): see `reading`.
+        self._readers = [WorkerThread(f"file-reads-{i}", abandon_on_cancel=True) for i in range(READ_WORKERS)]
+        self._next_reader = 0
 
     # -- public, awaited from trio (blocking work runs in a worker thread) ----------------------------------
 
@@ -153,6 +157,14 @@ class FileIO:
             return await trio.to_thread.run_sync(self.read_within_sync, uri, within, abandon_on_cancel=True,
                                                  limiter=self._read_threads)
         raise _read_timed_out(uri)
+
+    async def reading(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)`, blocking work made of reads (`read_within_sync` calls, and parsing what they read), on
+        one of READ_WORKERS long-lived threads in turn (the commit path's reads: a thread of trio's cache per call
+        cost a commit more than the reading). The caller bounds its time: a cancelled caller stops waiting at
+        once, and the thread is left to end on its own while later calls go to a new one (storage/worker.py)."""
+        self._next_reader = (self._next_reader + 1) % len(self._readers)
+        return await self._readers[self._next_reader].run_sync(fn, *args)
 
     async def delete(self, uri: str, within: str) -> None:
         """Delete one file of the place `within` (a table's): see `delete_within_sync`."""
@@ -221,16 +233,18 @@ class FileIO:
     def _read_durable_sync(self, uri: str, within: str) -> bytes:
         return self.read_within_sync(uri, within, durable=True)
 
-    def read_within_sync(self, uri: str, within: str | None = None, durable: bool = False) -> bytes:
+    def read_within_sync(self, uri: str, within: str | None = None, durable: bool = False,
+                         limit: int | None = None) -> bytes:
         """The one way a file is read, blocking. Locally only a regular file (a FIFO or a device would block the
         thread for good, or hand over a stream), reached from `within` (the place the file must lie in; None:
         its own directory) following no link below it, opened without waiting (a FIFO, a lease), and of at most
-        MAX_READ_BYTES; from an object store, at most MAX_READ_BYTES. FileMissing if it is not there, FileRefused
-        if it is not such a file. `durable`: a local file is fsynced too, through the descriptor it was read by
-        (see `read_durable`; an object-store PUT is durable already)."""
+        MAX_READ_BYTES (or `limit`, if less); from an object store, the same. FileMissing if it is not there,
+        FileRefused if it is not such a file. `durable`: a local file is fsynced too, through the descriptor it was
+        read by (see `read_durable`; an object-store PUT is durable already)."""
         path = local_path(uri)
+        limit = MAX_READ_BYTES if limit is None else min(limit, MAX_READ_BYTES)
         if path is None:
-            return self._get_object(uri)
+            return self._get_object(uri, limit)
         root = os.path.dirname(path) if within is None else local_path(within)
         if root is None:
             raise FileRefused(f"{uri} is not within {within}")
@@ -239,8 +253,8 @@ class FileIO:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):
                     raise FileRefused(f"not a regular file: {uri}")
-                data = _read_at_most(fd, _bounded(uri, st.st_size), MAX_READ_BYTES)
-                _bounded(uri, len(data))   # (grown since)
+                data = _read_at_most(fd, _bounded(uri, st.st_size, limit), limit)
+                _bounded(uri, len(data), limit)   # (grown since)
                 if durable:
                     os.fsync(fd)
                 return data
@@ -255,14 +269,14 @@ class FileIO:
                 raise FileUnavailable(f"{uri} is held by another process; nothing changed, retry") from None
             raise
 
-    def _get_object(self, uri: str) -> bytes:
+    def _get_object(self, uri: str, limit: int = MAX_READ_BYTES) -> bytes:
         import obstore
         store, key = self.object_store(uri)
         try:
             found = obstore.get(store, key)
         except FileNotFoundError:
             raise FileMissing(f"file not found: {uri}") from None
-        _bounded(uri, found.meta["size"])   # (before its bytes are fetched)
+        _bounded(uri, found.meta["size"], limit)   # (before its bytes are fetched)
         return bytes(found.bytes())
 
     def delete_within_sync(self, uri: str, within: str, prune: bool = False) -> None:
@@ -448,11 +462,10 @@ class FileIO:
                                 f"and nothing was written over it") from None
 
 
-def _bounded(uri: str, size: int) -> int:
-    """`size`, if a file of that size may be read (MAX_READ_BYTES); FileRefused otherwise."""
-    if size > MAX_READ_BYTES:
-        raise FileRefused(f"{uri} has more than {MAX_READ_BYTES} bytes: a file read here may have at most "
-                          f"{MAX_READ_BYTES}")
+def _bounded(uri: str, size: int, limit: int = MAX_READ_BYTES) -> int:
+    """`size`, if a file of that size may be read (`limit`, MAX_READ_BYTES at most); FileRefused otherwise."""
+    if size > limit:
+        raise FileRefused(f"{uri} has more than {limit} bytes: a file read here may have at most {limit}")
     return size
 
 

@@ -12,7 +12,7 @@ joined by `records.NAMESPACE_SEP`.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 from uuid import UUID
 
 from .localfs import FileWrite
@@ -241,6 +241,10 @@ class Files(Protocol):
         """The file's bytes: locally only a regular file reached from `within` (None: its directory) without
         following a link; at most MAX_READ_BYTES; FileUnavailable after READ_TIMEOUT_S."""
 
+    async def reading(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)`, blocking reads (`read_within_sync`) and what parses them, on a thread of the read pool; the
+        caller bounds its time (it stops waiting when cancelled)."""
+
     async def delete(self, uri: str, within: str) -> None:
         """Delete one file of the place `within`, if there: refused if its path is not within it; locally no link
         below the warehouse is followed."""
@@ -265,8 +269,10 @@ class Files(Protocol):
         nothing if its path could lead elsewhere. Raises DeletionStopped once `stop()` is true."""
 
     # For purges that walk a table's metadata in a worker thread:
-    def read_within_sync(self, uri: str, within: str | None = None, durable: bool = False) -> bytes:
-        """`read`, blocking; `durable`: a local file is fsynced too, through the descriptor it was read by."""
+    def read_within_sync(self, uri: str, within: str | None = None, durable: bool = False,
+                         limit: int | None = None) -> bytes:
+        """`read`, blocking; `durable`: a local file is fsynced too, through the descriptor it was read by; at most
+        `limit` bytes (None: MAX_READ_BYTES, its most)."""
 
     def delete_listed_sync(self, location: str, uris: list[str], stop: Callable[[], bool] | None = None) -> None:
         """Delete those of `uris` within `location`, then the directories that leaves empty; paths that name no

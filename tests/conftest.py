@@ -87,8 +87,11 @@ def database_url(pg_admin_dsn):
 
 @pytest.fixture
 def config(database_url, tmp_path) -> Config:
+    # COORDINATOR_TEST_REBASE_APPENDS=1: every table the tests create has rebasing on (`serve --rebase-appends`),
+    # so that a suite written for the spec's 409s (tests/test_iceberg_pyiceberg.py) runs unchanged against it too.
     return Config(database_url=database_url, data_dir=tmp_path, port=0, warehouse=str(tmp_path / "warehouse"),
-                  actor_idle_s=30, shutdown_grace_s=0.5)
+                  actor_idle_s=30, shutdown_grace_s=0.5,
+                  rebase_appends=os.environ.get("COORDINATOR_TEST_REBASE_APPENDS") == "1")
 
 
 @pytest.fixture

@@ -86,13 +86,38 @@ ONCE = {"iceberg": _once(IcebergWriter), "delta": _once(DeltaWriter), "lance": _
 
 
 @dataclass
+class FaultSeen:
+    """One fault as the writers saw it."""
+
+    name: str
+    at: float                                   # time.monotonic() when it struck
+    done: float                                 # ... and when the fault's action had returned
+    # per format: seconds from the fault to the first 2xx answer to a commit sent after it (None: none came)
+    resumed_s: dict[str, float | None] = field(default_factory=dict)
+    # per format: the longest time without a 2xx answer, from the last one before the fault struck to the first
+    # one to a commit sent after its action returned (None: none came)
+    longest_gap_s: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
 class OutageRun:
     answers: list[Answer]
     figures: Figures
-    fault_at: float
+    faults: list[FaultSeen]
     found: set[tuple[str, str, str]]   # (format, table, commit id) of every commit the tables hold
-    # per format: seconds from the fault to the first 2xx answer to a commit sent after it (None: none came)
-    outage_s: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def fault_at(self) -> float:
+        return self.faults[0].at
+
+    @property
+    def outage_s(self) -> dict[str, float | None]:
+        """Per format, the slowest resumption after any fault (None if commits never resumed after one)."""
+        out: dict[str, float | None] = {}
+        for fmt in ONCE:
+            seen = [f.resumed_s.get(fmt) for f in self.faults]
+            out[fmt] = None if any(s is None for s in seen) else max(seen, default=0.0)
+        return out
 
     def by_status(self) -> dict[str, Counter]:
         out: dict[str, Counter] = {}
@@ -126,11 +151,18 @@ class OutageRun:
         return "\n".join(lines)
 
 
-def run_under_load(base: str, database_url: Callable[[], str], fault: Callable[[], None], *, before_s: float = 2.0,
-                   after_s: float = 4.0, recover_timeout_s: float = 45.0) -> OutageRun:
+Fault = Callable[[], float | None]
+
+
+def run_under_load(base: str, database_url: Callable[[], str], fault: Fault | list[tuple[str, Fault]], *,
+                   before_s: float = 2.0, after_s: float = 4.0, recover_timeout_s: float = 45.0,
+                   between: Callable[[], None] | None = None) -> OutageRun:
     """Load from WRITERS_PER_FORMAT writers per format; after `before_s`, `fault()` runs (it returns once the
-    database may serve again); the load goes on until every format has committed again and `after_s` more.
-    `database_url()` is where to read the tables' state from afterwards."""
+    database may serve again, and may return the time.monotonic() it struck at); the load goes on until every format has committed again and `after_s` more.
+    `fault` may be a list of named faults, injected in turn under the same load, each once the previous one is
+    over and `between()` (the database ready for the next) has returned. `database_url()` is where to read the
+    tables' state from afterwards."""
+    faults = fault if isinstance(fault, list) else [("fault", fault)]
     tables = set_up(base)
     log, answers, stop, give_up = ClientLog(), Answers(), threading.Event(), threading.Event()
     writers: list[Writer] = []
@@ -147,17 +179,27 @@ def run_under_load(base: str, database_url: Callable[[], str], fault: Callable[[
     threads = [threading.Thread(target=w.run, name=f"{w.fmt}-{w.table}", daemon=True) for w in writers]
     for th in threads:
         th.start()
+    seen: list[FaultSeen] = []
     try:
         time.sleep(before_s)
-        fault_at = time.monotonic()
-        fault()
-        deadline = time.monotonic() + recover_timeout_s
-        while time.monotonic() < deadline:
-            recovered = {a.fmt for a in answers.items if a.sent > fault_at and _ok(a)}
-            if recovered >= set(ONCE):
-                break
-            time.sleep(0.2)
-        time.sleep(after_s)
+        for i, (name, inject) in enumerate(faults):
+            if i and between is not None:
+                between()
+                time.sleep(before_s)
+            at = time.monotonic()
+            struck = inject()   # a fault that first looks around returns when it struck
+            done = time.monotonic()
+            if struck is not None:
+                at = struck
+            seen.append(FaultSeen(name, at, done))
+            deadline = time.monotonic() + recover_timeout_s
+            while time.monotonic() < deadline:
+                recovered = {a.fmt for a in answers.items if a.sent > done and _ok(a)}
+                if recovered >= set(ONCE):
+                    break
+                time.sleep(0.2)
+            time.sleep(after_s)
+            print(f"  {name} (over after {done - at:.1f} s): {_resumed(answers.items, at)}", flush=True)
     finally:
         stop.set()
         for th in threads:
@@ -168,11 +210,32 @@ def run_under_load(base: str, database_url: Callable[[], str], fault: Callable[[
     assert not any(th.is_alive() for th in threads), "a writer is stuck"
     states = read_state(base, database_url(), tables)
     found = {(s.fmt, s.table, cid) for s in states for _, cid in s.entries if cid}
-    run = OutageRun(list(answers.items), check(log.outcomes, states), fault_at, found)
+    for f in seen:
+        for fmt in ONCE:
+            acks = sorted(a.at for a in answers.items if a.fmt == fmt and _ok(a))
+            after = [a.at for a in answers.items if a.fmt == fmt and a.sent > f.at and _ok(a)]
+            f.resumed_s[fmt] = min(after) - f.at if after else None
+            over = [a.at for a in answers.items if a.fmt == fmt and a.sent > f.done and _ok(a)]
+            f.longest_gap_s[fmt] = _longest_gap(acks, f.at, min(over)) if over else None
+    return OutageRun(list(answers.items), check(log.outcomes, states), seen, found)
+
+
+def _longest_gap(acks: list[float], at: float, until: float) -> float:
+    """The longest time between consecutive acknowledgements (`acks`, sorted) from the last one before `at` to
+    `until`."""
+    window = [t for t in acks if t <= at][-1:] + [t for t in acks if at < t <= until]
+    if len(window) < 2:
+        return until - at
+    return max(b - a for a, b in zip(window, window[1:]))
+
+
+def _resumed(answers: list[Answer], at: float) -> str:
+    """Progress: how long after the fault each format had its first acknowledgement."""
+    out = []
     for fmt in ONCE:
-        after = [a.at for a in run.answers if a.fmt == fmt and a.sent > fault_at and _ok(a)]
-        run.outage_s[fmt] = min(after) - fault_at if after else None
-    return run
+        after = [a.at for a in answers if a.fmt == fmt and a.sent > at and _ok(a)]
+        out.append(f"{fmt} {min(after) - at:.1f} s" if after else f"{fmt} not yet")
+    return "commits resumed after " + ", ".join(out)
 
 
 def _ok(a: Answer) -> bool:

@@ -17,6 +17,8 @@ The checker (`check`, a pure function of the log and the state read back) requir
   snapshot-log equal to main's ancestry and the metadata files numbered without holes; Delta versions 0..N, the
   tail GET commits serves (page by page) equal to the commit log; Lance versions 1..N, each manifest on disk
   holding its commit's bytes and no other manifest there;
+* the Iceberg table with rebasing on (tests/chaos_rebase.py), where two writers race with real manifest lists
+  and most commits are rebased: every snapshot of main holds exactly its parent's data files plus its own;
 * the Delta table the service converts to Iceberg (UniForm, tests/chaos_uniform.py; not in the power-loss mode,
   whose cuts take the writers' unsynced files): after every restart its Iceberg side shows no Delta version the
   Delta side lacks, and at the end it has caught up, each snapshot holding exactly its versions' data files.
@@ -48,7 +50,7 @@ import pytest
 
 from coordinator.client import events
 from coordinator.lance.layout import object_path, version_of_manifest_name
-from tests import chaos_uniform
+from tests import chaos_rebase, chaos_uniform
 from tests.chaos_crash_points import CRASH_POINTS, CRASH_WAIT_S, AimedCrashes, start_armed, wait_for_death
 from tests.chaos_power import PowerLoss, iceberg_read_back, skip_reason
 from tests.delta.conftest import FIRST, PREFIX, UC, commit_info, commit_log
@@ -283,8 +285,9 @@ class Writer(abc.ABC):
         body, version = prepared
         key = uuid7()
         status, doubt = self.send(lambda: self.post(body, key))
-        self.log.record(Outcome(self.fmt, self.table, cid, status, version, doubt))
-        self.settle(status)
+        acknowledged = self.settle(status)
+        self.log.record(Outcome(self.fmt, self.table, cid, status, version if acknowledged is None else acknowledged,
+                                doubt))
 
     @abc.abstractmethod
     def prepare(self, cid: str) -> tuple[dict, int] | None:
@@ -298,8 +301,8 @@ class Writer(abc.ABC):
     def part(self, body: dict) -> dict:
         """The same commit as a part of a cross-format commit."""
 
-    def settle(self, status: str) -> None:
-        """After the commit's outcome is known."""
+    def settle(self, status: str) -> int | None:
+        """After the commit's outcome is known; the version it was acknowledged at, if not the one it asked for."""
 
     def read(self, send: Callable[[], httpx.Response]) -> dict | None:
         """A read that must succeed; retried through the restarts. None when the run is over."""
@@ -379,6 +382,58 @@ class IcebergWriter(Writer):
 
     def settle(self, status: str) -> None:
         self.view = self.next_view if status == "acked" else None
+
+
+class RebasingWriter(IcebergWriter):
+    """On the Iceberg table with rebasing on (tests/chaos_rebase.py): each commit writes its manifest and manifest
+    list on the snapshot it last saw, racing the other writers there, so that most commits are rebased by the
+    service. It is acknowledged at the sequence number the answer shows, and goes on from the snapshot the answer
+    made main (a rebased commit's parent and manifest list are not what it sent)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.files = chaos_rebase.AppendFiles(CLIENT_FILES)
+        self.answer: httpx.Response | None = None
+        self.snapshot_id = 0
+
+    def prepare(self, cid: str) -> tuple[dict, int] | None:
+        if self.view is None:
+            loaded = self.read(lambda: self.http.get(self.path, params={"snapshots": "refs"}))
+            if loaded is None:
+                return None
+            self.view = self._view(loaded["metadata"])
+        parent, last_seq, location, parent_list = self.view
+        self.snapshot_id = uuid.uuid4().int >> 66
+        manifest_list = self.files.write(location, cid, self.snapshot_id, parent_list, parent, last_seq + 1)
+        snapshot = {"snapshot-id": self.snapshot_id, "sequence-number": last_seq + 1, "timestamp-ms": _now_ms(),
+                    "manifest-list": manifest_list, "schema-id": 0,
+                    "summary": {"operation": "append", "chaos-id": cid, "added-data-files": "1",
+                                "added-records": "1"}}
+        if parent is not None:
+            snapshot["parent-snapshot-id"] = parent
+        body = {"requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent}],
+                "updates": [{"action": "add-snapshot", "snapshot": snapshot},
+                            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch",
+                             "snapshot-id": self.snapshot_id}]}
+        return body, last_seq + 1
+
+    @staticmethod
+    def _view(md: dict) -> tuple:
+        head = md["refs"].get("main", {}).get("snapshot-id")
+        listed = next((s["manifest-list"] for s in md["snapshots"] if s["snapshot-id"] == head), None)
+        return head, md["last-sequence-number"], md["location"], listed
+
+    def post(self, body: dict, key: str) -> httpx.Response:
+        self.answer = self.http.post(self.path, json=body, headers={"Idempotency-Key": key})
+        return self.answer
+
+    def settle(self, status: str) -> int | None:
+        self.view = None
+        if status != "acked":
+            return None
+        md = self.answer.json()["metadata"]
+        self.view = self._view(md)
+        return next(s["sequence-number"] for s in md["snapshots"] if s["snapshot-id"] == self.snapshot_id)
 
 
 class DeltaWriter(Writer):
@@ -550,6 +605,10 @@ def set_up(base: str, uniform: bool = False) -> Tables:
             r = http.post(f"/v1/namespaces/{ICEBERG_NS}/tables", json={
                 "name": t, "schema": SCHEMA, "properties": {"write.metadata.previous-versions-max": "1000000"}})
             assert r.status_code == 200, r.text
+        r = http.post(f"/v1/namespaces/{ICEBERG_NS}/tables", json={
+            "name": chaos_rebase.TABLE, "schema": SCHEMA,
+            "properties": {"write.metadata.previous-versions-max": "1000000", **chaos_rebase.PROPERTIES}})
+        assert r.status_code == 200, r.text
         assert http.post(f"/v1/namespace/{LANCE_NS}/create", json={}).status_code == 200
         lance = {}
         for t in TABLES:
@@ -568,7 +627,7 @@ def set_up(base: str, uniform: bool = False) -> Tables:
 
 def read_state(base: str, database_url: str, tables: Tables) -> list[TableState]:
     with httpx.Client(base_url=base, timeout=60) as http:
-        return ([read_iceberg(http, t) for t in TABLES]
+        return ([read_iceberg(http, t) for t in (*TABLES, chaos_rebase.TABLE)]
                 + [read_delta(http, database_url, t, info) for t, info in tables.delta.items()]
                 + [read_lance(http, t) for t in TABLES])
 
@@ -612,6 +671,8 @@ def read_iceberg(http: httpx.Client, table: str) -> TableState:
     if numbers != list(range(len(numbers))):
         anomalies.append(f"metadata files are numbered {_spans(numbers)}")
     entries = [(s["sequence-number"], s["summary"].get("chaos-id")) for s in snapshots.values()]
+    if table == chaos_rebase.TABLE:
+        anomalies += chaos_rebase.check(chaos_rebase.AppendFiles(CLIENT_FILES), md)
     return TableState("iceberg", table, 1, entries, anomalies)
 
 
@@ -738,6 +799,8 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
                                       tables=tables) for w in range(CROSS_FORMAT_WRITERS)]
         writers += single_format_writers(base, CROSS_FORMAT_TABLE, log, stop, give_up, tables, patient=True,
                                          pause_s=CROSS_FORMAT_RIVAL_PAUSE_S)
+        writers += [RebasingWriter(base, chaos_rebase.TABLE, log, stop, give_up, patient=patient)
+                    for patient in (True, False)]
         if chaos_uniform.TABLE in tables.delta:
             writers += [UniformWriter(base, chaos_uniform.TABLE, log, stop, give_up, patient=patient,
                                       table_info=tables.delta[chaos_uniform.TABLE]) for patient in (True, False)]
@@ -760,7 +823,8 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
                 how = (f"load {ran:.1f}s, SIGKILL{' + power loss' if power else ''}, back up in "
                        f"{time.monotonic() - down:.1f}s")
                 if power is not None:
-                    found = iceberg_read_back(base, ICEBERG_NS, list(TABLES), log.acked_ids("iceberg"))
+                    found = iceberg_read_back(base, ICEBERG_NS, [*TABLES, chaos_rebase.TABLE],
+                                              log.acked_ids("iceberg"))
                     read_back += [f"after cycle {cycle}: {p}" for p in found]
             else:
                 points = aimed.missing()
@@ -809,6 +873,9 @@ def run_chaos(database_url: str, workdir: Path, cycles: int, *, seed: int = 7, l
         server.stop()                                     # a clean restart before reading the state back
         server.start(START_TIMEOUT_S)
         states = read_state(base, database_url, tables)
+        with httpx.Client(base_url=base, timeout=60) as http:
+            progress(chaos_rebase.summary(http.get(f"/v1/namespaces/{ICEBERG_NS}/tables/{chaos_rebase.TABLE}")
+                                          .json()["metadata"]))
         if chaos_uniform.TABLE in tables.delta:
             progress(check_uniform(base, states, s3))
             if not any(o.table == chaos_uniform.TABLE and o.status == "acked" for o in log.outcomes):

@@ -15,8 +15,9 @@ import pytest
 import trio
 import trio.testing
 
-from coordinator.cluster.channel import (GREETING, MAGIC, VERSION, AnswerLost, ChannelServer, Codec, Peer, PeerUnreachable,
-                                         read_frames)
+from coordinator.cluster.channel import (GREETING, HANDSHAKE, MAGIC, NEGOTIATE, OLDEST, VERSION, AnswerLost,
+                                         ChannelServer, Codec, Peer, PeerUnreachable, accept_handshake, read_frames,
+                                         speaks)
 from coordinator.cluster import wire
 from coordinator.cluster.wire import WireError
 from coordinator.errors import CoordinatorError, Unavailable, VersionExists
@@ -235,9 +236,9 @@ def test_a_forwarded_commit_arrives_exactly_as_it_was_sent(fmt):
             [getattr(reply, f.name) for f in dataclasses.fields(reply) if f.compare]
 
 
-@pytest.mark.parametrize("greeting", [MAGIC + bytes([VERSION + 1]), b""], ids=["newer", "before-versions"])
+@pytest.mark.parametrize("greeting", [MAGIC + bytes([HANDSHAKE + 1]), b""], ids=["newer", "before-versions"])
 async def test_members_of_different_versions_refuse_each_other_clearly(greeting):
-    """A listener of another channel version (or one from before versions existed, which sends only its 16-byte
+    """A listener of another channel handshake (or one from before versions existed, which sends only its 16-byte
     challenge) is refused by the dialer with a message that says so, before anything else is sent."""
     async def other_member(stream):
         await stream.send_all(greeting + b"n" * 16)
@@ -246,11 +247,92 @@ async def test_members_of_different_versions_refuse_each_other_clearly(greeting)
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(trio.serve_tcp, other_member, 0)
         port = listeners[0].socket.getsockname()[1]
-        expected = (f"speaks cluster channel version {VERSION + 1}, this member version {VERSION}" if greeting
-                    else "speaks an older cluster channel")
+        expected = (f"greets with cluster channel handshake {HANDSHAKE + 1}, this member with handshake {HANDSHAKE} "
+                    f"\\(channel versions {OLDEST}-{VERSION}\\)" if greeting else "speaks an older cluster channel")
         with pytest.raises(PeerUnreachable, match=expected):
             await Peer(f"127.0.0.1:{port}", Codec({}), nursery, KEY).call("echo", 1)
         nursery.cancel_scope.cancel()
+
+
+async def _echo(value):
+    return value
+
+
+@pytest.mark.parametrize("listener, dialer, agreed", [
+    ((OLDEST, VERSION), (OLDEST, VERSION), VERSION),
+    ((OLDEST, OLDEST), (OLDEST, VERSION), OLDEST),     # a member forced to the older version, either end
+    ((OLDEST, VERSION), (OLDEST, OLDEST), OLDEST),
+], ids=["both-new", "older-listener", "older-dialer"])
+async def test_a_pair_of_members_uses_the_highest_version_both_speak(listener, dialer, agreed):
+    server = ChannelServer(Codec({}), {"echo": _echo}, KEY, versions=listener)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(server.serve, "127.0.0.1", 0)
+        port = listeners[0].socket.getsockname()[1]
+        peer = Peer(f"127.0.0.1:{port}", Codec({}), nursery, KEY, versions=dialer)
+        assert await peer.call("echo", 5) == 5
+        assert peer.version == agreed
+        assert server.agreed[agreed] == 1 and sum(server.agreed.values()) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_members_with_no_version_in_common_refuse_each_other_clearly():
+    server = ChannelServer(Codec({}), {"echo": _echo}, KEY, versions=(VERSION + 1, VERSION + 2))
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(server.serve, "127.0.0.1", 0)
+        port = listeners[0].socket.getsockname()[1]
+        with pytest.raises(PeerUnreachable, match=f"speaks cluster channel versions {VERSION + 1}-{VERSION + 2}, "
+                                                  f"this member {OLDEST}-{VERSION}: upgrade members one release"):
+            await Peer(f"127.0.0.1:{port}", Codec({}), nursery, KEY).call("echo", 1)
+        assert not server.agreed[VERSION + 1] and not server.agreed[VERSION]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_listener_of_the_previous_release_which_knows_no_offer_keeps_the_connection_on_its_version():
+    """The previous release's listener (channel version 4, the handshake's) answers any call it has no handler for
+    with an error, the offer of versions too (as its ChannelServer did): the dialer then stays on version 4, and
+    its calls are answered."""
+    codec = Codec({})
+
+    async def previous_listener(stream):
+        await accept_handshake(stream, KEY)
+        async for payload in read_frames(stream):
+            call_id, method, args = codec.loads(payload)
+            answer = [call_id, True, args[0]] if method == "echo" else \
+                [call_id, False, CoordinatorError(f"peer failed: KeyError: {method!r}")]
+            await stream.send_all(codec.frame(answer))
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(trio.serve_tcp, previous_listener, 0)
+        port = listeners[0].socket.getsockname()[1]
+        peer = Peer(f"127.0.0.1:{port}", Codec({}), nursery, KEY)
+        assert await peer.call("echo", 9) == 9
+        assert peer.version == HANDSHAKE == OLDEST
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_dialer_of_the_previous_release_which_offers_nothing_is_served_on_its_version():
+    server = ChannelServer(Codec({}), {"echo": _echo}, KEY)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(server.serve, "127.0.0.1", 0)
+        port = listeners[0].socket.getsockname()[1]
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        from coordinator.cluster.channel import dial_handshake
+        await dial_handshake(stream, KEY)
+        await stream.send_all(Codec({}).frame([1, "echo", [4]]))   # a call straight away, as version 4 sends
+        frames = read_frames(stream)
+        assert Codec({}).loads(await anext(frames)) == [1, True, 4]
+        assert server.agreed[OLDEST] == 1
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+def test_the_older_channel_version_can_be_forced_and_nothing_else():
+    assert speaks(None) == (OLDEST, VERSION) and OLDEST == VERSION - 1
+    assert speaks(OLDEST) == (OLDEST, OLDEST)
+    for wrong in (OLDEST - 1, VERSION + 1):
+        with pytest.raises(ValueError, match=f"must be {OLDEST} or {VERSION}"):
+            speaks(wrong)
+    assert NEGOTIATE == "channel_versions"
 
 
 async def test_a_peer_that_goes_away_is_no_error(caplog):

@@ -69,9 +69,25 @@ def iceberg_table(base_url: str, namespace: str, name: str, commits: int, header
         ).status_code == 409
 
 
+def rebased_appends(base_url: str, namespace: str, name: str) -> None:
+    """Three appends to a table with rebasing on, the last two from the same snapshot: one of them is rebased."""
+    from tests import iceberg_appends
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        created = http.post(f"/v1/namespaces/{namespace}/tables", json={
+            "name": name, "schema": SCHEMA, "properties": {"commit.rebase-appends.enabled": "true"}})
+        assert created.status_code == 200, created.text
+        first = http.post(f"/v1/namespaces/{namespace}/tables/{name}",
+                          json=iceberg_appends.append(created.json()["metadata"]))
+        base = first.json()["metadata"]
+        for _ in range(2):
+            r = http.post(f"/v1/namespaces/{namespace}/tables/{name}", json=iceberg_appends.append(base))
+            assert r.status_code == 200, r.text
+
+
 def test_console_shows_every_format_and_a_tables_history(service, browser, tmp_path):
     from selenium.webdriver.common.by import By
     iceberg_table(service, "db", "events", commits=25)
+    rebased_appends(service, "db", "clicks")
     uc = UC(service)
     delta = uc.create_managed("orders")
     assert uc.commit(delta, 1).status_code == 200
@@ -91,10 +107,11 @@ def test_console_shows_every_format_and_a_tables_history(service, browser, tmp_p
         assert word in tree, (word, tree)
     # the live panel fills from the service's counters
     deadline = time.monotonic() + WAIT_S
-    while "25" not in browser.find_element(By.ID, "live-iceberg").text and time.monotonic() < deadline:
+    while "28" not in browser.find_element(By.ID, "live-iceberg").text and time.monotonic() < deadline:
         time.sleep(0.2)
     live = browser.find_element(By.ID, "live-iceberg").text.split()
-    assert live[0] == "iceberg" and live[4:6] == ["25", "1"], live   # applied, conflicts
+    assert live[0] == "iceberg" and live[4:6] == ["28", "1"], live   # applied, conflicts
+    assert live[-1] == "1", live   # rebased
     assert browser.find_element(By.ID, "live-delta").text.split()[4:6] == ["1", "1"]
     assert browser.find_element(By.ID, "live-lance").text.split()[4:6] == ["2", "0"]
     screenshot(browser, tmp_path, "console-home")

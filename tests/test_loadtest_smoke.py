@@ -52,3 +52,19 @@ def test_bare_app_with_durable_file_writes_each_commit_body_as_a_file(tmp_path):
             assert [f.read_bytes() for f in files] == [data] and files[0].suffix == ".json", (name, files)
     finally:
         app.stop()
+
+
+def test_rebase_bench_prints_its_table():
+    """`python -m loadtest.rebase_bench` (real manifests and lists, one table x 8 writers rebased) runs end to end
+    and prints its table; every commit of its rebasing configurations lands without a 409."""
+    proc = subprocess.run([sys.executable, "-m", "loadtest.rebase_bench", "--duration", "1.5"], cwd=ROOT,
+                          check=False, capture_output=True, text=True, timeout=240)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in proc.stdout.splitlines() if line.startswith("| ") and not line.startswith("| scenario")}
+    assert set(rows) == {"8x1", "1x8", "1x32", "1x8, rebasing off"}, output[-6000:]
+    for scenario in ("8x1", "1x8", "1x32"):
+        assert rows[scenario][6] == "0", (scenario, rows[scenario])   # 409s
+    assert int(rows["1x8"][5]) > 0, rows["1x8"]                       # rebased %
+    assert "target: 1x8 with rebasing >= 0.8x" in proc.stdout

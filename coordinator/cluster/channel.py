@@ -7,10 +7,18 @@ costs a type's head to encode and decode). One connection per peer carries any n
 (answers come back out of order), so a forwarded request costs one encoding, one send and one receive on each
 side: no second HTTP hop, no connection set-up per request.
 
-Nothing is decoded before both ends of a connection prove they hold the cluster key and speak the same channel
-version (`handshake`: a versioned greeting, then an HMAC challenge-response each way, keyed by the cluster's own
-secret, secret.py, which nothing in the database reveals); still bind the channel to a private interface. Members
-of different versions refuse each other with a message that says so.
+Nothing is decoded before both ends of a connection prove they hold the cluster key (`handshake`: a greeting,
+then an HMAC challenge-response each way, keyed by the cluster's own secret, secret.py, which nothing in the
+database reveals); still bind the channel to a private interface.
+
+Versions, for rolling upgrades (docs/cluster.md): a member speaks its own channel version (VERSION) and the one
+before (OLDEST), so members of consecutive releases serve together. The handshake is channel version 4's, which
+every version since speaks first; then the dialer offers the range it speaks (`channel_versions`) and the
+listener answers with its own, and the connection uses the highest version both speak. A listener of version 4
+knows no such call and answers it with an error: the connection then stays on version 4. Members with no version
+in common refuse each other with a message that says so. `cluster_channel_version` makes a member speak at most
+an older version (for tests of an upgrade). A version whose encoding changes keeps the previous encoding for the
+connections that agreed on it, one release long.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import itertools
+from collections import Counter
 import logging
 import secrets
 import socket
@@ -32,11 +41,16 @@ log = logging.getLogger(__name__)
 
 MAX_FRAME = 512 * 1024 * 1024
 NONCE = 16
-# The greeting each end sends first: a magic and the channel's version. Raise VERSION whenever what crosses the
-# channel changes incompatibly (the message shapes, wire.py's encoding, the handlers' arguments).
+# The greeting each end sends first: a magic and the handshake's version (channel version 4's handshake, kept so
+# that members of version 4 and later all pass it). Raise VERSION whenever what crosses the channel changes (the
+# message shapes, wire.py's encoding, the handlers' arguments), and keep speaking OLDEST for one release.
+# Version 5: the versions offered after the handshake; the frames are version 4's.
 MAGIC = b"CCH"
-VERSION = 4   # 4: keyed by the cluster's own secret (3 derived it from the token signing key in the database)
-GREETING = MAGIC + bytes([VERSION])
+HANDSHAKE = 4   # 4: keyed by the cluster's own secret (3 derived it from the token signing key in the database)
+GREETING = MAGIC + bytes([HANDSHAKE])
+VERSION = 5
+OLDEST = VERSION - 1
+NEGOTIATE = "channel_versions"
 HANDSHAKE_TIMEOUT_S = 5.0
 
 
@@ -64,11 +78,32 @@ async def _receive_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:
 
 def _check_greeting(greeting: bytes, who: str) -> None:
     if greeting[:len(MAGIC)] != MAGIC:
-        raise HandshakeFailed(f"the {who} speaks an older cluster channel (before version 2, with pickle): run "
-                              f"the same coordinator version on every member")
-    if greeting[len(MAGIC)] != VERSION:
-        raise HandshakeFailed(f"the {who} speaks cluster channel version {greeting[len(MAGIC)]}, this member "
-                              f"version {VERSION}: run the same coordinator version on every member")
+        raise HandshakeFailed(f"the {who} speaks an older cluster channel (before version 2, with pickle): "
+                              f"upgrade members one release at a time (docs/cluster.md)")
+    if greeting[len(MAGIC)] != HANDSHAKE:
+        raise HandshakeFailed(f"the {who} greets with cluster channel handshake {greeting[len(MAGIC)]}, this member "
+                              f"with handshake {HANDSHAKE} (channel versions {OLDEST}-{VERSION}): upgrade members "
+                              f"one release at a time (docs/cluster.md)")
+
+
+def agree(ours: tuple[int, int], theirs: tuple[int, int]) -> int:
+    """The highest channel version both ranges (oldest, newest) hold; HandshakeFailed if none."""
+    version = min(ours[1], theirs[1])
+    if version < max(ours[0], theirs[0]):
+        raise HandshakeFailed(f"the other member speaks cluster channel versions {theirs[0]}-{theirs[1]}, this "
+                              f"member {ours[0]}-{ours[1]}: upgrade members one release at a time "
+                              f"(docs/cluster.md)")
+    return version
+
+
+def speaks(highest: int | None) -> tuple[int, int]:
+    """The range of channel versions this member speaks, at most `highest` (cluster_channel_version)."""
+    if highest is None:
+        return OLDEST, VERSION
+    if not OLDEST <= highest <= VERSION:
+        raise ValueError(f"cluster_channel_version must be {OLDEST} or {VERSION}: a member speaks its own channel "
+                         f"version and the one before, not {highest}")
+    return OLDEST, highest
 
 
 async def accept_handshake(stream: trio.abc.Stream, key: bytes) -> None:
@@ -164,21 +199,46 @@ _PEER_GONE = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)   # a
 class ChannelServer:
     """Answers peers' calls with `handlers[method](*args)`; each call runs in its own task."""
 
-    def __init__(self, codec: Codec, handlers: dict[str, Callable[..., Awaitable[Any]]], key: bytes):
+    def __init__(self, codec: Codec, handlers: dict[str, Callable[..., Awaitable[Any]]], key: bytes, *,
+                 versions: tuple[int, int] = (OLDEST, VERSION)):
         self.codec = codec
         self.handlers = handlers
         self.key = key
+        self.versions = versions    # the channel versions this member speaks (oldest, newest)
+        self.agreed: Counter[int] = Counter()   # how many connections run on each channel version now
+        self.calls = 0              # calls being answered now
+        self._idle = trio.Event()   # set whenever `calls` falls to 0
+        self._idle.set()
+
+    async def drain(self, timeout_s: float) -> int:
+        """Wait (at most `timeout_s`) until every call accepted so far has been answered; returns how many were
+        still unanswered then."""
+        with trio.move_on_after(timeout_s):
+            await self._idle.wait()
+        return self.calls
 
     async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         await trio.serve_tcp(self._connection, port, host=host, task_status=task_status)
 
     async def _connection(self, stream: trio.SocketStream) -> None:
         lock = trio.Lock()
+        version = None
         try:
             await accept_handshake(stream, self.key)
+            frames = read_frames(stream)
+            first = await anext(frames, None)
+            if first is None:
+                return
+            call = self.codec.loads(first)
+            version = HANDSHAKE   # a dialer of version 4 offers nothing: its first frame is a call
+            if call[1] == NEGOTIATE:
+                version, call = await self._negotiate(stream, lock, call[0], call[2]), None
+            self.agreed[version] += 1
             async with trio.open_nursery() as nursery:
+                if call is not None:
+                    nursery.start_soon(self._answer, stream, lock, *call)
                 try:
-                    async for payload in read_frames(stream):
+                    async for payload in frames:
                         call_id, method, args = self.codec.loads(payload)
                         nursery.start_soon(self._answer, stream, lock, call_id, method, args)
                 except _PEER_GONE:   # caught here: out of the nursery it would come wrapped in an ExceptionGroup
@@ -190,9 +250,30 @@ class ChannelServer:
         except Exception:  # a frame we cannot read: drop this connection, never the member
             log.exception("bad frame from a cluster peer; closing its connection")
         finally:
+            if version is not None and self.agreed[version]:
+                self.agreed[version] -= 1
             await trio.aclose_forcefully(stream)
 
+    async def _negotiate(self, stream, lock: trio.Lock, call_id: int, args: list) -> int:
+        """The dialer's offer of the versions it speaks: answer with ours, then use the highest both speak (or
+        refuse: the dialer reads the same answer and gives up)."""
+        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+            await _send_frame(stream, lock, self.codec.frame([call_id, True, list(self.versions)]))
+        agreed = agree(self.versions, (int(args[0]), int(args[1])))
+        log.info("channel connection from %s on version %d", _remote(stream), agreed)
+        return agreed
+
     async def _answer(self, stream, lock: trio.Lock, call_id: int, method: str, args: tuple) -> None:
+        self.calls += 1
+        self._idle = trio.Event() if self.calls == 1 else self._idle
+        try:
+            await self._answer_call(stream, lock, call_id, method, args)
+        finally:
+            self.calls -= 1
+            if not self.calls:
+                self._idle.set()
+
+    async def _answer_call(self, stream, lock: trio.Lock, call_id: int, method: str, args: tuple) -> None:
         try:
             value, ok = await self.handlers[method](*args), True
         except trio.Cancelled:
@@ -232,9 +313,11 @@ class Peer:
     """One member's persistent connection to another; (re)connected on demand."""
 
     def __init__(self, address: str, codec: Codec, nursery: trio.Nursery, key: bytes, *,
-                 connect_timeout_s: float = 1.0):
+                 connect_timeout_s: float = 1.0, versions: tuple[int, int] = (OLDEST, VERSION)):
         self.address = address
         self.key = key
+        self.versions = versions        # the channel versions this member speaks (oldest, newest)
+        self.version: int | None = None   # the one the current connection agreed on
         host, _, port = address.rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
         self.codec = codec
@@ -244,7 +327,7 @@ class Peer:
         self._connecting = trio.Lock()
         self._send_lock = trio.Lock()
         self._pending: dict[int, _Pending] = {}
-        self._ids = itertools.count()
+        self._ids = itertools.count(1)   # 0 is the versions' offer
 
     async def _connect(self) -> trio.SocketStream:
         if self._stream is not None:   # (the lock's two scheduling round trips only while there is none)
@@ -258,13 +341,35 @@ class Peer:
                     raise PeerUnreachable(f"cluster member {self.address} is unreachable: {exc}") from None
                 try:
                     await dial_handshake(stream, self.key)
+                    version = await self._negotiate(stream)
                 except (HandshakeFailed, trio.TooSlowError, trio.BrokenResourceError, OSError) as exc:
                     await trio.aclose_forcefully(stream)
                     raise PeerUnreachable(f"cluster member {self.address} failed the handshake: {exc}") from None
+                if version != self.version:
+                    log.info("channel connection to %s on version %d", self.address, version)
+                self.version = version
                 stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self._stream = stream
                 self.nursery.start_soon(self._read, stream)
             return self._stream
+
+    @property
+    def connected(self) -> bool:
+        return self._stream is not None
+
+    async def _negotiate(self, stream: trio.SocketStream) -> int:
+        """Offer the versions this member speaks; the highest the listener speaks too. A listener of version 4
+        answers the offer with an error (it knows no such call): the connection stays on version 4."""
+        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+            await stream.send_all(self.codec.frame([0, NEGOTIATE, list(self.versions)]))
+            (size,) = HEADER.unpack(await _receive_exactly(stream, HEADER.size))
+            if size > MAX_FRAME:
+                raise HandshakeFailed(f"an answer of {size} bytes to the versions offered")
+            try:
+                _, ok, theirs = self.codec.loads(await _receive_exactly(stream, size))
+            except (ValueError, TypeError) as exc:
+                raise HandshakeFailed(f"an unreadable answer to the versions offered: {exc}") from None
+        return agree(self.versions, (int(theirs[0]), int(theirs[1])) if ok else (HANDSHAKE, HANDSHAKE))
 
     async def call(self, method: str, *args: Any, watch: Callable[[Any], Any] | None = None) -> Any:
         """Raises the peer's CoordinatorError, PeerUnreachable (not sent) or AnswerLost (sent, no answer).

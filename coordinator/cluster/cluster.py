@@ -8,7 +8,8 @@ from typing import Any
 
 import trio
 
-from .channel import ChannelServer, Codec, Peer
+from ..config import ConfigError
+from .channel import VERSION, ChannelServer, Codec, Peer, speaks
 from .leases import Leases
 from .routing import Router
 from .secret import channel_key
@@ -28,12 +29,16 @@ class Cluster:
         self.router = Router(self)
         # What a proposal may refer to that only makes sense in this process: sent by name, resolved at the peer.
         self.codec = Codec({"files": coordinator.files, "store": coordinator.store})
+        try:
+            self.versions = speaks(config.cluster_channel_version)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         # The channel's HMAC key (`server.key`, also dialled with): the cluster's own secret (secret.py), read
         # here so that a missing or exposed one stops the start with a message.
         self.server = ChannelServer(self.codec, {
             "submit": self.router.on_submit, "create": self.router.on_create, "prepare": self.router.on_prepare,
             "verdict": self.router.on_verdict, "forget": self.router.on_forget, "ping": self._ping},
-            channel_key(config))
+            channel_key(config), versions=self.versions)
         self.peers: dict[str, Peer] = {}
         self.nursery: trio.Nursery | None = None
         self.address: str | None = None
@@ -58,16 +63,33 @@ class Cluster:
                          len(self.leases.held), self.leases.live_members)
                 task_status.started(self)
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(5):
-                try:
-                    await self.leases.leave()
-                except Exception as exc:
-                    log.warning("could not release leases on the way out: %s", exc)
+            if not self.leases.stopping:   # cancelled without a hand-over (an embedding program's own stop)
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    try:
+                        await self.leases.leave()
+                    except Exception as exc:
+                        log.warning("could not release leases on the way out: %s", exc)
+
+    async def hand_over(self, grace_s: float) -> None:
+        """A graceful stop, before anything is cancelled: serve no shard from now on (requests for them are
+        answered NotOwner, and the members that forwarded them send them to the next owner), answer every call
+        already accepted (within `grace_s`), then release the leases, so the others take the tables over at once.
+        Clients see latency, never an error."""
+        shards = self.leases.stop_serving()
+        unanswered = await self.server.drain(grace_s)
+        if unanswered:
+            log.warning("%d forwarded calls still unanswered after %.1f s; leaving anyway", unanswered, grace_s)
+        try:
+            await self.leases.leave()
+        except Exception as exc:  # the leases then expire by themselves, lease_ttl_s from now
+            log.warning("could not release leases on the way out: %s", exc)
+        log.info("handed over shards %s", shards)
 
     def peer(self, address: str) -> Peer:
         peer = self.peers.get(address)
         if peer is None:
-            peer = self.peers[address] = Peer(address, self.codec, self.nursery, self.server.key)
+            peer = self.peers[address] = Peer(address, self.codec, self.nursery, self.server.key,
+                                              versions=self.versions)
         return peer
 
     async def call_watching(self, peer: Peer, shard: int, member: uuid.UUID, method: str, *args: Any) -> Any:
@@ -94,8 +116,12 @@ class Cluster:
         return str(self.member_id)
 
     def gauges(self) -> dict[str, float]:
+        older = sum(n for version, n in self.server.agreed.items() if version < VERSION) + sum(
+            1 for p in self.peers.values() if p.connected and p.version is not None and p.version < VERSION)
         return {"coordinator_cluster_shards_held": len(self.leases.held),
-                "coordinator_cluster_members_live": self.leases.live_members}
+                "coordinator_cluster_members_live": self.leases.live_members,
+                "coordinator_cluster_channel_version": self.versions[1],
+                "coordinator_cluster_channel_connections_older": older}
 
     def counters(self) -> dict[str, float]:
         return {"coordinator_cluster_takeovers_total": self.leases.takeovers,

@@ -58,6 +58,8 @@ class Leases:
         self.live_members = 0
         self._round_done = trio.Event()
         self.takeovers = 0
+        self.stopping = False   # handing over on the way out: serve nothing, take nothing, renew nothing
+        self.handed_over: list[int] = []
         self.on_round: list = []  # callbacks after each pass (the router abandons calls to former owners)
 
     # -- what the rest of the process asks -------------------------------------------------------------------
@@ -104,9 +106,13 @@ class Leases:
             await trio.sleep(self.renew_s)
 
     async def _round(self) -> None:
+        if self.stopping:
+            return
         start = time.monotonic()
         me, ttl = self.member_id, self.ttl_s
         found = await self.store.leases.renew(me, self.address, ttl)
+        if self.stopping:   # began handing over while the renewal was under way: keep serving nothing
+            return
         valid_until = start + ttl - self.margin_s
         held = {shard: Lease(epoch, valid_until) for shard, epoch in found.renewed.items()}
         for shard in set(self.held) - set(held):
@@ -130,6 +136,8 @@ class Leases:
     async def _take(self, shards: list[int]) -> None:
         start = time.monotonic()
         taken = await self.store.leases.take(self.member_id, shards, self.ttl_s)
+        if self.stopping:   # leave() releases them with the rest
+            return
         valid_until = start + self.ttl_s - self.margin_s
         for shard, epoch in taken.items():
             self.held[shard] = Lease(epoch, valid_until)
@@ -156,9 +164,18 @@ class Leases:
         if lease is not None and lease.epoch == epoch:
             self.held[shard] = Lease(new_epoch, lease.valid_until)
 
+    def stop_serving(self) -> list[int]:
+        """The first step of a graceful stop: from now on this member serves no shard (its actors decide nothing
+        new and answer NotOwner, so forwarding members send their requests on to the next owner) and takes none.
+        Writes already sent still land: the leases keep their epochs until `leave`."""
+        if not self.stopping:
+            self.stopping = True
+            self.handed_over, self.held = sorted(self.held), {}
+        return self.handed_over
+
     async def leave(self) -> None:
-        """On a graceful stop: release every lease at once so the others need not wait for them to expire."""
-        shards = sorted(self.held)
-        self.held = {}
+        """On a graceful stop: release every lease at once so the others need not wait for them to expire (they
+        take them over on their next pass: a lease left is orphaned at once)."""
+        shards = self.stop_serving()
         await self.store.leases.leave(self.member_id)
         log.info("left the cluster, released shards %s", shards)

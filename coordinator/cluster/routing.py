@@ -4,10 +4,14 @@ The HTTP work (parse, authenticate, validate, resolve the name, build the propos
 client reached; the proposal goes to the owner of the table's shard: this member's own actor, or a peer's over
 the internal channel (channel.py), where it enters the same actor path. Owner-side handlers are `on_*` below.
 
-When the owner cannot answer (killed, paused, partitioned), a request that reached it has an unknown outcome
-until its lease moves: from then on the former owner can apply nothing (every write checks the lease's epoch). So
-the forwarding member waits for the shard to change owner, then reads whether the request's receipt (`marker`,
-written in the same statement as its change) exists: absent means known not applied, answered 503 + Retry-After.
+When the owner cannot answer (killed, paused, partitioned, or stopping), a request that reached it has an unknown
+outcome until its lease moves to a new epoch: from then on the former owner can apply nothing (every write checks
+the lease's epoch). So the forwarding member waits for the shard's epoch to move, then reads whether the request's
+receipt (`marker`, written in the same statement as its change) exists: present means applied (answered as such);
+absent means known not applied, so the request goes to the shard's next owner, within `cluster_route_wait_s` of
+its arrival (past that: 503 + Retry-After, nothing applied). An owner that answers NotOwner (its lease moved, or
+it is handing its shards over as it stops) applied nothing either: the request is sent again once the lease map
+shows the next owner. A rolling restart thus shows clients latency, not errors.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from .channel import AnswerLost, PeerUnreachable
 log = logging.getLogger(__name__)
 
 MARKER_ROUTE = "cluster-forward"
+NOT_APPLIED = object()   # a resolver's word that a lost request applied nothing: send it to the next owner
 
 
 @dataclass
@@ -82,8 +87,7 @@ class Router:
 
         async def resolve() -> Any:
             if await self.registry.store.get_idempotency(marker) is None:
-                raise Unavailable(f"the owner of table {table_id} failed before applying the request; nothing "
-                                  f"applied, retry", retry_after_s=self.config.retry_after_s)
+                return NOT_APPLIED
             raise AppliedReplyLost(f"the owner of table {table_id} applied the request but failed before answering")
 
         return await self._route(table_id, lambda: self.registry.owner(table_id).offer(proposal).wait(),
@@ -93,12 +97,12 @@ class Router:
         row = new.row
         args = (new, idempotency)
 
-        async def resolve() -> None:
+        async def resolve() -> Any:
             found = await self.registry.store.get_table(row.table_id)
             if found is None or (found.realm, found.catalog, found.namespace, found.name) != \
                     (row.realm, row.catalog, row.namespace, row.name):
-                raise Unavailable(f"the owner of new table {row.name!r} failed before creating it; nothing "
-                                  f"applied, retry", retry_after_s=self.config.retry_after_s)
+                return NOT_APPLIED
+            return None
 
         return await self._route(row.table_id, lambda: self.registry.create_local(*args), "create", args, resolve)
 
@@ -111,8 +115,7 @@ class Router:
         async def resolve() -> Any:
             # Nothing is written before every part is prepared: the transaction is known not applied. The owner
             # settles its hold by itself (on_prepare's deadline).
-            raise Unavailable(f"the owner of table {table_id} failed during a multi-table commit; nothing "
-                              f"applied, retry", retry_after_s=self.config.retry_after_s)
+            return NOT_APPLIED
 
         via: list = []
         answer = await self._route(table_id, lambda: self.registry.owner(table_id).offer(participant).wait(),
@@ -148,7 +151,8 @@ class Router:
 
     async def _route(self, table_id: UUID, local, method: str, args: tuple, resolve, *, via: list | None = None):
         """Run `local()` if this member owns the table's shard, else `method(*args)` at the owner (appending the
-        peer to `via`); retry while the shard moves, up to cluster_route_wait_s; resolve lost answers."""
+        peer to `via`); retry while the shard moves, up to cluster_route_wait_s; resolve lost answers (`resolve()`:
+        the outcome, or NOT_APPLIED, and then the request goes to the next owner)."""
         shard = shard_of(table_id)
         deadline = trio.current_time() + self.config.cluster_route_wait_s
         while True:
@@ -170,8 +174,12 @@ class Router:
                     except (NotOwner, PeerUnreachable):
                         pass  # our map is stale, or the owner is gone before we sent: nothing applied
                     except AnswerLost:
-                        await self._await_move(shard, owner.member)
-                        return await resolve()
+                        await self._await_move(shard, owner.epoch)
+                        outcome = await resolve()
+                        if outcome is not NOT_APPLIED:
+                            return outcome
+                        log.info("the owner of shard %d (epoch %d) applied nothing before its lease moved; "
+                                 "sending the request to the next owner", shard, owner.epoch)
             if trio.current_time() >= deadline:
                 raise Unavailable(f"table {table_id}'s shard {shard} has no reachable owner right now (it is "
                                   f"moving between members); nothing applied, retry",
@@ -179,12 +187,14 @@ class Router:
             with trio.move_on_after(max(deadline - trio.current_time(), 0)):
                 await self.leases.next_round()
 
-    async def _await_move(self, shard: int, former: UUID) -> None:
-        """Wait until `former` no longer owns `shard`: from then on it can apply nothing, so the store is final."""
+    async def _await_move(self, shard: int, epoch: int) -> None:
+        """Wait until `shard`'s lease is past `epoch` (taken over): from then on nothing under `epoch` applies, so
+        the store is final. (A lease merely released keeps its epoch: a write already sent under it may still
+        land, and the takeover's row lock waits for that write to end.)"""
         with trio.move_on_after(self.config.lease_ttl_s * 3 + 5):
             while True:
                 owner = self.leases.owner(shard)
-                if owner is None or owner.member != former:
+                if owner is not None and owner.epoch > epoch:
                     return
                 await self.leases.next_round()
         raise OutcomeUnknown(f"shard {shard}'s owner stopped answering but still holds its lease; outcome unknown")

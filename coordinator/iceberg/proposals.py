@@ -19,15 +19,16 @@ from storage.records import IdempotencyRecord, LogEntry, TableRow
 
 from coordinator.crossable import crossing
 from coordinator.decision import Change, Decision, NewTable
-from coordinator.errors import NameMoved
+from coordinator.errors import CommitConflict, NameMoved
 from coordinator.events import name_parts
 from coordinator.idempotency import IdempotencyKey
 from coordinator.name_limits import check_table_key
 from coordinator.purges import purge_after_drop
 
+from . import rebase
 from .files import delete_after_commit, gc_enabled, reachable_files, metadata_file_name, metadata_version, not_purged, \
     purge_named_files
-from . import changes as _changes, models as _models, state as _state
+from . import changes as _changes, manifest_lists as _manifest_lists, models as _models, state as _state
 from .rules import apply_commit, apply_view_commit, views as _views
 from .rules.catalog import check_moved
 from .state import FORMAT, REALM, VIEW_FORMAT, IcebergTable, TableIdent, UnreadableTable, row_state, \
@@ -57,17 +58,39 @@ class CommitTable:
 
     files: Any = None  # FileIO, for `write.metadata.delete-after-commit.enabled`
     warehouse: str | None = None  # where `set-location` may move the table, and what clean-up may delete
+    read: rebase.ReadLists | None = None  # what the service read to rebase this append (rebase.py)
 
     def decide(self, state: IcebergTable) -> Decision:
         check_ident(state, self.ident)
-        new = apply_commit(state.metadata, self.requirements, self.updates,
-                           base_location=state.metadata_location, now_ms=now_ms())
+        try:
+            new = apply_commit(state.metadata, self.requirements, self.updates,
+                               base_location=state.metadata_location, now_ms=now_ms())
+        except CommitConflict as conflict:
+            return self._rebased(state, conflict)
         if new is state.metadata:
             return Decision(state, reply=state)  # nothing changed: no new metadata file
         check_moved(self.warehouse, state.metadata, new)
         data, list_json = serialize_metadata(new, state)
         return next_version(state, new, data, list_json, self.idempotency_key,
-                            after_durable=delete_after_commit(self.files, state, new, self.warehouse))
+                            after_durable=delete_after_commit(self.files, state, new, self.warehouse),
+                            rebased=state.rebased)   # (lists never change: still right after any commit)
+
+    def _rebased(self, state: IcebergTable, conflict: CommitConflict) -> Decision:
+        """An append whose branch moved on, on the head as it is now (rebase.py); `conflict` if it is not one."""
+        append = rebase.append_of(state.metadata, self.requirements, self.updates)
+        if append is None:
+            raise conflict
+        done = rebase.rebase(state.metadata, append, self.read, state.rebased, conflict,
+                             location=state.metadata["location"])
+        new = apply_commit(state.metadata, done.requirements, done.updates, base_location=state.metadata_location,
+                           now_ms=now_ms())
+        data, list_json = serialize_metadata(new, state)
+        decision = next_version(state, new, data, list_json, self.idempotency_key,
+                                after_durable=delete_after_commit(self.files, state, new, self.warehouse),
+                                rebased=done.kept(state.rebased))
+        # (the new manifest list before the metadata that names it, from within the table's place)
+        decision.files.insert(0, (done.list_location, done.list_data, None, state.metadata["location"]))
+        return decision
 
 
 @dataclass
@@ -147,13 +170,14 @@ class ReplaceView:
 
 
 def next_version(state: IcebergTable, new: dict[str, Any], data: bytes, list_json: dict,
-                 idempotency_key: IdempotencyKey | None, after_durable=None) -> Decision:
-    """Write `new` (serialized as `data`) as the table's or view's next metadata file, under its location."""
+                 idempotency_key: IdempotencyKey | None, after_durable=None, rebased: tuple = ()) -> Decision:
+    """Write `new` (serialized as `data`) as the table's or view's next metadata file, under its location.
+    `rebased`: the manifest lists the actor keeps for its next rebases (IcebergTable.rebased)."""
     version = metadata_version(state.metadata_location) + 1
     location = join(new["location"], "metadata", metadata_file_name(version))
     moved = new["location"] if new["location"] != state.metadata.get("location") else None
     owns = state.owns_location and moved is None   # moved (even back): the place may hold others' files now
-    table = IcebergTable(state.ident, new, location, data, list_json, owns)
+    table = IcebergTable(state.ident, new, location, data, list_json, owns, rebased)
     return Decision(table, reply=table, row_state=row_state(location, owns),
                     changes=[feed_change(kind_of(new), "committed", location, main_moved(state.metadata, new))],
                     log=[LogEntry(version, {"operation": _new_snapshot_operation(state.metadata, new),
@@ -209,10 +233,16 @@ def feed_change(kind: str, what: str, metadata_location: str, extra: dict[str, A
 
 
 def main_moved(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """`{"snapshot-id": ...}` when the commit moved the `main` branch (the current snapshot), else nothing."""
+    """When the commit moved the `main` branch (the current snapshot): its `snapshot-id`, and that snapshot's
+    `parent-snapshot-id` and `sequence-number` as committed (an append the actor rebased has a parent and number
+    its client did not send); else nothing."""
     main = (new.get("refs") or {}).get("main", {}).get("snapshot-id", new.get("current-snapshot-id"))
     before = (old.get("refs") or {}).get("main", {}).get("snapshot-id", old.get("current-snapshot-id"))
-    return {"snapshot-id": main} if main not in (None, -1) and main != before else {}
+    if main in (None, -1) or main == before:
+        return {}
+    snapshot = rebase.snapshot_of(new, main) or {}
+    return {"snapshot-id": main, "parent-snapshot-id": snapshot.get("parent-snapshot-id"),
+            "sequence-number": snapshot.get("sequence-number", 0)}
 
 
 def check_ident(state: IcebergTable | UnreadableTable, ident: TableIdent, *, unreadable_ok: bool = False) -> None:
@@ -234,4 +264,4 @@ def idempotency_record(key: IdempotencyKey | None, status: int, table: IcebergTa
 
 
 # What an Iceberg request carries to its table's owner in a cluster, and the owner's answers (coordinator/crossable).
-crossing(sys.modules[__name__], _changes, _models, _state, _views)
+crossing(sys.modules[__name__], _changes, _manifest_lists, _models, rebase, _state, _views)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import replace
 from typing import Any, Awaitable, Callable
 
 import orjson
@@ -29,6 +30,7 @@ from coordinator.names import Names
 from coordinator.paging import decode_page_token, one_more, page
 from coordinator.placement import check_namespace_directory_free, check_no_namespace_inside
 
+from . import rebase
 from .changes import SetLocationUpdate
 from .files import reachable_files, read_registered, read_table
 from .models import answer_json
@@ -256,6 +258,7 @@ class IcebergService:
         table_uuid = str(uuid.uuid4())
         owns = not location
         location = await self._check_chosen(location, ident) if location else self.default_location(ident, table_uuid)
+        properties = rebase.with_default(properties, self.c.config.rebase_appends)
         metadata = new_table_metadata(location=location, schema=schema, partition_spec=partition_spec,
                                       sort_order=write_order, properties=properties,
                                       format_version=format_version(properties), table_uuid=table_uuid,
@@ -300,12 +303,27 @@ class IcebergService:
             return await self._commit_create(ident, requirements, updates, idempotency_key)
         await self._check_relocation(ident, requirements, updates)
         try:
-            return await self._submit(ident, lambda: CommitTable(ident, requirements, updates, idempotency_key,
-                                                                 self.files, self.root(ident.catalog)))
+            return await self._rebasing(lambda read: self._submit(ident, lambda: CommitTable(
+                ident, requirements, updates, idempotency_key, self.files, self.root(ident.catalog), read.get(None))))
         except AppliedReplyLost:
             # Applied, but the owner's answer was lost: the table as it is now includes this commit (and perhaps
             # later ones), which is what a client refreshes to after a commit anyway.
             return await self.load_table(ident)
+
+    async def _rebasing(self, offer: Callable[[dict[int | None, rebase.ReadLists]], Awaitable[Any]]) -> Any:
+        """`offer(read)`, offered again with what an append's rebase needs read (coordinator/iceberg/rebase.py) for
+        as long as an actor asks for it, a bounded number of times. `read` holds it by the part of a transaction it
+        is for (None: a table's own commit)."""
+        read: dict[int | None, rebase.ReadLists] = {}
+        while True:
+            try:
+                answer = await offer(read)
+            except rebase.RebaseNeeded as needed:
+                read[needed.part] = await rebase.read_for_rebase(self.files, needed, read.get(needed.part))
+                continue
+            if read:
+                self.c.metrics.rebased.inc(len(read))
+            return answer
 
     async def _check_relocation(self, ident: TableIdent, requirements: list, updates: list,
                                 kind: str = "table") -> None:
@@ -340,6 +358,7 @@ class IcebergService:
         generated = str(uuid.uuid4())
         metadata = apply_commit(None, requirements, updates, base_location=None, now_ms=now_ms(),
                                 table_uuid=generated)
+        metadata["properties"] = rebase.with_default(metadata["properties"], self.c.config.rebase_appends)
         if not metadata.get("location"):
             # Named after the uuid generated here, never one the client assigned: a table dropped without purge
             # may have left its files in the directory named after its own.
@@ -375,7 +394,9 @@ class IcebergService:
                 planned = await self.plan_commit(ident, requirements, updates)
                 parts.append((planned.table_id, planned.proposal))
         record = idempotency_key.record(204) if idempotency_key else None
-        await self.registry.transact(parts, creates=creates, idempotency=record)
+        await self._rebasing(lambda read: self.registry.transact(
+            [(table_id, replace(proposal, read=read.get(i))) for i, (table_id, proposal) in enumerate(parts)],
+            creates=creates, idempotency=record))
         for c in creates:
             self.names.remember((c.state.ident, "table"), c.row.table_id)
 
@@ -396,12 +417,14 @@ class IcebergService:
         parts in table-id order, so a transaction with a table changed meanwhile (409: refresh and retry) could
         otherwise be answered 400 for another table's updates. Java's `CatalogHandlers` checks requirements before
         updates too. The actors check them again, while they hold their tables."""
-        for ident, requirements, _ in changes:
+        for ident, requirements, updates in changes:
             if creates_table(requirements):
                 await self._check_absent(ident)
                 check_requirements(None, requirements)
             elif requirements:
-                check_requirements((await self.load_table(ident)).metadata, requirements)
+                metadata = (await self.load_table(ident)).metadata
+                if rebase.append_of(metadata, requirements, updates) is None:   # (an append rebases in its actor)
+                    check_requirements(metadata, requirements)
 
     async def report_metrics(self, ident: TableIdent, report: dict[str, Any]) -> None:
         """Keep a scan or commit report (bounded: coordinator/reports.py)."""

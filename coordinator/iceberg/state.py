@@ -103,7 +103,9 @@ class IcebergTable:
     """A table's in-memory state: its current metadata, where it was written, and its serialized JSON (kept so
     loads never re-serialize). `list_json` holds the JSON of the growing lists for the next commit.
     `owns_location`: the table lives in the directory the service gave it at creation and never left it, so
-    nothing but its own files can be there (a purge deletes the whole tree; see DropTable)."""
+    nothing but its own files can be there (a purge deletes the whole tree; see DropTable). `rebased`: the
+    manifest lists this actor wrote for appends it rebased, newest first, as (path, manifests) (rebase.py), so the
+    next appends rebase onto them without reading them back; a cache like `list_json`, kept only by the owner."""
 
     ident: TableIdent
     metadata: dict[str, Any]
@@ -111,9 +113,10 @@ class IcebergTable:
     metadata_json: bytes
     list_json: dict[str, tuple[list, memoryview]] = field(default_factory=dict, compare=False, repr=False)
     owns_location: bool = field(default=False, compare=False)
+    rebased: tuple = field(default=(), compare=False, repr=False)
 
     # Between cluster members (coordinator/cluster/wire.py) the JSON bytes are the compact form, and `list_json`
-    # (a cache for the owner's next commit) stays behind.
+    # and `rebased` (caches for the owner's next commit) stay behind.
     def _to_wire(self) -> list:
         return [self.ident, self.metadata_location, self.metadata_json, self.owns_location]
 
@@ -148,8 +151,8 @@ class _ReceivedTable(IcebergTable):
 def _received_table(ident: TableIdent, metadata_location: str, metadata_json: bytes,
                     owns_location: bool = False) -> IcebergTable:
     table = object.__new__(_ReceivedTable)
-    for name, value in (("ident", ident), ("metadata_location", metadata_location),
-                        ("metadata_json", metadata_json), ("list_json", {}), ("owns_location", owns_location)):
+    for name, value in (("ident", ident), ("metadata_location", metadata_location), ("metadata_json", metadata_json),
+                        ("list_json", {}), ("owns_location", owns_location), ("rebased", ())):
         object.__setattr__(table, name, value)
     return table
 
