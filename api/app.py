@@ -18,7 +18,7 @@ from coordinator.errors import CoordinatorError, NotFound, from_storage
 from coordinator.service import Coordinator
 from storage.errors import StorageError
 
-from . import commits, console, delta, events, iceberg, lance, oauth, warehouses
+from . import commits, console, delta, events, iceberg, lance, maintenance, oauth, warehouses
 from .access import challenge, enforce, public
 from .common import body_timeout, framework_error_message, json_response, protocol_of, refuse_nul
 from .direct import DirectRoutes
@@ -98,6 +98,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     app.register_blueprint(lance.bp)
     app.register_blueprint(commits.bp)
     app.register_blueprint(warehouses.bp)
+    app.register_blueprint(maintenance.bp)
     app.register_blueprint(events.bp)
     app.register_blueprint(console.bp)
     metrics = coordinator.metrics

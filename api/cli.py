@@ -9,6 +9,7 @@ from importlib import metadata
 from coordinator.config import Config, ConfigError
 
 from .warehouse_cli import add_warehouse_commands, run_warehouse_command
+from .maintenance_cli import add_table_commands, run_table_command
 
 
 DESCRIPTION = """\
@@ -92,10 +93,13 @@ def main(argv: list[str] | None = None) -> int:
                                                  f"{default('cluster_secret_file', '<data-dir>/cluster.key')}")
     s.add_argument("--http-fd", type=int, help=argparse.SUPPRESS)  # set by --workers for its processes
     add_warehouse_commands(sub)
+    add_table_commands(sub)
     args = parser.parse_args(argv)
 
     if args.command == "warehouse":
         return run_warehouse_command(args)
+    if args.command == "table":
+        return run_table_command(args)
 
     if args.command == "hash-secret":
         from coordinator.auth import hash_secret

@@ -60,6 +60,26 @@ SAMPLED_HELP = {
     "coordinator_uniform_metadata_cached_bytes": "Bytes of Iceberg metadata files (UniForm) kept in memory to serve "
                                                  "loads, now (at most uniform_cache_bytes)",
     "coordinator_uniform_failures_total": "Conversions to Iceberg that failed and are retried (storage, a worker)",
+    "coordinator_maintenance_expiry_commits_total": "Snapshot expiries the service committed to Iceberg tables",
+    "coordinator_maintenance_snapshots_expired_total": "Iceberg snapshots the service's expiry removed",
+    "coordinator_maintenance_refs_removed_total": "Iceberg branches and tags the service's expiry removed (older "
+                                                  "than their max ref age)",
+    "coordinator_maintenance_expiry_failures_total": "Snapshot expiries that failed (retried after a later commit)",
+    "coordinator_maintenance_expiry_cpu_seconds_total": "CPU seconds the table actors spent deciding the service's "
+                                                        "snapshot expiries (policy, new metadata, its JSON)",
+    "coordinator_maintenance_files_deleted_total": "Files deleted because only expired snapshots referenced them",
+    "coordinator_maintenance_deletion_cpu_seconds_total": "CPU seconds spent finding and deleting the files only "
+                                                          "expired snapshots referenced (worker threads)",
+    "coordinator_maintenance_deletion_failures_total": "Deletions of expired snapshots' files that stopped and are "
+                                                       "resumed later",
+    "coordinator_maintenance_deletions_running": "Deletions of expired snapshots' files under way or waiting out "
+                                                 "their grace, now",
+    "coordinator_maintenance_tables_due": "Tables queued for snapshot expiry, now",
+    "coordinator_maintenance_published_commits_total": "Ratified Delta commits the service published to "
+                                                       "_delta_log/<v>.json itself (or found published)",
+    "coordinator_maintenance_publish_conflicts_total": "Delta versions whose _delta_log/<v>.json held another file "
+                                                       "than the ratified commit (left intact: an alert)",
+    "coordinator_maintenance_publish_failures_total": "Publishing passes that failed (retried after a later commit)",
 }
 
 

@@ -54,7 +54,7 @@ class Registry:
         # What a purge claim that names its table's metadata deletes (purges.Listing), by whether it names a
         # directory (Lance's `_versions/`) or a file (Iceberg's metadata file).
         self.purge_listings: dict[bool, Listing] = {}
-        self.watchers: dict[str, Callable[[UUID, Any], None]] = {}   # by format: told of each applied write
+        self.watchers: dict[str, list[Callable[[UUID, Any], None]]] = {}   # by format: told of each applied write
         # Tables whose actor went idle, least recently used first. An idle table costs its row and compact state
         # (~2 KB for a small table) instead of a task and parsed state (~20 KB); the least recently used beyond
         # `dormant_tables_max` are forgotten and reload from the store.
@@ -74,11 +74,10 @@ class Registry:
         """`watcher(table_id, state)` after each applied write to a table of `fmt`, with its new state (None once
         dropped), on the member whose actor wrote it. It runs in the actor's task before the write's requesters
         are answered, so it must be cheap and never wait: it may note work to do, and do it elsewhere."""
-        self.watchers[fmt] = watcher
+        self.watchers.setdefault(fmt, []).append(watcher)
 
     def written(self, table_id: UUID, fmt: str, state: Any) -> None:
-        watcher = self.watchers.get(fmt)
-        if watcher is not None:
+        for watcher in self.watchers.get(fmt, ()):
             try:
                 watcher(table_id, state)
             except Exception:

@@ -42,6 +42,7 @@ class Coordinator:
         self.delta = None
         self.uniform = None     # Delta tables read as Iceberg (coordinator/uniform) ...
         self.converter = None   # ... and converted for the writers that send no Iceberg metadata
+        self.maintainer = None  # the service's own maintenance of tables (coordinator/maintenance)
         self.auth: AuthConfig | None = None
         # Set once running if auth is configured; None means every request is anonymous and allowed.
         self.authority: Authority | None = None
@@ -76,6 +77,7 @@ class Coordinator:
         from .lance.service import LanceService; self.lance = LanceService(self)  # noqa: E702
         from .uniform import Converter, UniformCatalog; self.uniform = UniformCatalog(self)  # noqa: E702
         self.converter = Converter(self)
+        from .maintenance import Maintainer; self.maintainer = Maintainer(self)  # noqa: E702
         self.cluster = None
         if self.config.cluster:
             from .cluster import Cluster
@@ -119,6 +121,7 @@ class Coordinator:
             nursery.start_soon(_expire_forever, "feed events",
                                lambda: self.store.events.prune(c.events_retention_s, c.events_max), PRUNE_EVERY_S)
             await nursery.start(self.converter.run)
+            await nursery.start(self.maintainer.run)
             task_status.started(self)
 
 

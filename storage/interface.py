@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol
 from uuid import UUID
 
 from .localfs import FileWrite
-from .records import (EVERYTHING, EventPage, FeedScope, IdempotencyRecord, LeaseRound, LogEntry, Position, TableRow,
+from .records import (EVERYTHING, EventPage, FeedScope, FileDeletion, IdempotencyRecord, LeaseRound, LogEntry, Position, TableRow,
                       WriteGroup, WriteResult)
 
 
@@ -139,6 +139,27 @@ class PurgeClaims(Protocol):
         """End `owner`'s claim: the location is free for a new table."""
 
 
+class FileDeletions(Protocol):
+    """Claims on files of live tables that only expired snapshots referenced (`records.FileDeletion`), held until
+    the files are deleted. Only a claim's owner renews or ends it."""
+
+    async def record_deletion(self, claim: FileDeletion) -> None:
+        """Record a claim (before the expiry commit that makes its files unreferenced)."""
+
+    async def pending_deletions(self, older_than_s: float = 0) -> list[FileDeletion]:
+        """Claims nobody renewed for `older_than_s`, oldest first."""
+
+    async def take_over_deletion(self, claim_id: UUID, older_than_s: float) -> UUID | None:
+        """Atomically take over a claim nobody renewed for `older_than_s`: the new owner token for exactly one
+        caller (of any member), None for the others."""
+
+    async def renew_deletion(self, claim_id: UUID, owner: UUID) -> bool:
+        """Renew the claim; False if it is no longer `owner`'s."""
+
+    async def end_deletion(self, claim_id: UUID, owner: UUID) -> None:
+        """End `owner`'s claim: its files are deleted (or kept for good)."""
+
+
 class Leases(Protocol):
     """The cluster's shard leases and member rows, by the database's clock only (storage/leases.py)."""
 
@@ -174,7 +195,7 @@ class Events(Protocol):
         """Delete the events past retention (oldest first), raising the feed's floor; how many went."""
 
 
-class Store(TableRows, Namespaces, IdempotencyRecords, PurgeClaims, Protocol):
+class Store(TableRows, Namespaces, IdempotencyRecords, PurgeClaims, FileDeletions, Protocol):
     """The system of record."""
 
     leases: Leases

@@ -94,6 +94,19 @@ class PurgeClaim:
     metadata_location: str | None = None   # only the files this Iceberg metadata reaches (None: all)
 
 
+@dataclass(frozen=True)
+class FileDeletion:
+    """A claim on files of a live table that only expired snapshots referenced (table `file_deletions`): recorded
+    before the expiry commit, held until the files are deleted. The deletion finds the files from the expired
+    snapshots' manifest lists, checking each against the table's snapshots of that moment."""
+
+    claim_id: UUID
+    table_id: UUID
+    location: str                 # nothing outside it is deleted
+    manifest_lists: list[str]     # the expired snapshots'
+    owner: UUID                   # only the claim's owner renews or ends it; a take-over gives a fresh one
+
+
 @dataclass
 class TableWrite:
     """One table's part of a write group: a compare-and-set of its row, plus its new commit-log rows.

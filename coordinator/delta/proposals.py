@@ -16,7 +16,7 @@ from ..crossable import crossing
 from ..decision import Change, Decision
 from ..name_limits import check_table_key
 from ..purges import delete_own_location
-from . import models as _models, rules, state as _state
+from . import models as _models, publishing, rules, state as _state
 from .models import CommitRequest, GetCommitsRequest, MetricsRequest
 from .rules import FullName
 from .state import DeltaTable, StagingTable, freeze, table_info
@@ -97,10 +97,12 @@ class Commit:
     request: CommitRequest
     max_unpublished: int
     now_ms: int
+    service_publishes: bool = False   # the service's `maintenance_publish_delta`: see publishing.unpublished_limit
 
     def decide(self, state: Any) -> Decision:
         table = rules.require_table(state, self.request.table_id)
-        new = rules.decide_commit(table, self.request, max_unpublished=self.max_unpublished, now_ms=self.now_ms)
+        limit = publishing.unpublished_limit(table, self.max_unpublished, self.service_publishes)
+        new = rules.decide_commit(table, self.request, max_unpublished=limit, now_ms=self.now_ms)
         if new is table:
             return Decision(table)
         if new.last == table.last:   # a backfill reported: no new version, nothing for the feed

@@ -431,7 +431,8 @@ class DeltaService:
 
     async def plan_commit(self, req: CommitRequest) -> PlannedPart:
         """A commit as a part of a commit that spans tables (a cross-format commit): it answers with nothing."""
-        proposal = Commit(req, self.config.delta_max_unpublished_commits, now_ms())
+        proposal = Commit(req, self.config.delta_max_unpublished_commits, now_ms(),
+                          service_publishes=self.config.maintenance_publish_delta)
         return PlannedPart(parse_table_id(req.table_id), proposal, _nothing)
 
     async def commit(self, req: CommitRequest) -> None:
