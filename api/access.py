@@ -19,7 +19,7 @@ from quart import current_app, g, request
 from coordinator.auth import CALLER, Privilege, Resource
 from coordinator.errors import Forbidden, InvalidClient, Unauthorized
 
-from .common import protocol_of
+from .common import protocol_of, realm_of
 
 Needs = list[tuple[Privilege, Resource]]
 Policy = Callable[..., Union[Needs, Awaitable[Needs]]]
@@ -101,10 +101,21 @@ async def enforce() -> None:
     principal = g.principal = caller(authority, req)
     if policy is None:  # no route matched: the caller is known, and will get the protocol's 404
         return
+    if inspect.iscoroutinefunction(policy):   # it reads the body: not for a caller that may do nothing here
+        refuse_if_nothing_granted(principal, req.path)
     needs = policy(**(req.view_args or {}))
     if inspect.isawaitable(needs):
         needs = await needs
     authority.check(principal, needs)
+
+
+def refuse_if_nothing_granted(principal, path: str) -> None:
+    """Forbidden if `principal` holds no grant in the realm of the format `path` belongs to: whatever a request
+    there names, it needs a privilege the caller lacks, so its body is not parsed to find out which (parsing
+    costs the service's one event loop, and a client holding no grant could keep it busy)."""
+    realm = realm_of(path)
+    if realm is not None and not principal.holds_any((realm,)):
+        raise Forbidden(f"{principal.name} holds no grant on {realm}")
 
 
 def caller(authority, req):

@@ -36,6 +36,15 @@ def protocol_of(path: str) -> str:
     return "service"
 
 
+def realm_of(path: str) -> str | None:
+    """The format whose securables (coordinator/auth.py) a request path names, if one: Unity Catalog's Delta
+    tables are Delta's, also where they read as Iceberg."""
+    if path.startswith("/api/2.1/unity-catalog"):
+        return "delta"
+    protocol = protocol_of(path)
+    return protocol if protocol in ("iceberg", "lance") else None
+
+
 # A JSON answer given in parts (Iceberg's metadata between its envelope) is sent part by part from this size on,
 # instead of being joined: joining copies megabytes, while each extra part costs a send (~20 us) however small.
 STREAM_PARTS_FROM = 256 * 1024

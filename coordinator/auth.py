@@ -112,6 +112,11 @@ class Principal:
         it (so that it can find its way down to what it was granted)."""
         return self.may(Privilege.READ, resource) or any(g.path[:len(resource)] == resource for g in self.grants)
 
+    def holds_any(self, resource: Resource) -> bool:
+        """Whether any grant could allow something on `resource` or within it: a grant on it, above it or below it.
+        A caller holding none is refused whatever its request names there, before its body is parsed."""
+        return any(g.path[:len(resource)] == resource[:len(g.path)] for g in self.grants)
+
 
 @dataclass(frozen=True)
 class Client:

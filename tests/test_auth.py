@@ -87,6 +87,15 @@ def test_grants_are_inherited_downward():
     assert format_path(()) == "*"
 
 
+def test_a_grant_above_or_below_a_format_is_held_in_it():
+    """What a body-reading route checks before it parses the body: any grant at, above or below the format."""
+    p = Principal("p", grants=(Grant(parse_path("iceberg//db"), frozenset({Privilege.WRITE})),))
+    assert p.holds_any(("iceberg",)) and not p.holds_any(("lance",)) and not p.holds_any(("delta",))
+    everywhere = Principal("e", grants=(Grant((), frozenset({Privilege.WRITE})),))   # `*`, write only
+    assert all(everywhere.holds_any((fmt,)) for fmt in ("iceberg", "delta", "lance"))
+    assert not Principal("nothing").holds_any(("iceberg",))
+
+
 def test_auth_file_refuses_plain_secrets_and_unknown_roles(tmp_path):
     bad = tmp_path / "a.toml"
     bad.write_text('[[clients]]\nid = "x"\nsecret = "plaintext"\n')
