@@ -29,7 +29,7 @@ from .transport import HTTPConnection, Request
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 # `GET /openapi/<name>.yaml`: the reference spec of each protocol (Iceberg, Lance: unchanged copies of
-# shared/specs), and for Unity Catalog a document of exactly the routes api/delta.py serves. Service-level paths,
+# shared/specs), and for Unity Catalog a document of exactly the routes api/delta/ serves. Service-level paths,
 # so they collide with no protocol's `/v1/...` routes.
 OPENAPI_DOCUMENTS = ("iceberg", "lance", "delta")
 

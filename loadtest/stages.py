@@ -71,7 +71,7 @@ RULES: dict[str, str | None] = {
     "api/common.py": BODY, "coordinator/iceberg/models.py": BODY, "coordinator/iceberg/changes.py": BODY,
     "coordinator/delta/models.py": BODY, "coordinator/lance/models.py": BODY, "api/lance/routes.py:_body": BODY,
     "api/lance/routes.py:_read_body": BODY, "api/lance/routes.py:_model_of": BODY,
-    "api/delta.py:_get_commits_of": BODY, "loadtest/bare.py": BODY,
+    "api/delta/routes.py:_get_commits_of": BODY, "loadtest/bare.py": BODY,
     "coordinator/iceberg/rules/requirements.py:parse_requirements": BODY,   # (what the view parses, too)
     "coordinator/iceberg/rules/updates.py:parse_updates": BODY,
     "api/lance/routes.py:_no_slash_in_the_id": ROUTING, "api/lance/routes.py:no_slash_in_the_id": ROUTING,
@@ -97,8 +97,8 @@ RULES: dict[str, str | None] = {
     "coordinator/iceberg/models.py:answer_json": ANSWER, "coordinator/lance/state.py:TableVersion.to_spec": ANSWER,
     "api/lance/routes.py:version_response": ANSWER, "api/app.py:create_app.<locals>._error": ANSWER,
     "api/app.py:error_answer": ANSWER,
-    "api/iceberg/errors.py": ANSWER, "api/lance/errors.py": ANSWER, "api/delta.py:error_response": ANSWER,
-    "api/delta.py:uc_error": ANSWER, "api/commits.py:error_response": ANSWER,
+    "api/iceberg/errors.py": ANSWER, "api/lance/errors.py": ANSWER, "api/delta/errors.py": ANSWER,
+    "api/commits.py:error_response": ANSWER,
     # one log line and the metrics per request
     "logging/": LOGGING, "api/request_log.py": LOGGING, "api/server.py:JsonFormatter": LOGGING,
     "api/app.py:create_app.<locals>._finish": LOGGING, "api/app.py:create_app.<locals>.finish": LOGGING,

@@ -1,4 +1,4 @@
-"""Unity Catalog for Delta: catalogs, schemas, tables, staging, commits, credentials and metrics, as `api/delta.py`
+"""Unity Catalog for Delta: catalogs, schemas, tables, staging, commits, credentials and metrics, as `api/delta/`
 calls them. Names are resolved here and requests handed to the table actors as proposals (`proposals.py`).
 
 Where things live (all realm-separated from Iceberg and Lance):

@@ -2,7 +2,7 @@
 
 Specs: the seed (UC Managed Tables 0.1.0: `/staging-tables`, `/tables`, `/delta/commits`, `/delta/commit`,
 `/delta/metrics`) and UC OSS `api/all.yaml` (catalogs, schemas, `/delta/preview/commits`, which today's clients
-call). Errors use Unity Catalog's body, `{"error_code", "message", "details"}`, with the seed's codes.
+call). Errors are answered by `errors.py`.
 """
 
 from __future__ import annotations
@@ -19,15 +19,13 @@ from coordinator.delta import (CommitRequest, CreateCatalog, CreateSchema, Creat
 from coordinator.delta.models import (GenerateTemporaryPathCredential, GenerateTemporaryTableCredential,
                                       UpdateCatalogOrSchema)
 from coordinator.delta.rules import split_full_name
-from coordinator.errors import (AlreadyExists, BadRequest, CatalogExists, CommitConflict, CoordinatorError,
-                                FailedPrecondition, Forbidden, NamespaceExists, NamespaceNotEmpty, NoSuchCatalog,
-                                NoSuchNamespace, NotEmpty, NotFound, OutcomeUnknown, TooManyRequests, Unauthorized,
-                                Unavailable, from_storage)
+from coordinator.errors import BadRequest
 
-from .access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, readable, visible
-from .common import (CommitPart, INT64_MAX, body_json, json_model, json_response, parse_model, parsed_once, query_flag,
-                     read_model)
-from .direct import DirectRoute
+from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, readable, visible
+from ..common import (CommitPart, INT64_MAX, body_json, json_model, json_response, parse_model, parsed_once, query_flag,
+                      read_model)
+from ..direct import DirectRoute
+from .errors import error_code, uc_error
 
 log = logging.getLogger(__name__)
 
@@ -39,77 +37,6 @@ MAX_TABLES_PAGE = 50  # UC OSS: `max_results` of listTables is at most 50
 # What a listing shows of a table the caller may not read (it holds another privilege on it): the way to name it,
 # not its columns, location, properties or comment.
 LISTED_ONLY = ("name", "catalog_name", "schema_name", "table_type", "table_id")
-
-
-# -- error translation ---------------------------------------------------------------------------------------
-
-
-# Classes before their parents: the first that matches gives the status and UC code.
-_ERROR_CODES: tuple[tuple[type[CoordinatorError], int, str], ...] = (
-    (NoSuchCatalog, 404, "CATALOG_DOES_NOT_EXIST"),
-    (NoSuchNamespace, 404, "SCHEMA_DOES_NOT_EXIST"),   # a UC schema is a namespace
-    (NotFound, 404, "TABLE_DOES_NOT_EXIST"),
-    (CatalogExists, 409, "CATALOG_ALREADY_EXISTS"),
-    (NamespaceExists, 409, "SCHEMA_ALREADY_EXISTS"),
-    (AlreadyExists, 400, "TABLE_ALREADY_EXISTS"),       # the seed gives 400 for this one
-    (NamespaceNotEmpty, 400, "SCHEMA_NOT_EMPTY"),
-    (NotEmpty, 400, "CATALOG_NOT_EMPTY"),
-    (CommitConflict, 409, "ALREADY_EXISTS"),
-    (TooManyRequests, 429, "RESOURCE_EXHAUSTED"),
-    (Unavailable, 503, "TEMPORARILY_UNAVAILABLE"),
-    (OutcomeUnknown, 500, "INTERNAL_ERROR"),
-    (Unauthorized, 401, "UNAUTHENTICATED"),
-    (Forbidden, 403, "PERMISSION_DENIED"),
-)
-
-
-def error_code(exc: CoordinatorError) -> tuple[int, str]:
-    for cls, status, code in _ERROR_CODES:
-        if isinstance(exc, cls):
-            return status, code
-    if exc.status >= 500:   # a fault (e.g. a peer member's, over the channel): the outcome is unknown
-        return exc.status, "INTERNAL_ERROR"
-    return 400, "FAILED_PRECONDITION" if isinstance(exc, FailedPrecondition) else "INVALID_PARAMETER_VALUE"
-
-
-def uc_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
-    details = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": code, "domain": "unitycatalog"}]
-    return json_response({"error_code": code, "message": message, "details": details}, status, headers)
-
-
-def error_response(exc: BaseException, req=None) -> Response:
-    """Any error raised while serving a Unity Catalog path, as UC's error body: the one translation for this protocol
-    (api/app.py sends every error here by the request's path; UC's body does not name the request, `req`)."""
-    exc = from_storage(exc)
-    if isinstance(exc, HTTPException):
-        return _http_error_response(exc)
-    status, code = error_code(exc)
-    if isinstance(exc, OutcomeUnknown):
-        message = f"the commit's outcome is unknown; read the table's commits before retrying: {exc.message}"
-    else:
-        message = exc.message
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
-    return uc_error(status, code, message, headers)
-
-
-# Statuses the framework raises itself (no route, bad method, body too large or too slow, and any exception no
-# handler knew, which quart turns into a 500), each with the UC code a client reads it by. 404 is the code the
-# catch-all route below gives the same case. Any other 5xx is a server fault, never INVALID_PARAMETER_VALUE: a client
-# must not take it for its own bad input and give up on a request that may be worth retrying.
-_HTTP_CODES = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "ENDPOINT_NOT_FOUND", 405: "METHOD_NOT_ALLOWED",
-               429: "RESOURCE_EXHAUSTED", 501: "NOT_IMPLEMENTED", 503: "TEMPORARILY_UNAVAILABLE",
-               504: "DEADLINE_EXCEEDED"}
-
-
-def _http_error_code(status: int) -> str:
-    return _HTTP_CODES.get(status) or ("INTERNAL_ERROR" if status >= 500 else "INVALID_PARAMETER_VALUE")
-
-
-def _http_error_response(exc: HTTPException) -> Response:
-    # Framework-raised errors in the protocol's shape too. A 500's description is werkzeug's generic sentence, so
-    # nothing of the failure's internals reaches the client (quart has logged the exception).
-    status = exc.code or 400
-    return uc_error(status, _http_error_code(status), exc.description or exc.name)
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
