@@ -6,38 +6,32 @@ from __future__ import annotations
 from quart import Response
 from werkzeug.exceptions import HTTPException
 
-from coordinator.errors import (AlreadyExists, CatalogExists, CommitConflict, CoordinatorError, FailedPrecondition,
+from coordinator.errors import (AlreadyExists, CatalogExists, CommitConflict, FailedPrecondition,
                                 Forbidden, NamespaceExists, NamespaceNotEmpty, NoSuchCatalog, NoSuchNamespace, NotEmpty,
                                 NotFound, OutcomeUnknown, TooManyRequests, Unauthorized, Unavailable, from_storage)
 
 from ..common import json_response
+from ..error_map import ErrorMap
 
 # Classes before their parents: the first that matches gives the status and UC code.
-_ERROR_CODES: tuple[tuple[type[CoordinatorError], int, str], ...] = (
-    (NoSuchCatalog, 404, "CATALOG_DOES_NOT_EXIST"),
-    (NoSuchNamespace, 404, "SCHEMA_DOES_NOT_EXIST"),   # a UC schema is a namespace
-    (NotFound, 404, "TABLE_DOES_NOT_EXIST"),
-    (CatalogExists, 409, "CATALOG_ALREADY_EXISTS"),
-    (NamespaceExists, 409, "SCHEMA_ALREADY_EXISTS"),
-    (AlreadyExists, 400, "TABLE_ALREADY_EXISTS"),       # the seed gives 400 for this one
-    (NamespaceNotEmpty, 400, "SCHEMA_NOT_EMPTY"),
-    (NotEmpty, 400, "CATALOG_NOT_EMPTY"),
-    (CommitConflict, 409, "ALREADY_EXISTS"),
-    (TooManyRequests, 429, "RESOURCE_EXHAUSTED"),
-    (Unavailable, 503, "TEMPORARILY_UNAVAILABLE"),
-    (OutcomeUnknown, 500, "INTERNAL_ERROR"),
-    (Unauthorized, 401, "UNAUTHENTICATED"),
-    (Forbidden, 403, "PERMISSION_DENIED"),
-)
-
-
-def error_code(exc: CoordinatorError) -> tuple[int, str]:
-    for cls, status, code in _ERROR_CODES:
-        if isinstance(exc, cls):
-            return status, code
-    if exc.status >= 500:   # a fault (e.g. a peer member's, over the channel): the outcome is unknown
-        return exc.status, "INTERNAL_ERROR"
-    return 400, "FAILED_PRECONDITION" if isinstance(exc, FailedPrecondition) else "INVALID_PARAMETER_VALUE"
+ERRORS: ErrorMap[str] = ErrorMap(
+    rows=((NoSuchCatalog, 404, "CATALOG_DOES_NOT_EXIST"),
+          (NoSuchNamespace, 404, "SCHEMA_DOES_NOT_EXIST"),   # a UC schema is a namespace
+          (NotFound, 404, "TABLE_DOES_NOT_EXIST"),
+          (CatalogExists, 409, "CATALOG_ALREADY_EXISTS"),
+          (NamespaceExists, 409, "SCHEMA_ALREADY_EXISTS"),
+          (AlreadyExists, 400, "TABLE_ALREADY_EXISTS"),       # the seed gives 400 for this one
+          (NamespaceNotEmpty, 400, "SCHEMA_NOT_EMPTY"),
+          (NotEmpty, 400, "CATALOG_NOT_EMPTY"),
+          (CommitConflict, 409, "ALREADY_EXISTS"),
+          (TooManyRequests, 429, "RESOURCE_EXHAUSTED"),
+          (Unavailable, 503, "TEMPORARILY_UNAVAILABLE"),
+          (OutcomeUnknown, 500, "INTERNAL_ERROR"),
+          (Unauthorized, 401, "UNAUTHENTICATED"),
+          (Forbidden, 403, "PERMISSION_DENIED"),
+          (FailedPrecondition, 400, "FAILED_PRECONDITION")),
+    fault=(None, "INTERNAL_ERROR"),   # (e.g. a peer member's, over the channel): the outcome is unknown
+    otherwise=(400, "INVALID_PARAMETER_VALUE"))
 
 
 def uc_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -51,7 +45,7 @@ def error_response(exc: BaseException, req=None) -> Response:
     exc = from_storage(exc)
     if isinstance(exc, HTTPException):
         return _http_error_response(exc)
-    status, code = error_code(exc)
+    status, code = ERRORS(exc)
     if isinstance(exc, OutcomeUnknown):
         message = f"the commit's outcome is unknown; read the table's commits before retrying: {exc.message}"
     else:

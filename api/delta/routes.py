@@ -25,7 +25,7 @@ from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, lis
 from ..common import (CommitPart, INT64_MAX, body_json, json_model, json_response, parse_model, parsed_once, query_flag,
                       read_model)
 from ..direct import DirectRoute
-from .errors import error_code, uc_error
+from .errors import ERRORS, uc_error
 
 log = logging.getLogger(__name__)
 
@@ -387,4 +387,4 @@ def cross_format_part(body: dict) -> CommitPart:
 
     async def plan():
         return await _service().plan_commit(req)
-    return CommitPart(f"delta {req.table_id}", needs, plan, error_code)
+    return CommitPart(f"delta {req.table_id}", needs, plan, ERRORS)

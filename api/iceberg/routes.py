@@ -29,7 +29,7 @@ from ..common import (CommitPart, empty_response, json_model, json_response, par
 from ..direct import DirectRoute
 from . import uniform
 from .endpoints import ENDPOINTS, config_defaults
-from .errors import error_type
+from .errors import ERRORS
 from .idempotency import idempotent, request_key as _key
 
 bp = Blueprint("iceberg", __name__)
@@ -556,4 +556,4 @@ def cross_format_part(body: dict) -> CommitPart:
     async def plan():
         return await _catalog().plan_commit(ident, parse_requirements(change.requirements),
                                             parse_updates(change.updates))
-    return CommitPart(f"iceberg {ident}", needs, plan, lambda exc: (exc.status, error_type(exc)))
+    return CommitPart(f"iceberg {ident}", needs, plan, lambda exc: (exc.status, ERRORS(exc)[1]))

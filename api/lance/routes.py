@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from quart import Blueprint, Response, current_app, request
 
 from coordinator.auth import Privilege, Resource, table_securable
-from coordinator.errors import BadRequest, CoordinatorError, NoSuchTransaction, Unsupported
+from coordinator.errors import BadRequest, NoSuchTransaction, Unsupported
 from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersionsRequest,
                                BatchDeleteTableVersionsRequest, CreateNamespaceRequest, CreateTableVersionRequest,
                                DeclareTableRequest, DeregisterTableRequest, DescribeNamespaceRequest,
@@ -27,7 +27,7 @@ from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersion
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import CommitPart, empty_response, json_response, parse_json, parse_model, parsed_once
 from ..direct import DirectRoute
-from .errors import STATUS_OF_CODE, error_code
+from .errors import ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -528,8 +528,4 @@ def cross_format_part(body: dict) -> CommitPart:
 
     async def plan():
         return await _catalog().plan_commit(ident, req)
-
-    def error(exc: CoordinatorError) -> tuple[int, int]:
-        code = error_code(exc)
-        return STATUS_OF_CODE[code], code
-    return CommitPart(f"lance {'.'.join(ident)}", needs, plan, error)
+    return CommitPart(f"lance {'.'.join(ident)}", needs, plan, ERRORS)
