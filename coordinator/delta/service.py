@@ -31,8 +31,8 @@ from ..credentials import VENDED_KEYS_TTL_S, vendable_s3_keys
 from ..decision import PlannedPart
 from .. import name_limits, reports
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CatalogExists, CatalogNotEmpty, CommitConflict,
-                      CoordinatorError, NamespaceExists, NamespaceNotEmpty, NoSuchCatalog, NoSuchNamespace, NoSuchTable,
-                      NotEmpty, NotFound, TableExists, VersionPublished, from_storage)
+                      NamespaceExists, NamespaceNotEmpty, NoSuchCatalog, NoSuchNamespace, NoSuchTable, NotEmpty,
+                      NotFound, TableExists, VersionPublished, from_storage)
 from ..paging import decode_page_token, one_more, page
 from . import rules
 from .columns import column_infos
@@ -51,9 +51,6 @@ STAGING_CATALOG = "\x1estaging"  # control characters are not allowed in UC name
 FORMAT = "delta"
 MANAGED_DIR = "__unitystorage"
 # The service has no authentication yet; UC requires owner fields, so they name nobody in particular.
-
-# What a store call may raise while storage moves to its own errors: caught together, read through from_storage.
-STORE_ERRORS = (CoordinatorError, storage_errors.StorageError)
 
 
 def now_ms() -> int:
@@ -133,7 +130,7 @@ class DeltaService:
             entry["storage_root"] = root
         try:
             await self.store.create_namespace(CATALOG_REALM, "", name, entry)
-        except STORE_ERRORS as exc:
+        except storage_errors.StorageError as exc:
             if isinstance(from_storage(exc), AlreadyExists):
                 raise CatalogExists(f"Catalog already exists: {name}") from None
             raise
@@ -163,7 +160,7 @@ class DeltaService:
             updates["properties"] = body.properties
         try:
             before = await self.store.update_namespace_properties(realm, catalog, name, [], updates)
-        except STORE_ERRORS as exc:
+        except storage_errors.StorageError as exc:
             if isinstance(from_storage(exc), NotFound):
                 return None
             raise
@@ -201,7 +198,7 @@ class DeltaService:
         """Drop a catalog's or schema's row; the store's refusals in UC's terms (`missing`, `refilled`)."""
         try:
             await self.store.drop_namespace(realm, catalog, name, **options)
-        except STORE_ERRORS as exc:
+        except storage_errors.StorageError as exc:
             err = from_storage(exc)
             if isinstance(err, NotFound):
                 raise missing from None
@@ -220,7 +217,7 @@ class DeltaService:
             # The catalog's row is locked until the schema is in: a concurrent catalog delete sees it, or wins.
             await self.store.create_namespace(REALM, body.catalog_name, name, entry,
                                               parent=(CATALOG_REALM, "", body.catalog_name))
-        except STORE_ERRORS as exc:
+        except storage_errors.StorageError as exc:
             err = from_storage(exc)
             if isinstance(err, NotFound):
                 raise NoSuchCatalog(f"Catalog does not exist: {body.catalog_name}") from None
@@ -364,7 +361,7 @@ class DeltaService:
         try:
             await self.registry.create(row, state=table, row_state=table.row_state(),
                                        changes=[feed_change("created", table)])
-        except STORE_ERRORS as exc:
+        except storage_errors.StorageError as exc:
             if isinstance(from_storage(exc), NotFound):
                 raise NoSuchNamespace(f"Schema does not exist: {full[0]}.{full[1]}") from None
             raise

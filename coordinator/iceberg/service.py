@@ -276,7 +276,7 @@ class IcebergService:
         except AlreadyExists:
             row = await self.store.find_table(REALM, ident.catalog, ident.ns_path, ident.name)
             raise name_taken(row, ident, kind) from None
-        except (NotFound, NamespaceMissing):   # the create's only not-found: its namespace was dropped meanwhile
+        except NotFound:   # the create's only not-found: its namespace was dropped meanwhile
             raise _no_namespace(ident.namespace) from None
         self.names.remember((ident, kind), new.row.table_id)
         return new.state

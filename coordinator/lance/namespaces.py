@@ -13,8 +13,8 @@ from storage.interface import Store
 from storage.records import join_namespace, split_namespace
 
 from .. import name_limits
-from ..errors import (AlreadyExists, BadRequest, CommitConflict, NamespaceExists, NamespaceNotEmpty,
-                      NamespaceRefilled, NoSuchNamespace, NotEmpty, NotFound, from_storage)
+from ..errors import (BadRequest, CommitConflict, NamespaceExists, NamespaceNotEmpty, NamespaceRefilled,
+                      NoSuchNamespace, NotFound, from_storage)
 from ..paging import decode_page_token, one_more, page
 from ..placement import check_namespace_directory_free
 from ..warehouses import DEFAULT as DEFAULT_WAREHOUSE
@@ -115,17 +115,12 @@ class LanceNamespaces:
         return props
 
     async def _store_create_namespace(self, ns: Ident, props: dict[str, str]) -> None:
-        """The store's create, its refusals as the typed errors they mean here: the name is taken, or the parent
-        namespace is gone (storage's own errors through `from_storage`; the untyped domain ones the store raised
-        before it had its own, by what they can only mean here)."""
+        """The store's create, its refusals as the typed errors they mean (`from_storage`): the name is taken, or
+        the parent namespace is gone."""
         try:
             await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, parent=_parent(ns))
         except storage_errors.StorageError as exc:
             raise from_storage(exc) from None
-        except AlreadyExists as exc:
-            raise NamespaceExists(exc.message) from None
-        except NotFound as exc:
-            raise NoSuchNamespace(exc.message) from None
 
     async def describe(self, ns: Ident) -> dict[str, str]:
         check_levels(ns, "namespace")
@@ -165,17 +160,13 @@ class LanceNamespaces:
         return props
 
     async def _store_drop_namespace(self, ns: Ident, cascade: bool = False) -> None:
-        """The store's drop, its refusals as the typed errors they mean here (as `_store_create_namespace`)."""
+        """The store's drop, its refusals as the typed errors they mean (`from_storage`): the namespace is gone, or
+        not empty (a cascade refuses only for tables created while it ran: NamespaceRefilled)."""
         try:
             await self.store.drop_namespace(REALM, CATALOG, join_namespace(ns), cascade=cascade)
             self._warehouse_of.pop(ns[0], None)
         except storage_errors.StorageError as exc:
             raise from_storage(exc) from None
-        except NotFound as exc:
-            raise NoSuchNamespace(exc.message) from None
-        except NotEmpty as exc:
-            # (a cascade refuses only for tables created while it ran)
-            raise (NamespaceRefilled if cascade else NamespaceNotEmpty)(exc.message) from None
 
     async def _drop_cascading(self, ns: Ident) -> None:
         """Spec, Cascade: "all tables and child namespaces in the namespace are dropped before the namespace is
