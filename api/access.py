@@ -20,6 +20,7 @@ from coordinator.auth import CALLER, Privilege, Resource
 from coordinator.errors import Forbidden, InvalidClient, Unauthorized
 
 from .common import protocol_of
+from .protocol import current_coordinator
 
 Needs = list[tuple[Privilege, Resource]]
 Policy = Callable[..., Union[Needs, Awaitable[Needs]]]
@@ -95,7 +96,7 @@ async def enforce() -> None:
         raise Forbidden(f"route {endpoint} declares no access policy, so it is refused")
     if policy is PUBLIC:
         return
-    authority = app.config["COORDINATOR"].authority
+    authority = current_coordinator().authority
     if authority is None:  # no auth configured (loopback only): everyone is anonymous and allowed, whatever
         return             # credential a client sends along
     principal = g.principal = caller(authority, req)

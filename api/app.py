@@ -18,20 +18,21 @@ from coordinator.errors import CoordinatorError, NotFound, from_storage
 from coordinator.service import Coordinator
 from storage.errors import StorageError
 
-from . import commits, console, delta, events, iceberg, lance, oauth, warehouses
+from . import commits, console, events, oauth, warehouses
 from .access import challenge, enforce, public
 from .common import body_timeout, framework_error_message, json_response, protocol_of, refuse_nul
 from .direct import DirectRoutes
+from .protocols import PROTOCOLS
 from .request_log import log_request, next_request_id
 from .routing import CachingMap
 from .transport import HTTPConnection, Request
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
-# `GET /openapi/<name>.yaml`: the reference spec of each protocol (Iceberg, Lance: unchanged copies of
-# shared/specs), and for Unity Catalog a document of exactly the routes api/delta/ serves. Service-level paths,
-# so they collide with no protocol's `/v1/...` routes.
-OPENAPI_DOCUMENTS = ("iceberg", "lance", "delta")
+# `GET /openapi/<name>.yaml`: the reference spec of each protocol, by its format's name (Iceberg, Lance: unchanged
+# copies of shared/specs; for Unity Catalog a document of exactly the routes api/delta/ serves). Service-level
+# paths, so they collide with no protocol's `/v1/...` routes.
+OPENAPI_DOCUMENTS = tuple(p.name for p in PROTOCOLS if p.openapi)
 
 
 @functools.cache
@@ -48,10 +49,11 @@ def _service_error(exc: BaseException, req) -> Response:
     return json_response({"error": {"message": exc.message, "code": exc.status}}, exc.status)
 
 
-ERROR_RESPONSES = {"iceberg": iceberg.error_response, "delta": delta.error_response, "lance": lance.error_response,
+# Each protocol's error translation, by the name `protocol_of` gives its paths.
+ERROR_RESPONSES = {**{p.name: p.error_response for p in PROTOCOLS},
                    "coordinator": commits.error_response, "service": _service_error}
 # The routes served without Quart's request machinery, by endpoint (api/direct.py).
-DIRECT_ROUTES = {**iceberg.DIRECT, **delta.DIRECT, **lance.DIRECT}
+DIRECT_ROUTES = {endpoint: route for p in PROTOCOLS for endpoint, route in p.direct.items()}
 
 
 def error_answer(exc: BaseException, req) -> Response:
@@ -92,10 +94,9 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     app.config["BODY_TIMEOUT"] = coordinator.config.http_body_timeout_s
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     app.register_blueprint(oauth.bp)
-    app.register_blueprint(iceberg.bp)
-    app.register_blueprint(iceberg.uniform.bp)
-    app.register_blueprint(delta.bp)
-    app.register_blueprint(lance.bp)
+    for protocol in PROTOCOLS:
+        for blueprint in protocol.blueprints:
+            app.register_blueprint(blueprint)
     app.register_blueprint(commits.bp)
     app.register_blueprint(warehouses.bp)
     app.register_blueprint(events.bp)

@@ -22,22 +22,23 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import orjson
-from quart import Blueprint, Response, current_app, g, request
+from quart import Blueprint, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from coordinator import crossformat
 from coordinator.errors import BadRequest, CoordinatorError, Unavailable, from_storage
 from coordinator.idempotency import IdempotencyKey, IdempotencyRecord, bind, parse_key
 
-from . import delta, iceberg, lance
 from .access import Needs, guard
 from .common import CommitPart, json_response, parsed_once, read_json
+from .protocol import current_coordinator
+from .protocols import PROTOCOLS
 
 bp = Blueprint("coordinator", __name__, url_prefix="/api/coordinator/v1")
 
 MAX_PARTS = 1000
-# How each protocol's module reads a part of its format.
-READERS = {"iceberg": iceberg.cross_format_part, "delta": delta.cross_format_part, "lance": lance.cross_format_part}
+# How each protocol reads a part of its format, by the format's name.
+READERS = {p.name: p.cross_format_part for p in PROTOCOLS}
 
 
 async def _parts() -> list[CommitPart]:
@@ -82,7 +83,7 @@ async def commit() -> Response:
         return json_response({"results": await crossformat.commit(_registry(), [p.plan for p in parts], None)})
     key = IdempotencyKey(parse_key(raw_key), bind("cross-format-commit",
                                                   quote(",".join(p.label for p in parts), safe="")))
-    result = await current_app.config["COORDINATOR"].idempotency.run(
+    result = await current_coordinator().idempotency.run(
         key.key, key.route, lambda: crossformat.commit(_registry(), [p.plan for p in parts], key))
     if isinstance(result, IdempotencyRecord):   # a replay of the first attempt's answer
         return json_response(bytes(result.body), result.status)
@@ -90,7 +91,7 @@ async def commit() -> Response:
 
 
 def _registry():
-    return current_app.config["COORDINATOR"].registry
+    return current_coordinator().registry
 
 
 def error_response(exc: BaseException, req=None) -> Response:

@@ -12,24 +12,28 @@ Any authenticated client may read the feed; it sees only the events of tables it
 
 from __future__ import annotations
 
-from quart import Blueprint, Response, current_app, g, request
+from quart import Blueprint, Response, g, request
 
 from coordinator.auth import Privilege, Resource, table_securable
 from coordinator.errors import BadRequest
+from coordinator.format import Formats
 from storage.records import StoredEvent
 
 from .access import authenticated, guard
 from .common import json_response
+from .protocol import current_coordinator
 
 bp = Blueprint("events", __name__, url_prefix="/api/coordinator/v1")
 
 
-def securable(event: StoredEvent) -> Resource:
-    """What a reader must be allowed to read to see `event` (coordinator/auth.py's securable paths)."""
-    fmt, parts = event.type.split(".", 1)[0], event.data["name"]
-    if fmt == "iceberg":   # Iceberg's catalog (the prefix) is "" by default, and then not in the name
-        parts = [event.catalog, *(parts[1:] if event.catalog else parts)]
-    return table_securable((fmt, *parts[:-1]), parts[-1])   # Unity Catalog's name begins with its catalog
+def securable(event: StoredEvent, formats: Formats) -> Resource:
+    """What a reader must be allowed to read to see `event`: its table's securable, in its format's (the type's
+    first word) paths. A name begins with its catalog unless that is "" (Iceberg's without a prefix, Lance's)."""
+    name, parts = event.type.split(".", 1)[0], event.data["name"]
+    fmt = formats.by_name.get(name)
+    if fmt is None:   # a format no longer served: only a grant on everything reaches it
+        return table_securable((name, *parts[:-1]), parts[-1])
+    return fmt.table(event.catalog, parts[1:-1] if event.catalog else parts[:-1], parts[-1])
 
 
 def _number(name: str, default: float, kind: type) -> float:
@@ -45,9 +49,11 @@ def _number(name: str, default: float, kind: type) -> float:
 @bp.get("/events")
 @guard(authenticated)
 async def events() -> Response:
-    principal = g.get("principal")
-    visible = (lambda e: True) if principal is None else (lambda e: principal.may(Privilege.READ, securable(e)))
-    feed = current_app.config["COORDINATOR"].feed
+    principal, coordinator = g.get("principal"), current_coordinator()
+    formats = coordinator.formats
+    visible = ((lambda e: True) if principal is None else
+               (lambda e: principal.may(Privilege.READ, securable(e, formats))))
+    feed = coordinator.feed
     return json_response(await feed.read(request.args.get("after"), limit=int(_number("limit", 100, int)),
                                          wait_s=_number("wait", 0.0, float), formats=request.args.getlist("format"),
                                          tables=request.args.getlist("table"), visible=visible))

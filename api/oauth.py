@@ -17,12 +17,13 @@ import base64
 import binascii
 from urllib.parse import unquote_plus
 
-from quart import Blueprint, Response, current_app, request
+from quart import Blueprint, Response, request
 
 from coordinator.errors import CoordinatorError, TooManyRequests, Unauthorized, Unavailable
 
 from .access import public
 from .common import json_response
+from .protocol import current_coordinator
 
 bp = Blueprint("oauth", __name__)
 
@@ -52,7 +53,7 @@ def _basic_credentials() -> tuple[str, str] | None:
 @bp.post("/api/2.1/unity-catalog/iceberg/v1/oauth/tokens")   # where clients of that mount ask (api/iceberg/uniform.py)
 @public
 async def tokens() -> Response:
-    authority = current_app.config["COORDINATOR"].authority
+    authority = current_coordinator().authority
     if authority is None:
         return oauth_error(400, "invalid_request", "this server has no authentication configured: connect "
                                                    "without credentials")

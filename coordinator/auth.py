@@ -5,9 +5,11 @@ schema) is its names; a table's (or view's) path is its container's path and the
 equal to a container's name, so that a table and a namespace of the same dotted name (`sales.orders`) are two
 securables, neither within the other:
 
-    ("iceberg", prefix, *namespace levels, Table(name))    Iceberg; the catalog with no prefix is ""
-    ("delta", catalog, schema, Table(name))                Unity Catalog
-    ("lance", *namespace levels, Table(name))              Lance Namespace
+    (format, catalog, *namespace levels, Table(name))    a format whose tables have a catalog
+    (format, *namespace levels, Table(name))             one whose tables have none
+
+Each format's `Grants` (coordinator/format.py) says which it is and how deep its tables lie: Iceberg's catalog is
+its prefix ("" for none), Unity Catalog's a catalog with one level of schemas, Lance has no catalog.
 
 A grant on a container covers everything below it (privileges are inherited downward); a grant on a table covers
 that table only. The auth file (TOML) names clients, their hashed secrets and roles, and what each role is
@@ -44,7 +46,7 @@ import tomllib
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 from urllib.parse import unquote
 
 import jwt
@@ -52,6 +54,9 @@ import trio
 
 from .config import ConfigError
 from .errors import Forbidden, InvalidClient, TooManyRequests, Unauthorized, Unavailable
+
+if TYPE_CHECKING:
+    from .format import Formats
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,6 @@ class Table:
 
 
 Resource = tuple[str | Table, ...]
-FORMATS = ("iceberg", "delta", "lance")
 
 
 def table_securable(container: Resource, name: str) -> Resource:
@@ -156,29 +160,28 @@ def parse_path(on: str) -> Resource:
     return tuple(unquote(s) for s in on.split("/"))
 
 
-# Where a table's name sits in each format's path: at least this many segments, the format's own name included
-# (Iceberg: format, prefix, a namespace level, the name; Unity Catalog exactly that many: catalog and schema).
-_TABLE_DEPTH = {"iceberg": 4, "delta": 4, "lance": 2}
-TABLE_SHAPES = "iceberg/<prefix>/<namespace levels>/<name>, delta/<catalog>/<schema>/<name>, lance/<namespace levels>/<name>"
-
-
-def parse_grant(spec: Any) -> Resource:
-    """The securable a grant of the auth file names: a container (`on`: a path, or "*") or a table (`table`)."""
+def parse_grant(spec: Any, formats: Formats | None) -> Resource:
+    """The securable a grant of the auth file names: a container (`on`: a path, or "*") or a table (`table`), in
+    one of `formats` (where each format's tables sit: its `Grants`)."""
     if not isinstance(spec, dict) or ("on" in spec) == ("table" in spec):
         raise ValueError("a grant names a container (`on`) or a table (`table`), one of the two")
     raw = spec.get("on", spec.get("table"))
     if not isinstance(raw, str) or not raw:
         raise ValueError("the path must be a non-empty string")
     path = parse_path(raw)
-    if path and path[0] not in FORMATS:
-        raise ValueError(f"a path starts with the format ({', '.join(FORMATS)}) or is \"*\", got {raw!r}")
+    known = formats.by_name if formats is not None else {}
+    fmt = known.get(path[0]) if path else None
+    if path and fmt is None:
+        raise ValueError(f"a path starts with the format ({', '.join(known)}) or is \"*\", got {raw!r}")
+    shape = fmt.grants if fmt is not None else None
     if "table" in spec:
-        depth = _TABLE_DEPTH[path[0]] if path else 0
-        if not path or len(path) < depth or (path[0] == "delta" and len(path) != depth):
-            raise ValueError(f"table {raw!r} names no table: tables are {TABLE_SHAPES}")
+        if shape is None or len(path) < shape.table_depth or (shape.exact and len(path) != shape.table_depth):
+            raise ValueError(f"table {raw!r} names no table: tables are "
+                             f"{', '.join(f.grants.shape for f in known.values())}")
         return table_securable(path[:-1], path[-1])
-    if path and path[0] == "delta" and len(path) >= _TABLE_DEPTH["delta"]:
-        raise ValueError(f"on = {raw!r} is below a Unity Catalog schema: name a table with `table = {raw!r}`")
+    if shape is not None and shape.exact and len(path) >= shape.table_depth:
+        raise ValueError(f"on = {raw!r} is where {fmt.name}'s tables are ({shape.shape}), below every container: "
+                         f"name a table with `table = {raw!r}`")
     return path
 
 
@@ -193,7 +196,8 @@ class AuthConfig:
     signing_key: bytes | None = None   # None: the service keeps one in its database (shared by all members)
 
     @classmethod
-    def load(cls, path: str | Path) -> "AuthConfig":
+    def load(cls, path: str | Path, formats: Formats | None = None) -> "AuthConfig":
+        """The auth file at `path`; its grants name tables of `formats` (none: only "*" and no table)."""
         try:
             raw = tomllib.loads(Path(path).read_text())
         except FileNotFoundError:
@@ -203,17 +207,18 @@ class AuthConfig:
         except (OSError, UnicodeDecodeError) as exc:  # a directory, no permission, not text
             raise ConfigError(f"cannot read auth file {path} ({exc.__class__.__name__}: "
                               f"{getattr(exc, 'strerror', None) or exc}); check the path and its permissions") from None
-        return cls.from_mapping(raw, source=str(path))
+        return cls.from_mapping(raw, source=str(path), formats=formats)
 
     @classmethod
-    def from_mapping(cls, raw: dict[str, Any], source: str = "auth config") -> "AuthConfig":
+    def from_mapping(cls, raw: dict[str, Any], source: str = "auth config",
+                     formats: Formats | None = None) -> "AuthConfig":
         roles: dict[str, tuple[Grant, ...]] = {}
         for role, spec in raw.get("roles", {}).items():
             grants = []
             for i, g in enumerate(spec.get("grants", [])):
                 try:
                     privileges = frozenset(Privilege(p) for p in g["privileges"])
-                    grants.append(Grant(parse_grant(g), privileges))
+                    grants.append(Grant(parse_grant(g, formats), privileges))
                 except (KeyError, ValueError, TypeError) as exc:
                     raise ConfigError(f"{source}: roles.{role}.grants[{i}] needs `on` (a container's path) or "
                                      f"`table` (a table's), and `privileges` (of "

@@ -19,7 +19,6 @@ from .errors import BadRequest
 from .keys import new_key, uuid7
 
 SOURCE = "urn:commit-coordinator"
-FORMATS = ("iceberg", "delta", "lance")
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 
 

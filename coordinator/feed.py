@@ -19,7 +19,7 @@ from storage.records import StoredEvent
 
 from .config import Config
 from .errors import BadRequest, EventsExpired
-from .events import FORMATS, cloud_event, position, token
+from .events import cloud_event, position, token
 
 MAX_LIMIT = 1000
 MAX_WAIT_S = 60.0
@@ -31,9 +31,10 @@ RECHECK_MAX_S = 0.1
 
 
 class Feed:
-    def __init__(self, store: Store, config: Config):
+    def __init__(self, store: Store, config: Config, formats: tuple[str, ...]):
         self.store = store
         self.config = config
+        self.formats = formats   # the names of the formats served: what the `format` filter may name
         self.waiting = 0    # readers in a long-poll: read by the store's thread to decide whether to wake us
         self._changed = trio.Event()
 
@@ -61,8 +62,8 @@ class Feed:
             raise BadRequest(f"wait must be 0 or more seconds, got {wait_s:g}")
         limit, wait_s = min(limit, MAX_LIMIT), min(wait_s, MAX_WAIT_S)   # more is served at the cap, as pages are
         for fmt in formats or ():
-            if fmt not in FORMATS:
-                raise BadRequest(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+            if fmt not in self.formats:
+                raise BadRequest(f"format must be one of {', '.join(self.formats)}, got {fmt!r}")
         at = position(after) if after is not None else None
         deadline = trio.current_time() + wait_s
         recheck = RECHECK_S

@@ -1,7 +1,7 @@
-"""Unity Catalog's API for Delta tables: its routes (`routes.py`, the blueprint `bp`) and its one error translation
-(`errors.py`, `error_response`)."""
+"""Unity Catalog's API for Delta tables: its routes (`routes.py`, the blueprint `bp`), its one error translation
+(`errors.py`, `error_response`) and its declaration (`protocol.py`, `DELTA`)."""
 
 from .errors import ERRORS, error_response
-from .routes import DIRECT, bp, cross_format_part
+from .protocol import DELTA
 
-__all__ = ["DIRECT", "ERRORS", "bp", "cross_format_part", "error_response"]
+__all__ = ["DELTA", "ERRORS", "error_response"]

@@ -13,11 +13,12 @@ from typing import Any, Awaitable
 from quart import Blueprint, Response, current_app, request
 from werkzeug.exceptions import HTTPException
 
-from coordinator.auth import Privilege, table_securable
+from coordinator.auth import Privilege
 from coordinator.delta import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTable, CreateTable,
                                GetCommitsRequest, MetricsRequest)
 from coordinator.delta.models import (GenerateTemporaryPathCredential, GenerateTemporaryTableCredential,
                                       UpdateCatalogOrSchema)
+from coordinator.delta.format import DELTA
 from coordinator.delta.rules import split_full_name
 from coordinator.errors import BadRequest
 
@@ -25,11 +26,12 @@ from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, lis
 from ..common import (CommitPart, INT64_MAX, body_json, json_model, json_response, parse_model, parsed_once, query_flag,
                       read_model)
 from ..direct import DirectRoute
+from ..protocol import service
 from .errors import ERRORS, uc_error
 
 log = logging.getLogger(__name__)
 
-bp = Blueprint("delta", __name__, url_prefix="/api/2.1/unity-catalog")
+bp = Blueprint(DELTA.name, __name__, url_prefix="/api/2.1/unity-catalog")
 
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
@@ -43,7 +45,7 @@ LISTED_ONLY = ("name", "catalog_name", "schema_name", "table_type", "table_id")
 
 
 def _service():
-    return current_app.config["COORDINATOR"].delta
+    return service(DELTA)
 
 
 def _page(cap: int) -> tuple[str | None, int]:
@@ -72,7 +74,7 @@ def _required_arg(name: str) -> str:
 
 
 def _on(privilege: Privilege, *path: str) -> Needs:
-    return [(privilege, ("delta", *path))]
+    return [(privilege, (DELTA.name, *path))]
 
 
 def _on_full_name(privilege: Privilege, levels: int, kind: str):
@@ -80,7 +82,7 @@ def _on_full_name(privilege: Privilege, levels: int, kind: str):
     def needs(full_name: str) -> Needs:
         names = split_full_name(full_name, levels, kind)
         if kind == "table":
-            return [(privilege, table_securable(("delta", *names[:-1]), names[-1]))]
+            return [(privilege, DELTA.table(names[0], names[1:-1], names[-1]))]
         return _on(privilege, *names)
     return needs
 
@@ -143,7 +145,7 @@ async def create_catalog() -> Response:
 async def list_catalogs() -> Response:
     token, size = _page(MAX_PAGE)
     items, nxt = await _service().list_catalogs(token, size)
-    return _listing("catalogs", [c for c in items if visible(("delta", c["name"]))], nxt)
+    return _listing("catalogs", [c for c in items if visible(DELTA.container(c["name"]))], nxt)
 
 
 @bp.get("/catalogs/<name>")
@@ -177,7 +179,7 @@ async def list_schemas() -> Response:
     catalog = _required_arg("catalog_name")
     token, size = _page(MAX_PAGE)
     items, nxt = await _service().list_schemas(catalog, token, size)
-    return _listing("schemas", [s for s in items if visible(("delta", catalog, s["name"]))], nxt)
+    return _listing("schemas", [s for s in items if visible(DELTA.container(catalog, (s["name"],)))], nxt)
 
 
 @bp.get("/schemas/<full_name>")
@@ -224,7 +226,7 @@ async def list_tables() -> Response:
     items, nxt = await _service().list_tables(catalog, schema, token, size)
     shown = []
     for info in items:
-        securable = table_securable(("delta", catalog, schema), info["name"])
+        securable = DELTA.table(catalog, (schema,), info["name"])
         if visible(securable):
             shown.append(info if readable(securable) else {k: info[k] for k in LISTED_ONLY if k in info})
     return _listing("tables", shown, nxt)

@@ -8,12 +8,14 @@ import functools
 from typing import Awaitable, Callable
 from urllib.parse import quote
 
-from quart import current_app, g, request
+from quart import g, request
 
+from coordinator.iceberg.format import ICEBERG
 from coordinator.iceberg.state import IcebergTable
 from coordinator.idempotency import IdempotencyKey, IdempotencyRecord, bind, parse_key
 
 from ..common import empty_response, json_response
+from ..protocol import current_coordinator, service
 
 
 def request_key() -> IdempotencyKey | None:
@@ -45,12 +47,11 @@ def idempotent(route: str, current: Callable[..., Awaitable[IcebergTable]] | Non
                 return await fn(**kwargs)
             key = IdempotencyKey(parse_key(raw), bind(route, await _target(named)))
             g.idempotency_key = key
-            coordinator = current_app.config["COORDINATOR"]
-            result = await coordinator.idempotency.run(key.key, key.route, lambda: fn(**kwargs))
+            result = await current_coordinator().idempotency.run(key.key, key.route, lambda: fn(**kwargs))
             if not isinstance(result, IdempotencyRecord):
                 return result  # not a replay: the handler's own response, headers included
             if result.body_ref is not None:  # only routes that answer with a table or view record one
-                body = await coordinator.iceberg.replay(route, result.body_ref, lambda: current(**kwargs))
+                body = await service(ICEBERG).replay(route, result.body_ref, lambda: current(**kwargs))
                 return json_response(body, result.status)
             if result.body:   # an answer (or an error recorded in this protocol's words by earlier versions)
                 return json_response(result.body, result.status)

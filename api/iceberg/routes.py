@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable
 
-from quart import Blueprint, Response, current_app, has_request_context, request
+from quart import Blueprint, Response, has_request_context, request
 
 from coordinator.auth import Privilege, Resource, table_securable
 from coordinator.errors import BadRequest
 from coordinator.iceberg import parse_requirements, parse_updates
+from coordinator.delta.format import DELTA   # (the Unity Catalog mount reads Delta tables)
+from coordinator.iceberg.format import ICEBERG
 from coordinator.iceberg.models import (COMMIT_TABLE_ROUTE, CommitTableRequest, CommitTransactionRequest,
                                         CommitViewRequest, CreateNamespaceRequest, CreateTableRequest,
                                         CreateViewRequest, RegisterTableRequest, RenameTableRequest,
@@ -27,12 +29,13 @@ from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, lis
 from ..common import (CommitPart, empty_response, json_model, json_response, parse_model, query_flag, read_json,
                       read_model)
 from ..direct import DirectRoute
+from ..protocol import current_coordinator, service
 from . import uniform
 from .endpoints import ENDPOINTS, config_defaults
 from .errors import ERRORS
 from .idempotency import idempotent, request_key as _key
 
-bp = Blueprint("iceberg", __name__)
+bp = Blueprint(ICEBERG.name, __name__)
 
 NAMESPACE_SEPARATOR = "\x1f"
 # Prefixes that would make Iceberg's `/v1/{prefix}/...` collide with Lance's `/v1/namespace/...`, `/v1/table/...`.
@@ -49,8 +52,7 @@ def _uniform() -> bool:
 
 
 def _catalog():
-    coordinator = current_app.config["COORDINATOR"]
-    return coordinator.uniform if _uniform() else coordinator.iceberg
+    return current_coordinator().uniform if _uniform() else service(ICEBERG)
 
 
 def _prefix(prefix: str) -> str:
@@ -87,7 +89,7 @@ def _check_body_identifier(identifier: TableIdentifier | None, ident: TableIdent
 def _securable(prefix: str, namespace: tuple[str, ...] = ()) -> Resource:
     """A catalog's (no namespace) or a namespace's securable. Read through the Unity Catalog mount, the tables are
     Delta tables: the same grants as the Delta table's reach them."""
-    return ("delta" if _uniform() else "iceberg", _prefix(prefix), *namespace)
+    return (DELTA if _uniform() else ICEBERG).container(_prefix(prefix), namespace)
 
 
 def _object_securable(prefix: str, namespace: tuple[str, ...], name: str) -> Resource:
@@ -233,7 +235,7 @@ def routes(rule: str, methods: list[str], reads: bool = False):
 
 @bp.before_request
 async def _know_warehouse() -> None:
-    await know_warehouse(current_app.config["COORDINATOR"], request.view_args)
+    await know_warehouse(current_coordinator(), request.view_args)
 
 
 async def know_warehouse(coordinator, view_args: dict | None) -> None:
@@ -246,7 +248,7 @@ async def know_warehouse(coordinator, view_args: dict | None) -> None:
 @bp.get("/v1/config")
 @guard(authenticated)
 async def get_config() -> Response:
-    coordinator = current_app.config["COORDINATOR"]
+    coordinator = current_coordinator()
     defaults = config_defaults(coordinator)
     # The separator is a /config override (spec, `parent`), where Java and pyiceberg read it: not a top-level key.
     overrides = {"namespace-separator": "%1F"}

@@ -13,9 +13,9 @@ from typing import Any, Callable
 from urllib.parse import unquote
 
 from pydantic import BaseModel
-from quart import Blueprint, Response, current_app, request
+from quart import Blueprint, Response, request
 
-from coordinator.auth import Privilege, Resource, table_securable
+from coordinator.auth import Privilege, Resource
 from coordinator.errors import BadRequest, NoSuchTransaction, Unsupported
 from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersionsRequest,
                                BatchDeleteTableVersionsRequest, CreateNamespaceRequest, CreateTableVersionRequest,
@@ -23,15 +23,17 @@ from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersion
                                DescribeTableRequest, DescribeTableVersionRequest, DropNamespaceRequest,
                                DropTableRequest, LanceTable, Page, RegisterTableRequest, TableExistsRequest,
                                TableVersion)
+from coordinator.lance.format import LANCE
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import CommitPart, empty_response, json_response, parse_json, parse_model, parsed_once
 from ..direct import DirectRoute
+from ..protocol import service
 from .errors import ERRORS
 
 log = logging.getLogger(__name__)
 
-bp = Blueprint("lance", __name__)
+bp = Blueprint(LANCE.name, __name__)
 
 DEFAULT_DELIMITER = "$"
 
@@ -53,7 +55,7 @@ def no_slash_in_the_id(raw_path: bytes) -> None:
 
 
 def _catalog():
-    return current_app.config["COORDINATOR"].lance
+    return service(LANCE)
 
 
 def _delimiter(args=None) -> str:
@@ -118,13 +120,13 @@ _BATCH_PRIVILEGES = {"declare_table": CREATE, "create_table_version": WRITE, "de
 
 
 def _namespace_securable(levels: tuple[str, ...]) -> Resource:
-    return ("lance", *levels)
+    return LANCE.container("", levels)
 
 
 def _table_securable(ident: tuple[str, ...]) -> Resource:
     """A table's securable: its namespace's, then its name as a table's (an id of no level names no table, and
     is refused as such by the route; its securable is then the whole Lance realm)."""
-    return table_securable(_namespace_securable(ident[:-1]), ident[-1]) if ident else ("lance",)
+    return LANCE.table("", ident[:-1], ident[-1]) if ident else LANCE.container("")
 
 
 def _on_namespace(privilege: Privilege):
@@ -289,7 +291,7 @@ async def list_tables(id: str) -> Response:
 @bp.route("/v1/table", methods=["GET"])
 @bp.route("/v1/table/", methods=["GET"])
 @bp.route("/v1/table/list", methods=["GET"])
-@guard(listing(lambda: [(READ, ("lance",))]))
+@guard(listing(lambda: [(READ, LANCE.container(""))]))
 async def list_all_tables() -> Response:
     delimiter = _delimiter()
     page = await _catalog().list_tables(None, request.args.get("page_token"), _limit(),

@@ -1,5 +1,5 @@
-"""Lance namespaces: rows of the shared `namespaces` table in realm "lance" (catalog ""), separate from Iceberg's
-and Unity Catalog's. A cascading drop drops the tables through the service (their actors), then the namespaces.
+"""Lance namespaces: rows of the shared `namespaces` table in Lance's realm (catalog "": rows.py), separate from the
+other formats'. A cascading drop drops the tables through the service (their actors), then the namespaces.
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from ..warehouses import DEFAULT as DEFAULT_WAREHOUSE
 from ..warehouses import Warehouses, how_to_create
 from .layout import show
 from .models import Page, parse_mode
+from .rows import CATALOG, REALM
 from .rules import Ident, check_levels
 
-REALM = "lance"
-CATALOG = ""
 WAREHOUSE_PROPERTY = "warehouse"   # a top-level namespace's tables go to this warehouse's root
 CASCADE_ROUNDS = 10   # a cascade drop drops the tables declared while it ran this many times before giving up
 

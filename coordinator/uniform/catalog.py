@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -21,8 +21,10 @@ from coordinator import reports
 from coordinator.credentials import vendable_s3_keys
 from coordinator.delta import DeltaTable
 from coordinator.delta.proposals import LoadTable
+from coordinator.delta.rows import REALM as UC_REALM   # where Unity Catalog's tables live
 from coordinator.delta.state import catalog_view
 from coordinator.errors import BadRequest, NoSuchNamespace, NoSuchTable, Unavailable
+from coordinator.iceberg.rows import REPORTS as ICEBERG_REPORTS
 from coordinator.iceberg.service import storage_credentials
 from coordinator.iceberg.state import IcebergTable, TableIdent
 from coordinator.names import Names
@@ -30,29 +32,33 @@ from coordinator.paging import decode_page_token, page
 
 from .tables import Served, has_iceberg, served
 
+if TYPE_CHECKING:
+    from coordinator.delta.service import DeltaService
+    from coordinator.services import Services
+
+    from .converter import Converter
+
 log = logging.getLogger(__name__)
 
 
 def _gone(full: tuple[str, str, str]) -> NoSuchTable:
     return NoSuchTable(f"Table does not exist: {full[1]}.{full[2]}")
 
-UC_REALM = "uc"             # where coordinator.delta keeps Unity Catalog's tables
 PREFIX_BASE = "catalogs/"   # Unity Catalog OSS: the prefix of catalog `c` is `catalogs/c`
 CACHED_METADATA = 256       # metadata files kept parsed in memory (each is written once: its name is its content)
 
 
 class UniformCatalog:
-    def __init__(self, coordinator):
-        self.c = coordinator
-        self.store = coordinator.store
-        self.files = coordinator.files
+    def __init__(self, services: Services, delta: DeltaService):
+        self.services = services
+        self.delta = delta
+        self.store = services.store
+        self.files = services.files
         self._metadata: OrderedDict[str, tuple[dict, bytes]] = OrderedDict()
         # (catalog, schema, table) -> the Delta table's id, cached: readers poll tables
-        self.names: Names[tuple[str, str, str]] = Names(coordinator.registry, self._find, _gone)
-
-    @property
-    def delta(self):
-        return self.c.delta
+        self.names: Names[tuple[str, str, str]] = Names(services.registry, self._find, _gone)
+        # The service's own conversions (coordinator/uniform/converter.py), which read this catalog's metadata.
+        self.converter: Converter | None = None
 
     # -- config and namespaces ---------------------------------------------------------------------------------
 
@@ -109,8 +115,8 @@ class UniformCatalog:
 
     async def load_table(self, ident: TableIdent) -> IcebergTable:
         table = await self._delta_table(ident)
-        if self.c.converter is not None and self.c.registry.owns(table.table_id):
-            self.c.converter.written(table.table_id, table)   # (a table created on another member, say)
+        if self.converter is not None and self.services.registry.owns(table.table_id):
+            self.converter.written(table.table_id, table)   # (a table created on another member, say)
         return await self._read(ident, table, served(table))
 
     async def metadata_file(self, location: str, within: str) -> bytes:
@@ -166,9 +172,10 @@ class UniformCatalog:
         off (see coordinator.credentials); only for a table the endpoint serves."""
         table = await self._delta_table(ident)
         served(table)
-        keys = vendable_s3_keys(self.c.warehouses, self.c.auth is not None, table.location)
+        keys = vendable_s3_keys(self.services.warehouses, self.services.auth is not None, table.location)
         return storage_credentials(table.location, keys)
 
     async def report_metrics(self, ident: TableIdent, report: dict[str, Any]) -> None:
         """An engine's scan report, kept with the Delta table's id as Iceberg's reports are with theirs."""
-        await reports.keep_iceberg_report(self.store, self.c.config, (await self._delta_table(ident)).table_id, report)
+        await reports.keep(self.store, self.services.config, ICEBERG_REPORTS, (await self._delta_table(ident)).table_id,
+                           report["report-type"], report)
