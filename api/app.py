@@ -13,7 +13,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
 from werkzeug.exceptions import NotFound as NoRoute  # werkzeug's: the 404 of a path no route matches
 
-from coordinator.actor import COMMITTED
+from coordinator.mailbox import COMMITTED
 from coordinator.errors import CoordinatorError, NotFound, from_storage
 from coordinator.service import Coordinator
 from storage.errors import StorageError

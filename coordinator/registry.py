@@ -19,7 +19,8 @@ from storage.files import DeletionStopped
 from storage.interface import Files, Store
 from storage.records import UNFENCED, IdempotencyRecord, LogEntry, TableRow, shard_of
 
-from .actor import Participant, TableActor
+from .actor import TableActor
+from .mailbox import Participant
 from .config import Config
 from .commit import Part
 from .decision import KEEP_STATE, Change, Compaction, NewTable, Proposal
@@ -135,9 +136,8 @@ class Registry:
             actor = TableActor(self, table_id, self.config.mailbox_size, epoch=epoch)
             dormant = self.dormant.pop(table_id, None)
             if dormant is not None and dormant.epoch == epoch:  # same lease: nobody else can have written since
-                actor.row = dormant.row
-                actor.state = self.compactions[dormant.row.format].expand(dormant.row, dormant.compact)
-                actor.loaded = True
+                row = dormant.row
+                actor.start_from(row, self.compactions[row.format].expand(row, dormant.compact))
             self.actors[table_id] = actor
             self._nursery.start_soon(actor.run, name=f"table-actor:{table_id}")
         return actor
@@ -203,12 +203,14 @@ class Registry:
         return True
 
     def _hibernate(self, actor: TableActor) -> None:
-        if not actor.loaded or actor.gone or actor.row is None or self.config.dormant_tables_max <= 0:
+        resting = actor.at_rest()
+        if resting is None or self.config.dormant_tables_max <= 0:
             return
-        kept = self.compactions[actor.row.format].compact(actor.state)
+        row, state = resting
+        kept = self.compactions[row.format].compact(state)
         if kept is None:   # a state the format would rather read again (e.g. from a file that may be restored)
             return
-        self.dormant[actor.table_id] = Dormant(actor.row, kept, actor.epoch)
+        self.dormant[actor.table_id] = Dormant(row, kept, actor.epoch)
         while len(self.dormant) > self.config.dormant_tables_max:
             self.dormant.popitem(last=False)
 
@@ -255,15 +257,14 @@ class Registry:
             actor = self.owner(row.table_id)
         except NotOwner:
             return  # the lease lapsed just now: the next owner loads the row
-        if not actor.loaded:
-            actor.row, actor.state, actor.loaded, actor.gone = row, state, True, False
+        actor.start_from(row, state)
 
     def forget(self, table_id: UUID) -> None:
         """Drop a loaded actor's state (a peer created the table in a transaction): it reloads on next use."""
         self.dormant.pop(table_id, None)
         actor = self.actors.get(table_id)
-        if actor is not None and actor.gone:
-            actor.loaded = False
+        if actor is not None:
+            actor.forget_if_gone()
 
     # -- metrics ---------------------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from storage.interface import Files, Store
 from storage.records import IdempotencyRecord, TableRow, TableWrite
 
 from . import commit, events
-from .actor import Participant
+from .mailbox import Participant
 from .commit import Commit, Part, written_row
 from .decision import NewTable, Proposal
 from .errors import BadRequest, CoordinatorError, Unpublished
