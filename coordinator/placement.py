@@ -31,7 +31,8 @@ async def check_no_namespace_inside(store, formats: Formats, warehouse: str, loc
     own_directory = (own_format.directories.own_directory(own[1])
                      if own_format is not None and own_format.directories is not None else None)
     if own_root is not None:
-        places = [(f, catalog, segments) for f in placing if (catalog := f.directories.top_catalog(own_root)) is not None]
+        places = [(f, catalog, segments) for f in placing
+                  if (catalog := f.directories.top_catalog(own_root)) is not None]
     elif own_directory is not None and first == own_directory:
         places = [(own_format, own[1], segments[1:])]
     elif any(f.directories.reserves(first) for f in placing):

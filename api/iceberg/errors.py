@@ -24,7 +24,7 @@ ERRORS: ErrorMap[str] = ErrorMap(
           (NoSuchView, None, "NoSuchViewException"),
           (NoSuchRoute, None, "NotFoundException"),
           (NoSuchWarehouse, None, "NotFoundException"),
-          (NoSuchCatalog, None, "NotFoundException"),   # a Unity Catalog catalog, read as Iceberg (api/iceberg/uniform.py)
+          (NoSuchCatalog, None, "NotFoundException"),   # a Unity Catalog catalog, read as Iceberg (uniform.py)
           (NotFound, None, "NoSuchTableException"),
           (NotEmpty, None, "NamespaceNotEmptyException"),
           (AlreadyExists, None, "AlreadyExistsException"),

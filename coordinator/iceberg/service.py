@@ -412,7 +412,8 @@ class IcebergService:
         while authentication is off. They are the service's own keys to the whole warehouse, so with grants in
         force they would let a reader of one table write or delete every other: clients then bring their own."""
         location = (await self.load_table(ident)).metadata["location"]
-        return storage_credentials(location, vendable_s3_keys(self.services.warehouses, self.services.auth is not None, location))
+        keys = vendable_s3_keys(self.services.warehouses, self.services.auth is not None, location)
+        return storage_credentials(location, keys)
 
     async def drop_table(self, ident: TableIdent, purge: bool, idempotency_key: IdempotencyKey | None = None) -> None:
         await self._submit(ident, lambda: DropTable(ident, purge, self.files, idempotency_key, self.root(ident.catalog),
