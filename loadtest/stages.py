@@ -98,6 +98,7 @@ RULES: dict[str, str | None] = {
     "api/lance/routes.py:version_response": ANSWER, "api/app.py:create_app.<locals>._error": ANSWER,
     "api/app.py:error_answer": ANSWER,
     "api/iceberg/errors.py": ANSWER, "api/lance/errors.py": ANSWER, "api/delta/errors.py": ANSWER,
+    "api/error_map.py": ANSWER,
     "api/commits.py:error_response": ANSWER,
     # one log line and the metrics per request
     "logging/": LOGGING, "api/request_log.py": LOGGING, "api/server.py:JsonFormatter": LOGGING,
