@@ -20,7 +20,7 @@ from coordinator.auth import CALLER, Privilege, Resource
 from coordinator.errors import Forbidden, InvalidClient, Unauthorized
 
 from .common import protocol_of
-from .protocol import current_coordinator
+from .context import current_coordinator
 
 Needs = list[tuple[Privilege, Resource]]
 Policy = Callable[..., Union[Needs, Awaitable[Needs]]]

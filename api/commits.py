@@ -31,7 +31,7 @@ from coordinator.idempotency import IdempotencyKey, IdempotencyRecord, bind, par
 
 from .access import Needs, guard
 from .common import CommitPart, json_response, parsed_once, read_json
-from .protocol import current_coordinator
+from .context import current_coordinator
 from .protocols import PROTOCOLS
 
 bp = Blueprint("coordinator", __name__, url_prefix="/api/coordinator/v1")

@@ -22,7 +22,7 @@ from coordinator.errors import TooManyRequests, Unauthorized, Unavailable
 
 from .access import public
 from .common import json_response
-from .protocol import current_coordinator
+from .context import current_coordinator
 
 bp = Blueprint("console", __name__, url_prefix="/ui", template_folder="templates")
 

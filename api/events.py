@@ -21,7 +21,7 @@ from storage.records import StoredEvent
 
 from .access import authenticated, guard
 from .common import json_response
-from .protocol import current_coordinator
+from .context import current_coordinator
 
 bp = Blueprint("events", __name__, url_prefix="/api/coordinator/v1")
 

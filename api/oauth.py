@@ -23,7 +23,7 @@ from coordinator.errors import CoordinatorError, TooManyRequests, Unauthorized, 
 
 from .access import public
 from .common import json_response
-from .protocol import current_coordinator
+from .context import current_coordinator
 
 bp = Blueprint("oauth", __name__)
 

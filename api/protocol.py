@@ -1,5 +1,4 @@
-"""The HTTP half of the format seam: what a format's protocol declares (`Protocol`), and how its routes reach the
-coordinator and their format's service.
+"""The HTTP half of the format seam: what a format's protocol declares (`Protocol`).
 
 Each protocol's package (`api/<name>/`) declares its `Protocol` in `protocol.py`, naming the format it serves
 (`coordinator/<name>/format.py`): the blueprints its routes are on, its one error translation, how it reads a part
@@ -10,19 +9,15 @@ api/protocols.py lists the protocols the service speaks; api/app.py builds the a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from quart import Blueprint, Response, current_app
+from quart import Blueprint, Response
 
 from coordinator.format import Format
 
 if TYPE_CHECKING:
-    from coordinator.service import Coordinator
-
     from .common import CommitPart
     from .direct import DirectRoute
-
-S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -40,12 +35,3 @@ class Protocol:
     def name(self) -> str:
         return self.format.name
 
-
-def current_coordinator() -> Coordinator:
-    """The coordinator behind the app serving the current request (api/app.py `create_app`)."""
-    return current_app.config["COORDINATOR"]
-
-
-def service(fmt: Format[S]) -> S:
-    """The service of format `fmt`, in the app serving the current request."""
-    return current_coordinator().service(fmt)

@@ -18,7 +18,7 @@ from coordinator.auth import Privilege
 
 from .access import guard
 from .common import empty_response, json_response, read_json
-from .protocol import current_coordinator
+from .context import current_coordinator
 
 bp = Blueprint("warehouses", __name__, url_prefix="/api/coordinator/v1")
 

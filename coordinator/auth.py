@@ -8,7 +8,7 @@ securables, neither within the other:
     (format, catalog, *namespace levels, Table(name))    a format whose tables have a catalog
     (format, *namespace levels, Table(name))             one whose tables have none
 
-Each format's `Grants` (coordinator/format.py) says which it is and how deep its tables lie: Iceberg's catalog is
+Each format's `Grants` (its declaration, coordinator/format.py) says which it is and how deep its tables lie: Iceberg's catalog is
 its prefix ("" for none), Unity Catalog's a catalog with one level of schemas, Lance has no catalog.
 
 A grant on a container covers everything below it (privileges are inherited downward); a grant on a table covers
@@ -46,7 +46,7 @@ import tomllib
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable, Mapping
 from urllib.parse import unquote
 
 import jwt
@@ -55,8 +55,6 @@ import trio
 from .config import ConfigError
 from .errors import Forbidden, InvalidClient, TooManyRequests, Unauthorized, Unavailable
 
-if TYPE_CHECKING:
-    from .format import Formats
 
 
 @dataclass(frozen=True)
@@ -69,6 +67,17 @@ class Table:
 
 
 Resource = tuple[str | Table, ...]
+
+
+@dataclass(frozen=True)
+class Grants:
+    """Where a format's tables sit in the paths that grants name (its `Format.grants`): a table's securable is the
+    format's name, its catalog (if `catalog`), its namespace levels, and its name as a `Table`."""
+
+    shape: str             # a table's path as the auth file spells it, e.g. "delta/<catalog>/<schema>/<name>"
+    table_depth: int       # a table's path has at least this many segments, the format's name included ...
+    exact: bool = False    # ... or exactly as many: then no container's path is that long
+    catalog: bool = True   # its paths name the table's catalog after the format's name (Lance's have no catalog)
 
 
 def table_securable(container: Resource, name: str) -> Resource:
@@ -160,27 +169,25 @@ def parse_path(on: str) -> Resource:
     return tuple(unquote(s) for s in on.split("/"))
 
 
-def parse_grant(spec: Any, formats: Formats | None) -> Resource:
+def parse_grant(spec: Any, formats: Mapping[str, Grants] | None) -> Resource:
     """The securable a grant of the auth file names: a container (`on`: a path, or "*") or a table (`table`), in
-    one of `formats` (where each format's tables sit: its `Grants`)."""
+    one of `formats` (by name, where each format's tables sit)."""
     if not isinstance(spec, dict) or ("on" in spec) == ("table" in spec):
         raise ValueError("a grant names a container (`on`) or a table (`table`), one of the two")
     raw = spec.get("on", spec.get("table"))
     if not isinstance(raw, str) or not raw:
         raise ValueError("the path must be a non-empty string")
     path = parse_path(raw)
-    known = formats.by_name if formats is not None else {}
-    fmt = known.get(path[0]) if path else None
-    if path and fmt is None:
+    known = formats or {}
+    shape = known.get(path[0]) if path else None
+    if path and shape is None:
         raise ValueError(f"a path starts with the format ({', '.join(known)}) or is \"*\", got {raw!r}")
-    shape = fmt.grants if fmt is not None else None
     if "table" in spec:
         if shape is None or len(path) < shape.table_depth or (shape.exact and len(path) != shape.table_depth):
-            raise ValueError(f"table {raw!r} names no table: tables are "
-                             f"{', '.join(f.grants.shape for f in known.values())}")
+            raise ValueError(f"table {raw!r} names no table: tables are {', '.join(g.shape for g in known.values())}")
         return table_securable(path[:-1], path[-1])
     if shape is not None and shape.exact and len(path) >= shape.table_depth:
-        raise ValueError(f"on = {raw!r} is where {fmt.name}'s tables are ({shape.shape}), below every container: "
+        raise ValueError(f"on = {raw!r} is where {path[0]}'s tables are ({shape.shape}), below every container: "
                          f"name a table with `table = {raw!r}`")
     return path
 
@@ -196,8 +203,9 @@ class AuthConfig:
     signing_key: bytes | None = None   # None: the service keeps one in its database (shared by all members)
 
     @classmethod
-    def load(cls, path: str | Path, formats: Formats | None = None) -> "AuthConfig":
-        """The auth file at `path`; its grants name tables of `formats` (none: only "*" and no table)."""
+    def load(cls, path: str | Path, formats: Mapping[str, Grants] | None = None) -> "AuthConfig":
+        """The auth file at `path`; its grants name tables of `formats` (each format's `Grants` by its name; none:
+        only "*", and no table)."""
         try:
             raw = tomllib.loads(Path(path).read_text())
         except FileNotFoundError:
@@ -211,7 +219,7 @@ class AuthConfig:
 
     @classmethod
     def from_mapping(cls, raw: dict[str, Any], source: str = "auth config",
-                     formats: Formats | None = None) -> "AuthConfig":
+                     formats: Mapping[str, Grants] | None = None) -> "AuthConfig":
         roles: dict[str, tuple[Grant, ...]] = {}
         for role, spec in raw.get("roles", {}).items():
             grants = []

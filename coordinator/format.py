@@ -1,4 +1,5 @@
-"""The format seam: what a table format declares about itself, once, and the set of formats a coordinator serves.
+"""The format seam: what a table format declares about itself, once (`Format`), what its parts are built from
+(`Services`), and the set of formats a coordinator serves (`Formats`).
 
 The core (the registry and its actors, metrics, the commit feed, grants, the console, commits across formats,
 placement, warehouses, metrics reports) names no format: it is given the registered formats (`Formats`; the
@@ -30,14 +31,41 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterator, M
 
 from storage.records import ReportTable, TableRow, WarehouseUse, split_namespace
 
-from .auth import Resource, table_securable
+from .auth import Grants, Resource, table_securable
 from .decision import KEEP_STATE, Compaction
 from .purges import PurgeListing
 
-if TYPE_CHECKING:
-    from .services import Services
+if TYPE_CHECKING:   # (types only: the parts Services holds are built before any format's)
+    from storage.files import FileIO
+    from storage.postgres import PostgresStore
+
+    from .auth import AuthConfig
+    from .config import Config
+    from .feed import Feed
+    from .idempotency import Idempotency
+    from .metrics import Metrics
+    from .registry import Registry
+    from .warehouses import Warehouses
 
 S = TypeVar("S")
+
+
+@dataclass(frozen=True)
+class Services:
+    """What a format's service (`Format.service`), its loaders (`TableKind.load`), the warehouses' users, UniForm and
+    the cluster are built from: every shared part, made once when the coordinator opens, and complete when they are
+    built: nothing is filled in later, and nothing else reaches them."""
+
+    config: Config
+    formats: Formats            # the formats served (coordinator/formats.py)
+    store: PostgresStore
+    files: FileIO
+    metrics: Metrics
+    registry: Registry
+    feed: Feed
+    idempotency: Idempotency
+    warehouses: Warehouses
+    auth: AuthConfig | None     # None: authentication is off, every request is anonymous and allowed
 
 
 @dataclass(frozen=True)
@@ -46,19 +74,8 @@ class TableKind:
     in-memory state is loaded from a row (given the coordinator's Services), and how it is kept while the table is
     idle (by default as it is)."""
 
-    load: Callable[["Services", TableRow], Awaitable[Any]]
+    load: Callable[[Services, TableRow], Awaitable[Any]]
     compaction: Compaction = KEEP_STATE
-
-
-@dataclass(frozen=True)
-class Grants:
-    """Where a format's tables sit in the paths that grants name (coordinator/auth.py): a table's securable is the
-    format's name, its catalog (if `catalog`), its namespace levels, and its name as a `Table`."""
-
-    shape: str             # a table's path as the auth file spells it, e.g. "delta/<catalog>/<schema>/<name>"
-    table_depth: int       # a table's path has at least this many segments, the format's name included ...
-    exact: bool = False    # ... or exactly as many: then no container's path is that long
-    catalog: bool = True   # its paths name the table's catalog after the format's name (Lance's have no catalog)
 
 
 @dataclass(frozen=True)
@@ -85,13 +102,12 @@ class Format(Generic[S]):
     catalog_called: str   # what its catalogs are called in messages ("catalog prefix", "catalog")
     tables: Mapping[str, TableKind]
     grants: Grants
-    service: Callable[["Services"], S]
+    service: Callable[[Services], S]
     changes: tuple[str, ...]
     purge: PurgeListing | None = None
     directories: Directories | None = None
     # The catalog of this format that a warehouse named so is (Iceberg: the prefix named after it; the default
-    # warehouse's is "", no prefix), if any: its grants tell who uses the warehouse (the console), and a warehouse
-    # may not take the name of such a catalog that already has namespaces elsewhere.
+    # warehouse's is "", no prefix), if any: its grants tell who uses the warehouse (the console).
     warehouse_catalog: Callable[[str], str | None] = lambda warehouse: None
     warehouses: tuple[WarehouseUse, ...] = ()   # what of it a warehouse holds: it is not dropped while any is there
     reports: ReportTable | None = None
@@ -133,3 +149,8 @@ class Formats:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self.by_name)
+
+    @property
+    def grants(self) -> dict[str, Grants]:
+        """Where each format's tables sit in the paths grants name, by the format's name (coordinator/auth.py)."""
+        return {f.name: f.grants for f in self.all}

@@ -26,12 +26,11 @@ from .config import Config, ConfigError
 from .delta.format import DELTA
 from .errors import CoordinatorError
 from .feed import PRUNE_EVERY_S, Feed
-from .format import Format, Formats
+from .format import Format, Formats, Services
 from .formats import FORMATS
 from .idempotency import RETAIN_S, Idempotency
 from .metrics import Metrics
 from .registry import Registry
-from .services import Services
 from .uniform import Converter, UniformCatalog
 from .warehouses import Warehouses
 
@@ -79,7 +78,7 @@ class Coordinator:
     def open(self) -> None:
         """Blocking start-up: database (embedded if no URL), migrations, the storage thread."""
         self.config.check_exposure()
-        self.auth = AuthConfig.load(self.config.auth_file, self.formats) if self.config.auth_file else None
+        self.auth = AuthConfig.load(self.config.auth_file, self.formats.grants) if self.config.auth_file else None
         dsn = self.config.database_url
         if not dsn:
             self.embedded = EmbeddedPostgres(self.config.data_dir / "postgres")
@@ -100,7 +99,8 @@ class Coordinator:
         self.feed = Feed(self.store, self.config, self.formats.names)
         self.metrics.add_gauges(lambda: {"coordinator_feed_waiting_readers": self.feed.waiting})
         self.idempotency = Idempotency(self.store)
-        self.warehouses = Warehouses(self.config, self.store, self.files, self.formats)
+        uses = [use for fmt in self.formats for use in fmt.warehouses]
+        self.warehouses = Warehouses(self.config, self.store, self.files, uses)
         self.services = services = Services(self.config, self.formats, self.store, self.files, self.metrics,
                                             self.registry, self.feed, self.idempotency, self.warehouses, self.auth)
         for fmt in self.formats:
@@ -111,7 +111,8 @@ class Coordinator:
                 self.registry.register_purge_listing(fmt.name, fmt.purge)
             self._formats[fmt.name] = fmt.service(services)
         self.uniform = UniformCatalog(services, self.service(DELTA))
-        self.converter = self.uniform.converter = Converter(services, self.uniform)
+        self.converter = Converter(services, self.uniform)
+        self.uniform.loaded = self.converter.written
         if self.config.cluster:
             self.cluster = Cluster(services)
 

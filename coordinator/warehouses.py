@@ -16,20 +16,18 @@ Settings (`storage`), all optional:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from storage import warehouses as rows
 from storage.files import FileIO, is_within, location_key
 from storage.interface import Store
+from storage.records import WarehouseUse
 
 from .config import Config
 
 from .errors import AlreadyExists, BadRequest, NotEmpty, NotFound
-
-if TYPE_CHECKING:
-    from .format import Formats
 
 DEFAULT = "default"
 SECRETS = ("secret_access_key", "session_token")
@@ -127,8 +125,9 @@ class Warehouses:
     from memory costs nothing. In a cluster other members create and drop warehouses too, so a name is looked up
     in the database (`resolve`) before a request under it is served."""
 
-    def __init__(self, config: Config, store: Store, files: FileIO, formats: Formats):
-        self.config, self.store, self.files, self.formats = config, store, files, formats
+    def __init__(self, config: Config, store: Store, files: FileIO, uses: list[WarehouseUse]):
+        """`uses`: what the formats served place in a warehouse (their `Format.warehouses`)."""
+        self.config, self.store, self.files, self.uses = config, store, files, uses
         self.default = Warehouse(DEFAULT, config.warehouse_uri.rstrip("/"),
                                  {k: v for k, v in config.s3_options.items()})
         self._named: dict[str, Warehouse] = {}
@@ -221,11 +220,10 @@ class Warehouses:
             raise WarehouseExists(f"warehouse {DEFAULT!r} is the service's own root ({self.default.location})")
         if name in RESERVED_NAMES:
             raise BadRequest(f"name {name!r} is reserved: /v1/{name}/... is another route; choose another name")
-        for fmt in self.formats:
-            catalog = fmt.warehouse_catalog(name)
-            if catalog is not None and await self.store.list_namespaces(fmt.realm, catalog, None, limit=1):
-                raise WarehouseExists(f"{name!r} is already the name of a {fmt.name} {fmt.catalog_called} with "
-                                      f"namespaces in the default warehouse; choose another name")
+        for use in self.uses:
+            if use.catalog and await self.store.list_namespaces(use.realm, name, None, limit=1):
+                raise WarehouseExists(f"{name!r} is already {use.called} with namespaces in the default warehouse; "
+                                      f"choose another name")
         await self.load()
         for other in (self.default, *self._named.values()):
             if is_within(other.location, location) or is_within(location, other.location):
@@ -248,7 +246,7 @@ class Warehouses:
         if name == DEFAULT:
             raise BadRequest(f"warehouse {DEFAULT!r} is the service's own root and cannot be dropped")
         w = await self.get(name)
-        if await rows.holds_anything(self.store, name, w.location, [u for f in self.formats for u in f.warehouses]):
+        if await rows.holds_anything(self.store, name, w.location, self.uses):
             raise WarehouseNotEmpty(f"warehouse {name!r} still holds namespaces or tables; drop them first")
         if not await rows.delete_warehouse(self.store, name):
             raise NoSuchWarehouse(f"warehouse {name!r} does not exist")

@@ -64,11 +64,13 @@ class ReportTable:
 @dataclass(frozen=True)
 class WarehouseUse:
     """What a format places in a warehouse, by its namespace rows of `realm`: those of the catalog named after the
-    warehouse (`catalog`), those whose property `named_by` names it, or those whose property `root_within` is a
+    warehouse (`catalog`; such a catalog is `called` so, and a warehouse may not take the name of one that already
+    has namespaces elsewhere), those whose property `named_by` names it, or those whose property `root_within` is a
     path within the warehouse's root. A warehouse is not dropped while one is there."""
 
     realm: str
     catalog: bool = False
+    called: str = ""
     named_by: str | None = None
     root_within: str | None = None
 

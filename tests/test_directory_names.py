@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import pytest
 
 from coordinator.config import Config
-from coordinator.formats import FORMATS
 from coordinator.iceberg.service import IcebergService
 from coordinator.iceberg.state import TableIdent
 from coordinator.warehouses import Warehouses
@@ -37,7 +36,7 @@ def test_a_segment_is_a_safe_directory_name(name):
 def test_a_prefix_and_a_namespace_level_are_different_directories():
     catalog = IcebergService.__new__(IcebergService)
     catalog.services = SimpleNamespace(config=SimpleNamespace(warehouse_uri="file:///wh"),
-                                       warehouses=Warehouses(Config(warehouse="/wh"), None, FileIO(), FORMATS))
+                                       warehouses=Warehouses(Config(warehouse="/wh"), None, FileIO(), []))
     with_prefix = catalog.namespace_dir(TableIdent("x", ("n",), "t"))
     without = catalog.namespace_dir(TableIdent("", ("x", "n"), "t"))
     assert with_prefix != without and not with_prefix.startswith(without) and not without.startswith(with_prefix)

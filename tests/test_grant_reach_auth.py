@@ -217,7 +217,7 @@ def test_the_auth_file_says_what_each_grant_names(tmp_path):
     def load(grant: str) -> None:
         path = tmp_path / "auth.toml"
         path.write_text(f'[roles.r]\ngrants = [{grant}]\n')
-        AuthConfig.load(path, FORMATS)
+        AuthConfig.load(path, FORMATS.grants)
     load('{ table = "iceberg//ns/t", privileges = ["read"] }')
     load('{ table = "delta/c/s/t", privileges = ["read"] }')
     load('{ table = "lance/t", privileges = ["read"] }')

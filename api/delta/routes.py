@@ -26,7 +26,7 @@ from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, lis
 from ..common import (CommitPart, INT64_MAX, body_json, json_model, json_response, parse_model, parsed_once, query_flag,
                       read_model)
 from ..direct import DirectRoute
-from ..protocol import service
+from ..context import service
 from .errors import ERRORS, uc_error
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from coordinator.iceberg.state import IcebergTable
 from coordinator.idempotency import IdempotencyKey, IdempotencyRecord, bind, parse_key
 
 from ..common import empty_response, json_response
-from ..protocol import current_coordinator, service
+from ..context import current_coordinator, service
 
 
 def request_key() -> IdempotencyKey | None:

@@ -29,7 +29,7 @@ from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, lis
 from ..common import (CommitPart, empty_response, json_model, json_response, parse_model, query_flag, read_json,
                       read_model)
 from ..direct import DirectRoute
-from ..protocol import current_coordinator, service
+from ..context import current_coordinator, service
 from . import uniform
 from .endpoints import ENDPOINTS, config_defaults
 from .errors import ERRORS

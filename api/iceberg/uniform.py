@@ -16,7 +16,7 @@ from coordinator.errors import NoSuchRoute, Unsupported
 
 from ..access import authenticated, guard
 from ..common import json_response
-from ..protocol import current_coordinator
+from ..context import current_coordinator
 from .endpoints import READ_ENDPOINTS, config_defaults
 
 MOUNT = "/api/2.1/unity-catalog/iceberg"

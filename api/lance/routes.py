@@ -28,7 +28,7 @@ from coordinator.lance.format import LANCE
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import CommitPart, empty_response, json_response, parse_json, parse_model, parsed_once
 from ..direct import DirectRoute
-from ..protocol import service
+from ..context import service
 from .errors import ERRORS
 
 log = logging.getLogger(__name__)

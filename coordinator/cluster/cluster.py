@@ -16,7 +16,7 @@ from .leases import Leases
 from .routing import Router
 
 if TYPE_CHECKING:
-    from ..services import Services
+    from ..format import Services
 
 log = logging.getLogger(__name__)
 

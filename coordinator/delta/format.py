@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from storage.records import WarehouseUse
 
-from coordinator.format import Directories, Format, Grants, TableKind
+from coordinator.auth import Grants
+from coordinator.format import Directories, Format, TableKind
 
 from .rows import CATALOG_REALM, FORMAT, REALM, REPORTS, load
 from .service import MANAGED_DIR, DeltaService

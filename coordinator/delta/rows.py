@@ -19,7 +19,7 @@ from storage.records import ReportTable, TableRow
 from .state import DeltaTable, StagingTable, catalog_view
 
 if TYPE_CHECKING:
-    from coordinator.services import Services
+    from coordinator.format import Services
 
 REALM = "uc"
 CATALOG_REALM = "uc-catalog"

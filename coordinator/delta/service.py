@@ -41,7 +41,7 @@ from .rows import CATALOG_REALM, FORMAT, REALM, REPORTS, STAGING_CATALOG
 from .state import DeltaTable, StagingTable, freeze, owned, table_info
 
 if TYPE_CHECKING:
-    from ..services import Services
+    from ..format import Services
 
 MANAGED_DIR = "__unitystorage"
 # The service has no authentication yet; UC requires owner fields, so they name nobody in particular.

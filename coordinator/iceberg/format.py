@@ -6,7 +6,8 @@ from __future__ import annotations
 from storage.files import path_segment
 from storage.records import WarehouseUse
 
-from coordinator.format import Directories, Format, Grants, TableKind
+from coordinator.auth import Grants
+from coordinator.format import Directories, Format, TableKind
 from coordinator.purges import PurgeListing
 from coordinator.warehouses import DEFAULT as DEFAULT_WAREHOUSE
 
@@ -33,6 +34,6 @@ ICEBERG: Format[IcebergService] = Format(
                             reserves=lambda segment: segment.endswith("~"),
                             reserved_for="another Iceberg catalog prefix"),
     warehouse_catalog=lambda warehouse: "" if warehouse == DEFAULT_WAREHOUSE else warehouse,
-    warehouses=(WarehouseUse(REALM, catalog=True),),
+    warehouses=(WarehouseUse(REALM, catalog=True, called="an Iceberg catalog prefix"),),
     reports=REPORTS,
 )

@@ -13,7 +13,7 @@ from .files import read_table
 from .state import IcebergTable, UnreadableTable, expand
 
 if TYPE_CHECKING:
-    from coordinator.services import Services
+    from coordinator.format import Services
 
 REALM = "iceberg"
 FORMAT = "iceberg"

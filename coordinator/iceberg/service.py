@@ -39,7 +39,7 @@ from .rows import REALM, REPORTS
 from .state import IcebergTable, TableIdent
 
 if TYPE_CHECKING:
-    from coordinator.services import Services
+    from coordinator.format import Services
 
 log = logging.getLogger(__name__)
 

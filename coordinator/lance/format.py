@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from storage.records import WarehouseUse
 
-from coordinator.format import Directories, Format, Grants, TableKind
+from coordinator.auth import Grants
+from coordinator.format import Directories, Format, TableKind
 from coordinator.purges import PurgeListing
 
 from .files import own_files

@@ -14,7 +14,7 @@ from .layout import show
 from .state import LanceTable
 
 if TYPE_CHECKING:
-    from ..services import Services
+    from ..format import Services
 
 REALM = "lance"
 CATALOG = ""

@@ -41,7 +41,7 @@ from .rules import Ident, check_branch, check_table_ident
 from .state import INT64_MAX, LanceTable, TableRef, TableVersion
 
 if TYPE_CHECKING:
-    from ..services import Services
+    from ..format import Services
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import orjson
 
@@ -34,9 +34,7 @@ from .tables import Served, has_iceberg, served
 
 if TYPE_CHECKING:
     from coordinator.delta.service import DeltaService
-    from coordinator.services import Services
-
-    from .converter import Converter
+    from coordinator.format import Services
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +55,9 @@ class UniformCatalog:
         self._metadata: OrderedDict[str, tuple[dict, bytes]] = OrderedDict()
         # (catalog, schema, table) -> the Delta table's id, cached: readers poll tables
         self.names: Names[tuple[str, str, str]] = Names(services.registry, self._find, _gone)
-        # The service's own conversions (coordinator/uniform/converter.py), which read this catalog's metadata.
-        self.converter: Converter | None = None
+        # Told of each table loaded here that this member owns: the service's own conversions (converter.py, which
+        # reads this catalog's metadata) queue it if it is behind.
+        self.loaded: Callable[[uuid.UUID, DeltaTable], None] | None = None
 
     # -- config and namespaces ---------------------------------------------------------------------------------
 
@@ -115,8 +114,8 @@ class UniformCatalog:
 
     async def load_table(self, ident: TableIdent) -> IcebergTable:
         table = await self._delta_table(ident)
-        if self.converter is not None and self.services.registry.owns(table.table_id):
-            self.converter.written(table.table_id, table)   # (a table created on another member, say)
+        if self.loaded is not None and self.services.registry.owns(table.table_id):
+            self.loaded(table.table_id, table)   # (a table created on another member, say)
         return await self._read(ident, table, served(table))
 
     async def metadata_file(self, location: str, within: str) -> bytes:

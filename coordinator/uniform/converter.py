@@ -42,7 +42,7 @@ from .tables import service_converts, why_not_convertible
 from .worker import Workers
 
 if TYPE_CHECKING:
-    from coordinator.services import Services
+    from coordinator.format import Services
 
 log = logging.getLogger(__name__)
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from coordinator.config import Config
 from coordinator.credentials import vendable_s3_keys
-from coordinator.formats import FORMATS
 from coordinator.warehouses import Warehouses
 from storage.files import FileIO
 
 
 def only_default(config: Config) -> Warehouses:
     """The warehouses of a service configured so, before any other is created."""
-    return Warehouses(config, None, FileIO(), FORMATS)
+    return Warehouses(config, None, FileIO(), [])
 
 
 def test_s3_settings_come_from_the_environment_as_obstore_names_them():
