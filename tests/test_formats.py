@@ -7,11 +7,16 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from api.protocols import PROTOCOLS
 from coordinator.config import Config
 from coordinator.format import Format
 from coordinator.formats import FORMATS
 from coordinator.metrics import Metrics
+from coordinator.purges import PurgeListing
+from coordinator.registry import Registry
+from storage.files import DeletionStopped
 
 ROOT = Path(__file__).resolve().parents[1]
 COORDINATOR = ROOT / "coordinator"
@@ -98,3 +103,18 @@ def test_no_module_is_too_long_to_read():
             name = str(path.relative_to(ROOT))
             lines = len(path.read_text().splitlines())
             assert name in exceptions or lines <= limit, f"{name} has {lines} lines (at most {limit})"
+
+
+def test_a_purge_claim_is_listed_by_the_one_format_that_claims_it():
+    """Purge listings are kept by format (a third format's never replaces another's); a claim no format claims, or
+    that two would, deletes nothing: never the whole tree, which may hold files the table does not own."""
+    registry = Registry(Config(), None, None, Metrics())
+    registry.register_purge_listing("dirs", PurgeListing(lambda named: named.endswith("/"), lambda *a: ["d"]))
+    registry.register_purge_listing("files", PurgeListing(lambda named: named.endswith(".json"), lambda *a: ["f"]))
+    assert registry.purge_listing(None, "loc", "loc/_versions/") == ["d"]
+    assert registry.purge_listing(None, "loc", "loc/metadata/v1.json") == ["f"]
+    with pytest.raises(DeletionStopped, match="no format"):
+        registry.purge_listing(None, "loc", "loc/other")
+    registry.register_purge_listing("json-dirs", PurgeListing(lambda named: ".json" in named, lambda *a: ["j"]))
+    with pytest.raises(DeletionStopped, match="several formats"):
+        registry.purge_listing(None, "loc", "loc/metadata/v1.json")
