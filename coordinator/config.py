@@ -75,6 +75,11 @@ class Config:
     # obsolete (expired snapshots' manifests, old metadata files) are kept for readers still planning with them.
     uniform_workers: int = 1
     uniform_grace_s: float = 60.0
+    # The largest Iceberg metadata file the service writes for a converted table or serves from a writer's
+    # conversion (older snapshots expire early to stay below it; a table whose current schema alone is larger is
+    # refused), and how many bytes of served metadata files are kept in memory, for all tables together.
+    uniform_max_metadata_bytes: int = 8 << 20
+    uniform_cache_bytes: int = 64 << 20
 
     # Metrics reports (Iceberg's `POST .../tables/{table}/metrics`, Unity Catalog's `/delta/metrics`): kept for
     # observability, never read on the commit path, and bounded, since a client that may only read a table may

@@ -48,7 +48,9 @@ SAMPLED_HELP = {
     "coordinator_uniform_conversions_total": "Conversions of Delta tables to Iceberg recorded (each covers every "
                                              "commit since the one before)",
     "coordinator_uniform_refusals_total": "Delta versions the Iceberg conversion refused (deletion vectors, a type "
-                                          "outside IcebergCompatV2's, partition columns not in the files, ...)",
+                                          "outside IcebergCompatV2's, metadata beyond its size limit, ...)",
+    "coordinator_uniform_metadata_cached_bytes": "Bytes of Iceberg metadata files (UniForm) kept in memory to serve "
+                                                 "loads, now (at most uniform_cache_bytes)",
     "coordinator_uniform_failures_total": "Conversions to Iceberg that failed and are retried (storage, a worker)",
 }
 

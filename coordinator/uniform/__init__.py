@@ -4,9 +4,10 @@ none.
 
 It depends on both `coordinator.delta` and `coordinator.iceberg`, which know nothing of each other, so it lives
 beside them, not inside either. `tables` holds the rules (which metadata a table is read from), `catalog` the
-read-only catalog `api/iceberg/` serves at `/api/2.1/unity-catalog/iceberg`, `converter` the service's own
-conversions (scheduled off the commit path), `conversion` one conversion (run in a worker process), `deltalog` and
-`schema` what it reads of the Delta log and how Delta's schema, partitions and stats become Iceberg's.
+read-only catalog `api/iceberg/` serves at `/api/2.1/unity-catalog/iceberg` (`metadata`: the files it serves, as it
+keeps them in memory), `converter` the service's own conversions (scheduled off the commit path), `conversion` one
+conversion (run in a worker process, `worker`), `deltalog` and `schema` what it reads of the Delta log and how
+Delta's schema, partitions and stats become Iceberg's.
 """
 
 from coordinator.uniform.catalog import UniformCatalog

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable
 
-import orjson
+import trio
 
 from storage import errors as storage_errors
 from storage.records import TableRow
@@ -23,13 +22,14 @@ from coordinator.delta import DeltaTable
 from coordinator.delta.proposals import LoadTable
 from coordinator.delta.rows import REALM as UC_REALM   # where Unity Catalog's tables live
 from coordinator.delta.state import catalog_view
-from coordinator.errors import BadRequest, NoSuchNamespace, NoSuchTable, Unavailable
+from coordinator.errors import BadRequest, NoSuchNamespace, NoSuchTable, Unavailable, Unsupported
 from coordinator.iceberg.rows import REPORTS as ICEBERG_REPORTS
 from coordinator.iceberg.service import storage_credentials
 from coordinator.iceberg.state import IcebergTable, TableIdent
 from coordinator.names import Names
 from coordinator.paging import decode_page_token, page
 
+from .metadata import Kept, MetadataCache
 from .tables import Served, has_iceberg, served
 
 if TYPE_CHECKING:
@@ -43,7 +43,9 @@ def _gone(full: tuple[str, str, str]) -> NoSuchTable:
     return NoSuchTable(f"Table does not exist: {full[1]}.{full[2]}")
 
 PREFIX_BASE = "catalogs/"   # Unity Catalog OSS: the prefix of catalog `c` is `catalogs/c`
-CACHED_METADATA = 256       # metadata files kept parsed in memory (each is written once: its name is its content)
+# Metadata files read from storage and checked at once (a worker thread each, holding the GIL while it parses):
+# what loads of tables whose file is not in memory may hold, whatever their number, is this many files.
+READS_AT_ONCE = 2
 
 
 class UniformCatalog:
@@ -52,7 +54,11 @@ class UniformCatalog:
         self.delta = delta
         self.store = services.store
         self.files = services.files
-        self._metadata: OrderedDict[str, tuple[dict, bytes]] = OrderedDict()
+        self.max_metadata_bytes = services.config.uniform_max_metadata_bytes
+        # The file each table is served from (each is written once: its name is its content), bounded by bytes.
+        self.kept = MetadataCache(services.config.uniform_cache_bytes)
+        self._reads = trio.CapacityLimiter(READS_AT_ONCE)
+        services.metrics.add_gauges(lambda: {"coordinator_uniform_metadata_cached_bytes": self.kept.bytes})
         # (catalog, schema, table) -> the Delta table's id, cached: readers poll tables
         self.names: Names[tuple[str, str, str]] = Names(services.registry, self._find, _gone)
         # Told of each table loaded here that this member owns: the service's own conversions (converter.py, which
@@ -118,20 +124,15 @@ class UniformCatalog:
             self.loaded(table.table_id, table)   # (a table created on another member, say)
         return await self._read(ident, table, served(table))
 
-    async def metadata_file(self, location: str, within: str) -> bytes:
+    async def metadata_file(self, table_id: uuid.UUID, location: str, within: str) -> bytes:
         """A metadata file's bytes (the converter's starting point), from memory if it was served or written."""
-        kept = self._metadata.get(location)
-        return kept[1] if kept is not None else await self.files.read(location, within=within)
+        kept = self.kept.get(table_id, location)
+        return kept.data if kept is not None else await self.files.read(location, within=within)
 
-    def remember(self, location: str, data: bytes) -> None:
-        """A metadata file just written (by the converter): served without reading it back."""
-        self._keep(location, orjson.loads(data), data)
-
-    def _keep(self, location: str, metadata: dict, data: bytes) -> tuple[dict, bytes]:
-        kept = self._metadata[location] = (metadata, data)
-        while len(self._metadata) > CACHED_METADATA:
-            self._metadata.popitem(last=False)
-        return kept
+    def remember(self, table_id: uuid.UUID, location: str, data: bytes, refs: bytes) -> None:
+        """A metadata file just written by the converter, with its refs form (made by the worker): served without
+        reading it back or parsing it."""
+        self.kept.put(table_id, Kept(location, data, data if refs == data else refs))
 
     async def _delta_table(self, ident: TableIdent) -> DeltaTable:
         full = (ident.catalog, self._schema(ident.namespace), ident.name)
@@ -145,26 +146,35 @@ class UniformCatalog:
         return row.table_id
 
     async def _read(self, ident: TableIdent, table: DeltaTable, view: Served) -> IcebergTable:
-        """The served metadata file, parsed once (a metadata file never changes), read only from within the table's
-        location without following a link there."""
+        """The served metadata file, read and checked once (a metadata file never changes) and kept; read only from
+        within the table's location without following a link there, and only up to `uniform_max_metadata_bytes`."""
         location = view.metadata_location
-        kept = self._metadata.get(location)
+        kept = self.kept.get(table.table_id, location)
         if kept is None:
-            try:
-                data = await self.files.read(location, within=table.location)
-                metadata = orjson.loads(data)
-            except (storage_errors.FileMissing, storage_errors.FileRefused, orjson.JSONDecodeError) as exc:
-                log.error("%s: Iceberg metadata %s cannot be read: %s", ident, location, exc)
-                raise Unavailable(f"{ident}'s Iceberg metadata file {location} (written by the {view.by}) cannot be "
-                                  f"read: {exc}", retry_after_s=30) from None
-            if not isinstance(metadata, dict) or not isinstance(metadata.get("table-uuid"), str):
-                raise Unavailable(f"{ident}'s Iceberg metadata file {location} (written by the {view.by}) holds no "
-                                  f"Iceberg table metadata", retry_after_s=30)
-            kept = self._keep(location, metadata, data)
-        else:
-            self._metadata.move_to_end(location)
-        metadata, data = kept
-        return IcebergTable(ident, metadata, location, data)
+            async with self._reads:
+                kept = self.kept.get(table.table_id, location)   # (read by another load meanwhile)
+                if kept is None:
+                    kept = await self._read_file(ident, table, view)
+                    self.kept.put(table.table_id, kept)
+        return kept.table(ident)
+
+    async def _read_file(self, ident: TableIdent, table: DeltaTable, view: Served) -> Kept:
+        location = view.metadata_location
+        try:
+            size = await self.files.size(location, within=table.location)
+            if size is not None and size > self.max_metadata_bytes:
+                raise Unsupported(f"{ident} cannot be read as Iceberg: its metadata file {location} (written by the "
+                                  f"{view.by}) has {size} bytes, more than the {self.max_metadata_bytes} this "
+                                  f"service serves (uniform_max_metadata_bytes). The Delta table itself is "
+                                  f"unaffected; read it through Unity Catalog's Delta API")
+            data = await self.files.read(location, within=table.location)
+            if len(data) > self.max_metadata_bytes:
+                raise storage_errors.FileRefused(f"it has grown to more than {self.max_metadata_bytes} bytes")
+            return await trio.to_thread.run_sync(Kept.parse, location, data)
+        except (storage_errors.FileMissing, storage_errors.FileRefused, ValueError) as exc:
+            log.error("%s: Iceberg metadata %s cannot be read: %s", ident, location, exc)
+            raise Unavailable(f"{ident}'s Iceberg metadata file {location} (written by the {view.by}) cannot be "
+                              f"read: {exc}", retry_after_s=30) from None
 
     async def credentials(self, ident: TableIdent) -> list[dict[str, Any]]:
         """As Iceberg's `/credentials`: the keys of the warehouse the Delta table lies in, while authentication is

@@ -11,6 +11,12 @@ and manifest-list writers).
 - With nothing converted before, or a version gone from the log, the snapshot is rebuilt from the table's state
   (`deltalog.DeltaLog.snapshot`): every live file, replacing whatever the Iceberg table held.
 - A metaData change is a new schema (Delta's column-mapping ids kept as field ids), with its name mapping.
+  Schemas no kept snapshot uses (and that are not current) are removed, as Iceberg's `RemoveSchemas` (Java's
+  expiry with metadata clean-up) does: a writer that changes its schema on every commit leaves at most
+  `SNAPSHOTS_KEPT` + 1 of them.
+- The metadata file stays within `Job.max_metadata_bytes` (`uniform_max_metadata_bytes`): beyond it the oldest
+  snapshots expire early, down to the current one alone; a table whose current snapshot and schema alone are larger
+  is refused, with the sizes, as is a Delta schema larger than that (before it is parsed).
 - Each snapshot's table properties say which Delta version it is (`delta-version`, `delta-timestamp`, and
   `base-delta-version`, the version it was converted from), and so does the snapshot's summary.
 - Old snapshots expire (the latest `SNAPSHOTS_KEPT`); their manifest lists, the manifests no kept snapshot needs
@@ -18,7 +24,11 @@ and manifest-list writers).
   once no reader can still be planning with them. Data files are the Delta table's: never among them.
 
 `convert(job)` runs in a worker process (`worker.py`; the service's event loop never waits on it): it reads
-through a file IO of its own, writes nothing, and returns the new files' bytes for the service to write durably.
+through a file IO of its own, writes nothing, and returns the new files' bytes for the service to write durably,
+with the JSON `snapshots=refs` loads are answered with (so that the service never parses the metadata). What it
+cannot convert is refused with the reason: what Iceberg cannot express (`Refusal`), and any other error of the
+conversion itself, a compiled extension's panic included (the same input fails the same way again: retrying it
+would only spend the worker). Only the storage's and the machine's errors are raised, for the service to retry.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from obstore.exceptions import BaseError as ObjectStoreError
 from pyiceberg.io import FileIO as IcebergFileIO, InputFile, OutputFile
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
@@ -36,17 +47,20 @@ from pyiceberg.table.metadata import MetadataLogEntry, TableMetadataUtil, TableM
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
-from pyiceberg.table.update import (AddSchemaUpdate, AddSnapshotUpdate, RemoveSnapshotsUpdate,
+from pyiceberg.table.update import (AddSchemaUpdate, AddSnapshotUpdate, RemoveSchemasUpdate, RemoveSnapshotsUpdate,
                                     SetCurrentSchemaUpdate, SetPropertiesUpdate, SetSnapshotRefUpdate,
                                     update_table_metadata)
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
+from storage.errors import StorageError
 from storage.files import FileIO, join
 
+from coordinator.config import Config
 from coordinator.iceberg.files import metadata_file_name, metadata_version
 
 from .deltalog import DeltaLog, LogGap, commit_timestamp
-from .schema import Layout, Refusal, data_file, file_path, layout, layout_of, name_mapping
+from .metadata import refs_only_json
+from .schema import Layout, Refusal, SharedSchema, data_file, file_path, layout, layout_of, name_mapping
 from .tables import BASE_DELTA_VERSION, DELTA_TIMESTAMP, DELTA_VERSION
 
 SNAPSHOTS_KEPT = 10          # snapshots a converted table keeps for time travel (Delta's own history is longer)
@@ -55,6 +69,10 @@ METADATA_LOG_KEPT = 10       # previous metadata files listed in the metadata lo
 # which Iceberg engines' own maintenance must never delete.
 FIXED_PROPERTIES = {"gc.enabled": "false", "write.metadata.previous-versions-max": str(METADATA_LOG_KEPT),
                     "commit.manifest.min-count-to-merge": "16"}
+REASON_CHARS = 1000          # a refusal's reason is kept with the table and answered to readers: a writer's names in it
+                             # (columns, types, paths) are cut to this
+# What the storage or the machine raised: the same conversion may succeed later, so the service retries it.
+RETRIED = (OSError, MemoryError, StorageError, ObjectStoreError, LogGap)
 
 
 @dataclass(frozen=True)
@@ -69,12 +87,14 @@ class Job:
     base_version: int | None = None   # the last converted version, and its metadata file and bytes
     base_location: str | None = None
     base_metadata: bytes | None = None
+    max_metadata_bytes: int = Config.uniform_max_metadata_bytes
 
 
 @dataclass(frozen=True)
 class Converted:
     metadata_location: str
     metadata_json: bytes
+    refs_json: bytes                           # the metadata with only the snapshots a ref names (`snapshots=refs`)
     delta_version: int
     delta_timestamp: int
     files: list[tuple[str, bytes]]             # to make durable, metadata file last
@@ -92,7 +112,32 @@ def convert(job: Job) -> Converted | Refused:
     try:
         return Conversion(job, FileIO(job.s3_options)).run()
     except Refusal as exc:
-        return Refused(job.target if exc.version is None else exc.version, str(exc))
+        return refused(job.target if exc.version is None else exc.version, str(exc))
+    except RETRIED:
+        raise
+    except Exception as exc:
+        return refused(job.target, f"the converter cannot convert it ({failure(exc)})")
+    except BaseException as exc:
+        if not extension_panic(exc):
+            raise   # (KeyboardInterrupt, SystemExit: the worker is stopping)
+        return refused(job.target, f"the converter cannot convert it ({failure(exc)})")
+
+
+def refused(version: int, reason: str) -> Refused:
+    return Refused(version, reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS] + "...")
+
+
+def failure(exc: BaseException) -> str:
+    """An exception as a reason names it: its type, and its first line (pydantic's run on for pages)."""
+    lines = str(exc).strip().splitlines()
+    return type(exc).__name__ + (f": {lines[0]}" if lines else "")
+
+
+def extension_panic(exc: BaseException) -> bool:
+    """A Rust panic in a compiled extension (pydantic-core, obstore, pyiceberg-core): pyo3 raises it as
+    `pyo3_runtime.PanicException`, which derives from BaseException, not Exception, and of which each extension has
+    a class of its own; so it is known by its name."""
+    return any(c.__module__ == "pyo3_runtime" and c.__qualname__ == "PanicException" for c in type(exc).__mro__)
 
 
 class _Files(IcebergFileIO):
@@ -165,7 +210,7 @@ class Conversion:
         self.location = job.location.rstrip("/")
         self.log = DeltaLog(files, self.location, job.staged)
         self.io = _Files(files, self.location)
-        self.base = TableMetadataUtil.parse_raw(job.base_metadata) if job.base_metadata is not None else None
+        self.base = _shared(TableMetadataUtil.parse_raw(job.base_metadata)) if job.base_metadata is not None else None
 
     def run(self) -> Converted:
         job = self.job
@@ -244,8 +289,12 @@ class Conversion:
         """The metadata with Delta's schema and partitioning as of `action` (new table metadata if none)."""
         partitions = list(action.get("partitionColumns") or [])
         schema_id = 0 if meta is None else max(s.schema_id for s in meta.schemas) + 1
-        lay = layout(action.get("schemaString") or "{}", partitions, schema_id,
-                     0 if meta is None else meta.default_spec_id)
+        schema_string = action.get("schemaString") or "{}"
+        if not isinstance(schema_string, str) or len(schema_string) > self.job.max_metadata_bytes:
+            raise Refusal(f"the Delta schema takes {len(schema_string)} bytes, more than the "
+                          f"{self.job.max_metadata_bytes} an Iceberg metadata file of this service may "
+                          f"(uniform_max_metadata_bytes)", version)
+        lay = layout(schema_string, partitions, schema_id, 0 if meta is None else meta.default_spec_id)
         props = {"schema.name-mapping.default": name_mapping(lay.schema, lay.by_physical).model_dump_json()}
         if meta is None:
             return TableMetadataV2(
@@ -293,22 +342,40 @@ class Conversion:
         if job.base_location is not None and self.base is not None:
             entry = MetadataLogEntry(metadata_file=job.base_location, timestamp_ms=self.base.last_updated_ms)
             result = result.model_copy(update={"metadata_log": [*self.base.metadata_log, entry][-METADATA_LOG_KEPT:]})
+        result, data = self._bounded(result, version)
         number = metadata_version(job.base_location) + 1 if job.base_location else 0
         location = join(self.location, "metadata", metadata_file_name(number))
-        data = result.model_dump_json().encode()
         files = [*self.io.written.items(), (location, data)]
-        return Converted(location, data, version, timestamp, files, self._obsolete(self.base, result))
+        return Converted(location, data, refs_only_json(data), version, timestamp, files,
+                         self._obsolete(self.base, result))
+
+    def _bounded(self, meta: TableMetadataV2, version: int) -> tuple[TableMetadataV2, bytes]:
+        """`meta` without the schemas its snapshots no longer use, and its JSON, within the size limit: the oldest
+        snapshots expire early while it is beyond (the current one stays); Refusal if it is beyond even then."""
+        limit = self.job.max_metadata_bytes
+        while True:
+            meta = _without_unused_schemas(meta)
+            data = meta.model_dump_json().encode()
+            if len(data) <= limit:
+                return meta, data
+            older = [s.snapshot_id for s in meta.snapshots if s.snapshot_id != meta.current_snapshot_id]
+            if not older:
+                raise Refusal(f"its Iceberg metadata would take {len(data)} bytes with no snapshot but the current "
+                              f"one, more than the {limit} this service writes (uniform_max_metadata_bytes): its "
+                              f"schema, {len(meta.schema().fields)} top-level columns with "
+                              f"{meta.schema().highest_field_id} ids, and their name mapping are that large", version)
+            meta = update_table_metadata(meta, (RemoveSnapshotsUpdate(snapshot_ids=older[:1]),))
 
     def _snapshot(self, meta: TableMetadataV2, operation: Operation, new: list[DataFile], gone: list[DataFile],
                   tracking: dict[str, str]) -> Snapshot:
         """The snapshot pyiceberg's producer makes of `new` and `gone` (its manifests and manifest list written to
         `self.io`). pyiceberg's transaction copies the whole metadata each time it is looked at, a dozen times a
-        snapshot: the producer works on the metadata reduced to what it reads (the current snapshot, schemas,
+        snapshot: the producer works on the metadata reduced to what it reads (the current snapshot and schema,
         specs, properties), and its snapshot is added to the whole metadata once, by the caller."""
         current = meta.current_snapshot()
         reduced = meta.model_copy(update={
             "snapshots": [current] if current else [], "snapshot_log": [], "metadata_log": [],
-            "refs": {MAIN_BRANCH: meta.refs[MAIN_BRANCH]} if current else {}})
+            "schemas": [meta.schema()], "refs": {MAIN_BRANCH: meta.refs[MAIN_BRANCH]} if current else {}})
         txn = Transaction(Table(("uniform", self.job.table_id), reduced, self.job.base_location or "", self.io, None))
         if operation is Operation.APPEND:
             producer = txn.update_snapshot(snapshot_properties=tracking).merge_append()
@@ -350,5 +417,16 @@ class Conversion:
 
 def _same_schema(a: Schema, b: Schema) -> bool:
     return a.as_struct() == b.as_struct()
+
+
+def _shared(meta: TableMetadataV2) -> TableMetadataV2:
+    return meta.model_copy(update={"schemas": [SharedSchema.of(s) for s in meta.schemas]})
+
+
+def _without_unused_schemas(meta: TableMetadataV2) -> TableMetadataV2:
+    """Iceberg's `RemoveSchemas` of every schema that is not current and that no snapshot of `meta` uses."""
+    used = {meta.current_schema_id, *(s.schema_id for s in meta.snapshots)}
+    unused = [s.schema_id for s in meta.schemas if s.schema_id not in used]
+    return update_table_metadata(meta, (RemoveSchemasUpdate(schema_ids=unused),)) if unused else meta
 
 

@@ -10,7 +10,9 @@ writers send no Iceberg metadata (`tables.service_converts`): kept up with the D
   table (`RecordConversion`, a compare-and-set on the metadata it started from). Commits that arrive meanwhile
   make the table due once more: the next conversion takes them all, to the latest version.
 - A refusal (`conversion.Refused`) is recorded too: the Iceberg endpoint answers it to readers, with its reason,
-  until a later version converts (rebuilt from the snapshot). A failure is retried, later and later.
+  until a later version converts (rebuilt from the snapshot). So is a version whose conversion ended the worker
+  process `WORKER_ENDS_REFUSED` times in a row (a crash no exception handler sees: the same input would end the
+  next worker too). A failure of the storage is retried, later and later.
 - At start every table that is behind is queued (a restart, or a conversion cut short by a crash, resumes from
   the last recorded conversion: the files a cut-short one wrote are orphans nobody references).
 - Files a conversion made obsolete are deleted after `uniform_grace_s`, when no reader can still be planning
@@ -39,7 +41,7 @@ from coordinator.errors import CommitConflict, NotFound
 from .catalog import UC_REALM, UniformCatalog
 from .conversion import Converted, Job, Refused
 from .tables import service_converts, why_not_convertible
-from .worker import Workers
+from .worker import WorkerEnded, Workers
 
 if TYPE_CHECKING:
     from coordinator.format import Services
@@ -53,6 +55,7 @@ RETRY_FIRST_S, RETRY_MAX_S = 1.0, 60.0
 TASKS_PER_WORKER = 4
 SWEEP_PAGE = 500
 DELETE_EVERY_S = 5.0
+WORKER_ENDS_REFUSED = 3
 
 
 def behind(table: DeltaTable) -> int:
@@ -78,6 +81,7 @@ class Converter:
         self.running: set[uuid.UUID] = set()
         self.again: set[uuid.UUID] = set()          # written while being converted: due once more after
         self.failures: dict[uuid.UUID, int] = {}    # consecutive failures, for the retry's back-off
+        self.worker_ends: dict[uuid.UUID, int] = {}   # consecutive conversions that ended the worker process
         self.retrying: set[uuid.UUID] = set()       # failed, to be retried after its back-off (not before)
         self.obsolete: deque[tuple[float, str, list[str]]] = deque()   # (when, table location, files)
         self.counts = {"conversions": 0, "refusals": 0, "failures": 0}
@@ -180,7 +184,7 @@ class Converter:
             return
         converted = table.converted or {}
         base = converted.get("metadata_location")
-        base_metadata = await self.catalog.metadata_file(base, table.location) if base else None
+        base_metadata = await self.catalog.metadata_file(table_id, base, table.location) if base else None
         # After a refusal, rebuild from the snapshot: the refused commit may have been undone since.
         base_version = None if "refused" in converted else converted.get("delta_version")
         staged = {c["version"]: c["file_name"] for c in table.unpublished}
@@ -191,8 +195,16 @@ class Converter:
             staged.update((e.version, e.payload["file_name"]) for e in ratified)
         job = Job(table_id=str(table_id), location=table.location,
                   s3_options=dict(self.files.s3_options_for(table.location)), target=table.last, staged=staged,
-                  base_version=base_version, base_location=base, base_metadata=base_metadata)
-        outcome = await self.workers.run(job)
+                  base_version=base_version, base_location=base, base_metadata=base_metadata,
+                  max_metadata_bytes=self.config.uniform_max_metadata_bytes)
+        try:
+            outcome = await self.workers.run(job)
+        except WorkerEnded as exc:
+            ends = self.worker_ends[table_id] = self.worker_ends.get(table_id, 0) + 1
+            if ends < WORKER_ENDS_REFUSED:
+                raise
+            outcome = Refused(job.target, f"converting it ended the conversion worker {ends} times in a row ({exc})")
+        self.worker_ends.pop(table_id, None)
         if isinstance(outcome, Refused):
             record = {k: v for k, v in converted.items() if k != "refused"}
             record["refused"] = {"version": outcome.version, "reason": outcome.reason}
@@ -215,7 +227,7 @@ class Converter:
             # Another conversion came first, or the table was dropped: these files are orphans nobody references.
             await self.files.discard([uri for uri, _ in outcome.files], join(location, "metadata"))
             raise
-        self.catalog.remember(outcome.metadata_location, outcome.metadata_json)
+        self.catalog.remember(table.table_id, outcome.metadata_location, outcome.metadata_json, outcome.refs_json)
         self.counts["conversions"] += 1
         if outcome.obsolete:
             self.obsolete.append((time.monotonic() + self.config.uniform_grace_s, location, outcome.obsolete))

@@ -8,6 +8,9 @@ Mapping", "Iceberg Compatibility V2", "Per-file Statistics", "Partition Value Se
   carry the same ids, so a reader finds each column by id, whatever it is named.
 - `schema.name-mapping.default` names each id by its logical and its physical name, for files without ids.
 - Types are IcebergCompatV2's allow-list; anything else is refused (`Refusal`), never dropped or approximated.
+  So is what Iceberg readers cannot take: ids that are not unique positive 32-bit integers, a decimal's
+  precision beyond 38, types nested more than MAX_NESTING deep (pyiceberg cannot parse a schema nested ~60 deep,
+  and pydantic, which writes it, fails before 100).
 - Partitions are identity partitions of Delta's partition columns; values come from `partitionValues`.
 - A data file's record count and bounds come from `add.stats` (no Parquet footer is read).
 
@@ -40,6 +43,8 @@ COLUMN_ID = "delta.columnMapping.id"
 PHYSICAL_NAME = "delta.columnMapping.physicalName"
 NESTED_IDS = ("parquet.field.nested.ids", "delta.columnMapping.nested.ids")   # the spec's key, then Delta's code's
 FIRST_PARTITION_FIELD_ID = 1000   # Iceberg's: partition field ids start above any column's
+MAX_NESTING = 32                  # structs, arrays and maps inside one another, counting the outermost
+MAX_FIELD_ID = 2**31 - 1          # Iceberg's field ids are ints
 
 _PRIMITIVES: dict[str, PrimitiveType] = {
     "byte": IntegerType(), "short": IntegerType(), "integer": IntegerType(), "long": LongType(),
@@ -88,24 +93,69 @@ def iceberg_schema(schema_string: str, schema_id: int = 0) -> tuple[Schema, dict
         delta = orjson.loads(schema_string)
     except orjson.JSONDecodeError as exc:
         raise Refusal(f"the schema in the Delta log is not JSON: {exc}") from None
+    if not isinstance(delta, dict):
+        raise Refusal("the schema in the Delta log is not a struct")
     by_physical: dict[tuple[str, ...], NestedField] = {}
-    struct = _struct(delta, (), by_physical)
-    return Schema(*struct.fields, schema_id=schema_id), by_physical
+    struct = _struct(delta, (), by_physical, _Ids(), 0)
+    return SharedSchema(*struct.fields, schema_id=schema_id), by_physical
 
 
-def _struct(delta: dict, path: tuple[str, ...], by_physical: dict) -> StructType:
+class SharedSchema(Schema):
+    """A schema that copies share. pyiceberg's metadata updates and its transaction deep-copy the whole table
+    metadata each time (a dozen times a snapshot), and the schemas are most of it: a table of 10,000 columns spent
+    ~20 s a conversion copying them. pyiceberg's models are frozen, so a copy can be the schema itself."""
+
+    def __deepcopy__(self, memo: dict) -> "SharedSchema":
+        return self
+
+    @classmethod
+    def of(cls, schema: Schema) -> "SharedSchema":
+        if isinstance(schema, cls):
+            return schema
+        return cls(*schema.fields, schema_id=schema.schema_id, identifier_field_ids=schema.identifier_field_ids)
+
+
+class _Ids:
+    """The field ids a schema has given out so far: each must be a distinct positive int32."""
+
+    def __init__(self):
+        self.seen: set[int] = set()
+
+    def take(self, value: Any, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_FIELD_ID:
+            raise Refusal(f"{where} has the id {_short(value)}: Iceberg's field ids are integers from 1 to "
+                          f"{MAX_FIELD_ID}")
+        if value in self.seen:
+            raise Refusal(f"{where} has the id {value}, which another field of the schema has too: each field "
+                          f"needs an id of its own")
+        self.seen.add(value)
+        return value
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """A value of the log as a reason quotes it: a writer's value may be of any size."""
+    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _struct(delta: dict, path: tuple[str, ...], by_physical: dict, ids: _Ids, depth: int) -> StructType:
     fields = []
-    for f in delta.get("fields") or []:
-        meta = f.get("metadata") or {}
+    raw = delta.get("fields")
+    for f in raw if isinstance(raw, list) else []:
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or "type" not in f:
+            raise Refusal(f"a field of {_short('.'.join(path)) or 'the schema'} is not a Delta struct field "
+                          f"(name, type, nullable, metadata): {_short(f)}")
+        meta = f.get("metadata") if isinstance(f.get("metadata"), dict) else {}
         name = f["name"]
         field_id = meta.get(COLUMN_ID)
-        if not isinstance(field_id, int):
-            raise Refusal(f"column {'.'.join([*path, name])} has no column-mapping id ({COLUMN_ID}): UniForm "
-                          f"needs column mapping name or id, whose ids are Iceberg's field ids")
-        physical = meta.get(PHYSICAL_NAME) or name
+        if field_id is None:
+            raise Refusal(f"column {_short('.'.join([*path, name]))} has no column-mapping id ({COLUMN_ID}): "
+                          f"UniForm needs column mapping name or id, whose ids are Iceberg's field ids")
+        field_id = ids.take(field_id, f"column {_short('.'.join([*path, name]))}")
+        physical = meta.get(PHYSICAL_NAME) if isinstance(meta.get(PHYSICAL_NAME), str) else name
         nested_ids = next((meta[k] for k in NESTED_IDS if isinstance(meta.get(k), dict)), {})
         here = (*path, physical)
-        kind = _type(f["type"], ".".join([*path, name]), physical, nested_ids, here, by_physical)
+        kind = _type(f["type"], ".".join([*path, name]), physical, nested_ids, here, by_physical, ids, depth)
         comment = meta.get("comment") if isinstance(meta.get("comment"), str) else None
         field = NestedField(field_id, name, kind, required=not f.get("nullable", True), doc=comment)
         by_physical[here] = field
@@ -114,38 +164,48 @@ def _struct(delta: dict, path: tuple[str, ...], by_physical: dict) -> StructType
 
 
 def _type(delta: Any, where: str, key: str, nested_ids: dict, path: tuple[str, ...],
-          by_physical: dict) -> IcebergType:
-    """`key` is the nested-ids key of this type's position: `<physical>`, `<physical>.element`, ..."""
+          by_physical: dict, ids: _Ids, depth: int) -> IcebergType:
+    """`key` is the nested-ids key of this type's position: `<physical>`, `<physical>.element`, ...; `depth` the
+    nested types around it."""
     if isinstance(delta, str):
         if delta in _PRIMITIVES:
             return _PRIMITIVES[delta]
         m = _DECIMAL.match(delta)
-        if m:
+        if m and 1 <= int(m.group(1)) <= 38 and int(m.group(2)) <= int(m.group(1)):
             return DecimalType(int(m.group(1)), int(m.group(2)))
-        raise Refusal(f"column {where} has type {delta}, which IcebergCompatV2 does not allow (byte, short, integer, "
-                      f"long, float, double, decimal, string, binary, boolean, date, timestamp, timestamp_ntz, "
-                      f"array, map, struct)")
+        if m:
+            raise Refusal(f"column {_short(where)} has type {_short(delta)}: Iceberg's decimals have a precision "
+                          f"from 1 to 38 and a scale of at most the precision")
+        raise Refusal(f"column {_short(where)} has type {_short(delta)}, which IcebergCompatV2 does not allow (byte, "
+                      f"short, integer, long, float, double, decimal, string, binary, boolean, date, timestamp, "
+                      f"timestamp_ntz, array, map, struct)")
     kind = delta.get("type") if isinstance(delta, dict) else None
+    if kind in ("struct", "array", "map") and depth + 1 >= MAX_NESTING:
+        raise Refusal(f"column {_short(where, 120)} has types nested more than {MAX_NESTING} deep (structs, arrays "
+                      f"and maps inside one another), which Iceberg readers cannot parse (pyiceberg stops at about 60)")
     if kind == "struct":
-        return _struct(delta, path, by_physical)
-    if kind == "array":
-        element = _nested_id(nested_ids, f"{key}.element", where)
-        inner = _type(delta["elementType"], f"{where}.element", f"{key}.element", nested_ids, path, by_physical)
+        return _struct(delta, path, by_physical, ids, depth + 1)
+    if kind == "array" and "elementType" in delta:
+        element = _nested_id(nested_ids, f"{key}.element", where, ids)
+        inner = _type(delta["elementType"], f"{where}.element", f"{key}.element", nested_ids, path, by_physical,
+                      ids, depth + 1)
         return ListType(element, inner, element_required=not delta.get("containsNull", True))
-    if kind == "map":
-        k, v = _nested_id(nested_ids, f"{key}.key", where), _nested_id(nested_ids, f"{key}.value", where)
-        return MapType(k, _type(delta["keyType"], f"{where}.key", f"{key}.key", nested_ids, path, by_physical),
-                       v, _type(delta["valueType"], f"{where}.value", f"{key}.value", nested_ids, path, by_physical),
+    if kind == "map" and "keyType" in delta and "valueType" in delta:
+        k, v = _nested_id(nested_ids, f"{key}.key", where, ids), _nested_id(nested_ids, f"{key}.value", where, ids)
+        return MapType(k, _type(delta["keyType"], f"{where}.key", f"{key}.key", nested_ids, path, by_physical, ids,
+                                depth + 1),
+                       v, _type(delta["valueType"], f"{where}.value", f"{key}.value", nested_ids, path, by_physical,
+                                ids, depth + 1),
                        value_required=not delta.get("valueContainsNull", True))
-    raise Refusal(f"column {where} has type {orjson.dumps(delta).decode()}, which IcebergCompatV2 does not allow")
+    raise Refusal(f"column {_short(where)} has type {_short(delta)}, which IcebergCompatV2 does not allow")
 
 
-def _nested_id(nested_ids: dict, key: str, where: str) -> int:
+def _nested_id(nested_ids: dict, key: str, where: str, ids: _Ids) -> int:
     value = nested_ids.get(key)
-    if not isinstance(value, int):
-        raise Refusal(f"column {where} has no id for {key.split('.', 1)[-1]} in {NESTED_IDS[0]}: IcebergCompatV2 "
-                      f"writers give arrays' elements and maps' keys and values ids of their own")
-    return value
+    if value is None:
+        raise Refusal(f"column {_short(where)} has no id for {key.split('.', 1)[-1]} in {NESTED_IDS[0]}: "
+                      f"IcebergCompatV2 writers give arrays' elements and maps' keys and values ids of their own")
+    return ids.take(value, f"column {_short(where)}'s {key.split('.', 1)[-1]}")
 
 
 def name_mapping(schema: Schema, by_physical: dict[tuple[str, ...], NestedField]) -> NameMapping:

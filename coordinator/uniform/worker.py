@@ -4,7 +4,9 @@ jobs the service sends it, so that a conversion's CPU never holds the service's 
 The service (`Workers`) writes a job to the worker's stdin and reads the outcome from its stdout, each one msgpack
 frame after a 4-byte length. A worker imports nothing of the program that started the service (unlike
 multiprocessing's spawn, which runs the parent's main module again), runs niced so that the service and its
-database keep the CPU they need, and ends when its stdin closes: when the service stops or dies.
+database keep the CPU they need, and ends when its stdin closes: when the service stops or dies. Whatever a job
+raises is answered, a compiled extension's panic included (pyo3's PanicException is a BaseException); a worker
+that ends mid-job all the same (a crash of native code, the kernel's OOM killer) is replaced (`WorkerEnded`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, BinaryIO
 import msgpack
 import trio
 
-from .conversion import Converted, Job, Refused, convert
+from .conversion import Converted, Job, Refused, convert, extension_panic, failure
 
 HEADER = struct.Struct(">I")
 NICENESS = 10
@@ -32,6 +34,10 @@ def _pack(value: Any) -> bytes:
 
 def _unpack(payload: bytes) -> Any:
     return msgpack.unpackb(payload, raw=False, strict_map_key=False)
+
+
+class WorkerEnded(EOFError):
+    """The worker process ended before it answered its job."""
 
 
 def _outcome(value: dict) -> Converted | Refused:
@@ -57,8 +63,16 @@ class Workers:
             try:
                 await process.stdin.send_all(_pack(dataclasses.asdict(job)))
                 value = _unpack(await _receive(process.stdout))
+            except (EOFError, trio.BrokenResourceError):
+                try:
+                    with trio.move_on_after(1):   # (its own end, not our kill, is what its status tells)
+                        await process.wait()
+                finally:
+                    process.kill()
+                raise WorkerEnded(f"the conversion worker ended before answering, {_status(process.returncode)}") \
+                    from None
             except BaseException:
-                process.kill()   # died, or cancelled mid-job: it is not reused
+                process.kill()   # cancelled mid-job: it is not reused
                 raise
             self._idle.append(process)
         return _outcome(value)
@@ -87,6 +101,14 @@ async def _receive(stream) -> bytes:
     return bytes(data[HEADER.size:])
 
 
+def _status(returncode: int | None) -> str:
+    if returncode is None:
+        return "and was killed (it had closed its output)"
+    if returncode < 0:
+        return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
 def _read(stream: BinaryIO, n: int) -> bytes | None:
     data = stream.read(n)
     return data if len(data) == n else None
@@ -106,11 +128,19 @@ def main() -> None:
         payload = _read(jobs, HEADER.unpack(header)[0])
         if payload is None:
             return
-        try:
-            outcome = convert(Job(**_unpack(payload)))
-            answer = dataclasses.asdict(outcome)
-        except Exception as exc:   # reported to the service, which retries later
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        answers.write(_pack(answer))
+        answers.write(_pack(_answer(payload)))
         answers.flush()
+
+
+def _answer(payload: bytes) -> dict:
+    """The outcome of one job, or the error that stopped it (the service retries it later): what `convert` does not
+    refuse itself is the storage's or the machine's."""
+    try:
+        return dataclasses.asdict(convert(Job(**_unpack(payload))))
+    except Exception as exc:
+        return {"error": failure(exc)}
+    except BaseException as exc:
+        if not extension_panic(exc):
+            raise
+        return {"error": failure(exc)}
 

@@ -117,11 +117,12 @@ class DeltaDir:
         return self.version
 
 
-def run(delta: DeltaDir, previous: Converted | None = None, table_id: str = "8f2c1a6e-0000-4000-8000-000000000001"):
+def run(delta: DeltaDir, previous: Converted | None = None, table_id: str = "8f2c1a6e-0000-4000-8000-000000000001",
+        **limits):
     job = Job(table_id=table_id, location=delta.location, s3_options={}, target=delta.version, staged={},
               base_version=previous.delta_version if previous else None,
               base_location=previous.metadata_location if previous else None,
-              base_metadata=previous.metadata_json if previous else None)
+              base_metadata=previous.metadata_json if previous else None, **limits)
     outcome = convert(job)
     if isinstance(outcome, Converted):
         for uri, data in outcome.files:
@@ -257,3 +258,50 @@ def test_what_iceberg_cannot_express_is_refused_with_its_version(tmp_path):
     other.commit(no_count, first=True)
     refused = run(other)
     assert isinstance(refused, Refused) and refused.version == 0 and "numRecords" in refused.reason
+
+
+def test_the_metadata_keeps_the_schemas_its_snapshots_use_and_stays_within_its_limit(tmp_path):
+    """Each commit a schema of its own: old schemas go with the snapshots that used them; beyond the size limit the
+    oldest snapshots expire early; a schema whose metadata alone is beyond it is refused, with the sizes."""
+    limit = 64 << 10
+    delta = DeltaDir(tmp_path / "t", partitioned=False)
+    delta.commit(one_row_file(0), first=True)
+    out = run(delta, max_metadata_bytes=limit)
+
+    def evolve(columns: list[dict]) -> Converted | Refused:
+        metadata = json.loads((delta.root / "_delta_log" / log_name(0)).read_text().splitlines()[2])["metaData"]
+        schema = {"type": "struct", "fields": [*SCHEMA["fields"], *columns]}
+        delta.commit({"metaData": {**metadata, "schemaString": json.dumps(schema)}}, one_row_file(delta.version + 1))
+        return run(delta, out, max_metadata_bytes=limit)
+
+    def wide(n: int, comment: int = 0, name: int = 4) -> list[dict]:
+        first = 100 + 1000 * delta.version
+        return [{"name": f"c{i:0{name}d}", "type": "long", "nullable": True,
+                 "metadata": {"delta.columnMapping.id": i, "delta.columnMapping.physicalName": f"col-{i}",
+                              "comment": "x" * comment}} for i in range(first, first + n)]
+
+    for _ in range(15):   # ~3 KB schemas: ten snapshots, and only their schemas
+        out = evolve(wide(1, comment=3000))
+        meta = read(out).metadata
+        assert {s.schema_id for s in meta.schemas} == {meta.current_schema_id, *(s.schema_id for s in meta.snapshots)}
+    assert len(meta.snapshots) == 10 and len(meta.schemas) == 10
+    for _ in range(3):    # ~25 KB schemas: as many snapshots as fit
+        out = evolve(wide(8, comment=3000))
+        assert len(out.metadata_json) <= limit
+    meta = read(out).metadata
+    assert 1 < len(meta.snapshots) < 10 and len(meta.schemas) == len(meta.snapshots)
+    assert len(list(read(out).scan().plan_files())) == delta.version + 1   # every version's file, planned by pyiceberg
+    # Long names: the Delta schema fits, its Iceberg schema and name mapping (each name twice) do not.
+    columns = wide(40, name=900)
+    assert len(json.dumps(columns)) < limit
+    refused = evolve(columns)
+    assert isinstance(refused, Refused) and refused.version == delta.version, refused
+    assert "its Iceberg metadata would take" in refused.reason and f"than the {limit}" in refused.reason
+    refused = evolve(wide(30, comment=3000))   # a Delta schema beyond the limit: refused before it is parsed
+    assert isinstance(refused, Refused) and "the Delta schema takes" in refused.reason
+
+
+def one_row_file(version: int) -> dict:
+    """An add action of a one-row file (not read: a conversion reads the stats only)."""
+    return {"add": {"path": f"part-{version}.parquet", "partitionValues": {}, "size": 1, "modificationTime": 1,
+                    "dataChange": True, "stats": json.dumps({"numRecords": 1})}}

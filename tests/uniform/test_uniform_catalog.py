@@ -134,8 +134,25 @@ def test_head_etags_snapshots_refs_and_credentials_work_as_on_the_iceberg_catalo
     assert refs.status_code == 200 and refs.headers["ETag"] != r.headers["ETag"]
     md.append(batch(range(6, 9)))   # a new version: a new metadata file, a new ETag
     assert httpx.get(path, headers={"If-None-Match": r.headers["ETag"]}).status_code == 200
+    snapshots = httpx.get(path).json()["metadata"]["snapshots"]
+    refs = httpx.get(path, params={"snapshots": "refs"}).json()["metadata"]
+    assert len(snapshots) > 1 and refs["snapshots"] == snapshots[-1:], snapshots   # main's only
     r = httpx.get(path + "/credentials")
     assert r.status_code == 200 and r.json() == {"storage-credentials": []}   # a local warehouse: none needed
     scan = {"report-type": "scan-report", "table-name": "default.events", "snapshot-id": 1, "metrics": {},
             "filter": True, "schema-id": 0, "projected-field-ids": [1], "projected-field-names": ["id"]}
     assert httpx.post(path + "/metrics", json=scan).status_code == 204
+
+
+@pytest.fixture
+def small_metadata(config):
+    config.uniform_max_metadata_bytes = 1024
+    return config
+
+
+def test_a_writers_metadata_file_beyond_the_limit_is_refused_with_its_size(small_metadata, service, writer_table):
+    writer_table.append(batch(range(3, 6)))   # (a commit that brings the writer's conversion)
+    r = httpx.get(service + MOUNT + "/v1/catalogs/main/namespaces/default/tables/events")
+    assert r.status_code == 406, r.text[:500]
+    message = r.json()["error"]["message"]
+    assert "bytes, more than the 1024 this service serves (uniform_max_metadata_bytes)" in message, message

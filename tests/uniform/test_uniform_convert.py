@@ -113,6 +113,11 @@ def test_old_snapshots_expire_and_their_metadata_goes_but_never_a_data_file(quic
         wait_converted(catalog, "default.events", version)   # one conversion (one snapshot) per commit
     t = catalog.load_table("default.events")
     assert len(t.metadata.snapshots) == 10 and len(t.metadata.metadata_log) == 10
+    import httpx
+    refs = httpx.get(f"{service}/api/2.1/unity-catalog/iceberg/v1/catalogs/main/namespaces/default/tables/events",
+                     params={"snapshots": "refs"}).json()["metadata"]
+    assert [s["snapshot-id"] for s in refs["snapshots"]] == [t.metadata.current_snapshot_id]
+    assert refs["snapshot-log"] == json.loads(t.metadata.model_dump_json(by_alias=True))["snapshot-log"]
     assert iceberg_rows(t) == md.rows(version)
     referenced = {t.metadata_location, *(e.metadata_file for e in t.metadata.metadata_log),
                   *(s.manifest_list for s in t.metadata.snapshots),
