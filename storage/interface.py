@@ -6,8 +6,8 @@ its parameters); another store, e.g. on a PostgreSQL-compatible distributed data
 Types are `storage.records` dataclasses and builtins only. Errors are `storage.errors` classes only: every store
 method may raise StoreUnavailable (the database could not be reached: known not applied, safe to retry).
 
-Namespaces and tables live in realms ("iceberg", "uc", "lance"...) and catalogs; a namespace is a path of levels
-joined by `records.NAMESPACE_SEP`.
+Namespaces and tables live in realms (one or more a format: coordinator/format.py) and catalogs; a namespace is a
+path of levels joined by `records.NAMESPACE_SEP`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any, Callable, Protocol
 from uuid import UUID
 
 from .localfs import FileWrite
-from .records import (EVERYTHING, EventPage, FeedScope, FileDeletion, IdempotencyRecord, LeaseRound, LogEntry, Position, TableRow,
-                      WriteGroup, WriteResult)
+from .records import (EVERYTHING, EventPage, FeedScope, FileDeletion, IdempotencyRecord, LeaseRound, LogEntry,
+                      Position, ReportTable, TableRow, WriteGroup, WriteResult)
 
 
 class TableRows(Protocol):
@@ -62,18 +62,16 @@ class TableRows(Protocol):
         """How many entries below version `below` lie in one of the [start, end) `ranges` (end < 0: through the
         latest) and in none of the `excluding` ranges."""
 
-    # Metric reports kept beside a table (format-named for now), each table's newest `keep` of each kind.
-    async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict, keep: int) -> None:
-        """Keep an Iceberg metrics report, and the table's newest `keep` (this one among them)."""
+    # Metric reports kept beside a table, in its format's table of them (`ReportTable`).
+    async def add_report(self, table: ReportTable, table_id: UUID, key: str | int, report: dict, keep: int) -> None:
+        """Keep a metrics report under `key` (`ReportTable.key`), and the table's newest `keep` (this one among
+        them); only while the table's row exists if `table.while_table_exists`."""
 
-    async def add_delta_report(self, table_id: UUID, commit_version: int, report: dict, keep: int) -> None:
-        """Keep a Delta commit report, only while the table's row exists, and the table's newest `keep`."""
+    async def delete_reports(self, table: ReportTable, table_id: UUID) -> None:
+        """Forget a table's reports."""
 
-    async def delete_delta_reports(self, table_id: UUID) -> None:
-        """Forget a table's Delta commit reports."""
-
-    async def purge_reports(self, older_than_s: float) -> int:
-        """Forget every report older than `older_than_s`; returns how many."""
+    async def purge_reports(self, tables: list[ReportTable], older_than_s: float) -> int:
+        """Forget every report in `tables` older than `older_than_s`; returns how many."""
 
 
 class Namespaces(Protocol):

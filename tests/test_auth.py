@@ -15,7 +15,7 @@ import pytest
 
 from api.access import POLICIES, PUBLIC, authenticated
 from api.app import create_app
-from api.common import protocol_of
+from api.protocols import PROTOCOLS
 from api.server import EmbeddedService
 from coordinator.auth import (AuthConfig, Grant, Principal, Privilege, format_path, hash_secret, parse_path,
                               verify_secret)
@@ -144,7 +144,7 @@ def _assert_protocol_error(path: str, r: httpx.Response, status: int) -> None:
     body = r.json() if r.request.method != "HEAD" else None
     if body is None:
         return
-    protocol = protocol_of(path)
+    protocol = PROTOCOLS.of(path)
     if protocol == "delta":
         assert body["error_code"] == {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED"}[status], body
     elif protocol == "lance":

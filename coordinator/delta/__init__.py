@@ -1,4 +1,4 @@
-"""Delta tables managed through Unity Catalog's API: the service behind `api/delta.py` and what it speaks in.
+"""Delta tables managed through Unity Catalog's API: the service behind `api/delta/` and what it speaks in.
 
 `models` holds the spec's request models, `state` a table's in-memory state, `rules` the spec's rules as pure
 functions, `proposals` the glue the table actors run, `service` the `DeltaService` the HTTP layer calls, and

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import trio
@@ -29,6 +29,9 @@ from coordinator.iceberg.files import gc_enabled
 from coordinator.iceberg.state import IcebergTable
 from coordinator.purges import PURGE_RETRY_S, Renewal, _clock
 
+if TYPE_CHECKING:
+    from coordinator.format import Services
+
 log = logging.getLogger(__name__)
 
 CHUNK = 256   # files deleted between two looks at the table's newest snapshots
@@ -41,9 +44,9 @@ def retained_lists(table: IcebergTable) -> list[str]:
 
 
 class Deletions:
-    def __init__(self, coordinator, counts: dict[str, float]):
-        self.store, self.files, self.registry = coordinator.store, coordinator.files, coordinator.registry
-        self.config = coordinator.config
+    def __init__(self, services: Services, counts: dict[str, float]):
+        self.store, self.files, self.registry = services.store, services.files, services.registry
+        self.config = services.config
         self.counts = counts
         self.pending = 0
         self.lists = cleanup.ManifestLists()   # what the expired and retained manifest lists name

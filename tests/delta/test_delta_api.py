@@ -997,7 +997,7 @@ def test_seed_samples_parse():
 
 def test_error_codes_by_class():
     """Unity Catalog's code for each typed outcome, read from the class alone."""
-    from api.delta import error_code
+    from api.delta import ERRORS as error_code
     from coordinator import errors as e
     expected = [(e.NoSuchCatalog, 404, "CATALOG_DOES_NOT_EXIST"), (e.NoSuchNamespace, 404, "SCHEMA_DOES_NOT_EXIST"),
                 (e.NoSuchTable, 404, "TABLE_DOES_NOT_EXIST"), (e.CatalogExists, 409, "CATALOG_ALREADY_EXISTS"),
