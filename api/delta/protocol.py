@@ -6,6 +6,7 @@ from coordinator.delta.format import DELTA as FORMAT
 from ..protocol import Protocol
 from .errors import error_response
 from .routes import DIRECT, bp, cross_format_part
+from .v1 import routes as _v1_routes   # noqa: F401  (its routes are on `bp`)
 
 DELTA = Protocol(FORMAT, blueprints=(bp,), error_response=error_response, cross_format_part=cross_format_part,
                  direct=DIRECT, openapi=True)

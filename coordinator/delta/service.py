@@ -288,7 +288,7 @@ class DeltaService:
         table_id = uuid.uuid4()
         location = join(await self._managed_root(body.catalog_name), str(table_id))
         staging = StagingTable(table_id, body.catalog_name, body.schema_name, body.name, location, now_ms(),
-                               schema_id)
+                               schema_id, CALLER.get())
         row = TableRow(table_id=table_id, realm=REALM, catalog=STAGING_CATALOG, namespace="", name=str(table_id),
                        format=FORMAT, location=location)
         await self.registry.create(row, state=staging, row_state=staging.row_state())
