@@ -120,7 +120,8 @@ def test_cli_refuses_to_expose_without_auth(tmp_path):
 # -- every route is guarded ----------------------------------------------------------------------------------------
 
 _PLACEHOLDERS = {"prefix": "wh", "namespace": "db", "table": "t", "view": "v", "id": "db$t", "name": "main",
-                 "full_name": "main.s.t", "rest": "x/y", "operation": "nope"}
+                 "full_name": "main.s.t", "rest": "x/y", "operation": "nope", "catalog": "main", "schema": "s",
+                 "table_id": "5f115e00-a7b0-47ed-bccb-0850122f3e13"}
 
 
 def _routes():
@@ -145,7 +146,10 @@ def _assert_protocol_error(path: str, r: httpx.Response, status: int) -> None:
     if body is None:
         return
     protocol = protocol_of(path)
-    if protocol == "delta":
+    if path.startswith("/api/2.1/unity-catalog/delta/v1/"):   # the Delta API v1.0's own error model
+        assert body["error"]["code"] == status and body["error"]["type"] == {
+            401: "NotAuthorizedException", 403: "PermissionDeniedException"}[status], body
+    elif protocol == "delta":
         assert body["error_code"] == {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED"}[status], body
     elif protocol == "lance":
         assert body["code"] == {401: 16, 403: 15}[status], body

@@ -12,7 +12,6 @@ from coordinator.errors import (AlreadyExists, CatalogExists, CommitConflict, Fa
 
 from ..common import json_response
 from ..error_map import ErrorMap
-from .v1 import errors as v1_errors
 
 # Classes before their parents: the first that matches gives the status and UC code.
 ERRORS: ErrorMap[str] = ErrorMap(
@@ -42,10 +41,7 @@ def uc_error(status: int, code: str, message: str, headers: dict[str, str] | Non
 
 def error_response(exc: BaseException, req=None) -> Response:
     """Any error raised while serving a Unity Catalog path, as UC's error body: the one translation for this protocol
-    (api/app.py sends every error here by the request's path; UC's body does not name the request, `req`). The
-    Delta API v1.0 has an error model of its own (v1/errors.py)."""
-    if req is not None and req.path.startswith(v1_errors.PREFIX):
-        return v1_errors.error_response(exc, req)
+    (api/app.py sends every error here by the request's path; UC's body does not name the request, `req`)."""
     exc = from_storage(exc)
     if isinstance(exc, HTTPException):
         return _http_error_response(exc)
