@@ -112,19 +112,26 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         ctx.started = time.perf_counter()
         ctx.request_id = headers.get("X-Request-Id") or next_request_id()
         COMMITTED.set(None)  # set by the commit this request applies, if any (logged by finish)
-        # Always consume the body, whatever the method and even when a handler rejects the request early: an
-        # unread body left on a keep-alive connection stalls the client's next request, and reading it here puts
-        # every body under BODY_TIMEOUT (a GET whose body trickles in would otherwise hold its connection). A
-        # request with no Content-Length (or 0) and no Transfer-Encoding has no body (RFC 9112 6.3): nothing to wait for.
-        if req.content_length or "Transfer-Encoding" in headers:
-            try:
-                await req.get_data()
-            except RequestEntityTooLarge:
-                raise RequestEntityTooLarge(f"request body too large: the limit is {MAX_BODY_BYTES} bytes") from None
-            except RequestTimeout:
-                raise body_timeout(coordinator.config.http_body_timeout_s) from None
         refuse_nul(req.path, req.query_string)
-        await enforce()
+        # The caller is authenticated before anything of the body is read, and the route's policy checked before
+        # anything of the body is parsed that the policy does not read (a policy that reads the body reads it
+        # here: api/transport.py's LingeringBody receives nothing until it is wanted). A request refused here is
+        # answered without its body, and its connection closed unless the body had already arrived.
+        try:
+            await enforce()
+            # Then always consume the body, whatever the method: an unread body left on a keep-alive connection
+            # stalls the client's next request, and reading it here puts every body under BODY_TIMEOUT (a GET whose
+            # body trickles in would otherwise hold its connection). An HTTP/1 request with no Content-Length (or
+            # 0) and no Transfer-Encoding has no body (RFC 9112 6.3): nothing to wait for. Over HTTP/2 a body need
+            # not announce its length, so its end is always waited for; it is counted against the limit all the same.
+            if req.content_length or "Transfer-Encoding" in headers or req.http_version not in ("1.0", "1.1"):
+                await req.get_data()
+            else:
+                req.body.want()   # its end only (and a client leaving, which cancels the handler)
+        except RequestEntityTooLarge:
+            raise RequestEntityTooLarge(f"request body too large: the limit is {MAX_BODY_BYTES} bytes") from None
+        except RequestTimeout:
+            raise body_timeout(coordinator.config.http_body_timeout_s) from None
 
     async def finish(req, response: Response, request_id: str, started: float | None, rule: str | None) -> None:
         """Every answer's metrics, X-Request-Id and log line (Quart's requests and the direct routes'); `rule`: the

@@ -55,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="address buckets as http://host/bucket, as most S3-compatible servers need "
                         "(env COORDINATOR_S3_PATH_STYLE, default: off)")
     s.add_argument("--log-level", help=f"debug, info or warning {default('log_level')}")
+    s.add_argument("--http-max-connections", type=int,
+                   help="most connections open at once; past it a new connection takes the place of an idle one "
+                        "(see docs/limits.md) "
+                        f"{default('http_max_connections', 'as many as the descriptor limit (ulimit -n) leaves room for, at most 10000')}")
     s.add_argument("--auth-file", help="TOML file of clients, roles and grants: turns on authentication "
                                        f"(see docs/authentication.md) {default('auth_file', 'none: authentication off')}")
     s.add_argument("--insecure", action="store_true", default=None,
@@ -80,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--cluster-port", type=int, help=f"internal channel port, 0 = any {default('cluster_port')}")
     s.add_argument("--cluster-advertise", help="host:port other members dial to reach this one; implies "
                                                f"--cluster {default('cluster_advertise', 'none')}")
+    s.add_argument("--cluster-secret-file", help="file holding the internal channel's secret, the same on every "
+                                                 "member (see docs/cluster.md) "
+                                                 f"{default('cluster_secret_file', '<data-dir>/cluster.key')}")
     s.add_argument("--http-fd", type=int, help=argparse.SUPPRESS)  # set by --workers for its processes
     add_warehouse_commands(sub)
     args = parser.parse_args(argv)
@@ -109,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
                                  auth_file=args.auth_file, insecure=args.insecure, tls_proxy=args.tls_proxy,
                                  workers=args.workers, cluster=args.cluster, cluster_host=args.cluster_host,
                                  cluster_port=args.cluster_port, cluster_advertise=args.cluster_advertise,
-                                 http_fd=args.http_fd, uniform_workers=args.uniform_workers)
+                                 cluster_secret_file=args.cluster_secret_file, http_fd=args.http_fd,
+                                 uniform_workers=args.uniform_workers, http_max_connections=args.http_max_connections,
+                                 events_retention_s=args.events_retention_s, events_max=args.events_max)
         configure_logging(config.log_level)
         try:
             serve(config)

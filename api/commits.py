@@ -26,7 +26,7 @@ from quart import Blueprint, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from coordinator import crossformat
-from coordinator.errors import BadRequest, CoordinatorError, Unavailable, from_storage
+from coordinator.errors import BadRequest, CoordinatorError, TooManyRequests, Unavailable, from_storage
 from coordinator.idempotency import IdempotencyKey, IdempotencyRecord, bind, parse_key
 
 from .access import Needs, guard
@@ -42,6 +42,7 @@ READERS = {p.name: p.cross_format_part for p in PROTOCOLS}
 
 
 async def _parts() -> list[CommitPart]:
+    """The parts, each read as far as its access policy needs (its format and table); `_plans` reads the rest."""
     return await parsed_once("cross-format-parts", _read_parts)
 
 
@@ -61,8 +62,19 @@ async def _read_parts() -> list[CommitPart]:
             parts.append(READERS[fmt]({k: v for k, v in part.items() if k != "format"}))
         except CoordinatorError as exc:
             raise _in_part(BadRequest(f"part {i} ({fmt}): {exc.message}"), i) from None
-    g.cross_format_parts = parts
     return parts
+
+
+def _plans(parts: list[CommitPart]) -> list:
+    """Each part validated whole, once the caller's grants for them all are checked; their planners."""
+    plans = []
+    for i, part in enumerate(parts):
+        try:
+            plans.append(part.read())
+        except CoordinatorError as exc:
+            raise _in_part(BadRequest(f"part {i} ({part.label}): {exc.message}"), i) from None
+    g.cross_format_parts = parts   # from here on, a part's refusal is worded in its protocol (error_response)
+    return plans
 
 
 def _in_part(exc: CoordinatorError, index: int) -> CoordinatorError:
@@ -78,13 +90,14 @@ async def _commit_needs() -> Needs:
 @guard(_commit_needs)
 async def commit() -> Response:
     parts = await _parts()
+    plans = _plans(parts)
     raw_key = request.headers.get("Idempotency-Key")
     if raw_key is None:
-        return json_response({"results": await crossformat.commit(_registry(), [p.plan for p in parts], None)})
+        return json_response({"results": await crossformat.commit(_registry(), plans, None)})
     key = IdempotencyKey(parse_key(raw_key), bind("cross-format-commit",
                                                   quote(",".join(p.label for p in parts), safe="")))
     result = await current_coordinator().idempotency.run(
-        key.key, key.route, lambda: crossformat.commit(_registry(), [p.plan for p in parts], key))
+        key.key, key.route, lambda: crossformat.commit(_registry(), plans, key))
     if isinstance(result, IdempotencyRecord):   # a replay of the first attempt's answer
         return json_response(bytes(result.body), result.status)
     return json_response({"results": result})
@@ -101,7 +114,7 @@ def error_response(exc: BaseException, req=None) -> Response:
         status = exc.code or 400
         return json_response({"error": {"code": status, "type": exc.name, "message": exc.description or exc.name}},
                              status)
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, (Unavailable, TooManyRequests)) else None
     parts = g.get("cross_format_parts")
     if exc.part is None or parts is None or exc.part >= len(parts):
         error = {"code": exc.status, "type": type(exc).__name__, "message": exc.message}

@@ -23,6 +23,7 @@ from coordinator.errors import TooManyRequests, Unauthorized, Unavailable
 from .access import public
 from .common import json_response
 from .context import current_coordinator
+from .oauth import source_address
 
 bp = Blueprint("console", __name__, url_prefix="/ui", template_folder="templates")
 
@@ -126,7 +127,7 @@ async def login():
                 client_id, secret = form.get("client_id") or "", form.get("client_secret") or ""
                 if not client_id or not secret:
                     raise Unauthorized("enter a client id and its secret, or a token")
-                token = (await authority.client_credentials(client_id, secret)).access_token
+                token = (await authority.client_credentials(client_id, secret, source_address())).access_token
             authority.principal(token)
         except (Unauthorized, TooManyRequests, Unavailable) as exc:
             error = exc.message

@@ -1,7 +1,7 @@
 """The libraries whose private parts the service replaces or reads, held to the versions it is tested with.
 
 - quart, quart-trio, hypercorn: `api/transport.py` (quart-trio's message loop, Quart's request body, hypercorn's
-  connection idle timer);
+  TCP server with its idle timer, and its HTTP/2 connection);
 - werkzeug: `api/routing.py` (the matcher inside werkzeug's routing Map);
 - pyiceberg: `coordinator/uniform/conversion.py` (its overwrite snapshot producer, `_OverwriteFiles`, driven directly
   for a conversion's deletes and rewrites);

@@ -7,13 +7,19 @@ protocol module lists in its `DIRECT` table (each protocol's commit; Lance's rea
 pylance makes for each commit), the ordinary request is served by the same code as the Quart route's (the route's
 access policy, view and answer, the app's error translation, metrics and log line) without that machinery.
 
-Ordinary: a GET or POST the route takes, a query string that is UTF-8 throughout, no body or a Content-Length
-of at most DIRECT_MAX_BODY (no Transfer-Encoding), and whatever the route asks besides (Iceberg: no
-Idempotency-Key). Anything else goes to Quart untouched. A request that fails before its view runs (its body's
-JSON or model, its credential and grants, a NUL in its path, the blueprint's before-request check) goes to Quart
-too, with the body it sent replayed: so every such refusal is Quart's own, in the same words and order. What the
-view raises is answered here by the app's error translation, as Quart's error handler would: the view may have
-handed a commit to its table's actor, which must not be done twice.
+Ordinary: a GET or POST the route takes, a query string that is UTF-8 throughout, no Content-Length or one of
+at most DIRECT_MAX_BODY (no Transfer-Encoding), and whatever the route asks besides (Iceberg: no
+Idempotency-Key). Anything else goes to Quart untouched, and so does a body that grows past DIRECT_MAX_BODY as it
+arrives (over HTTP/2 a body need not announce its length), with what arrived replayed.
+
+Nothing of the body is received before the caller is authenticated, and nothing of it is parsed that the route's
+access policy does not read before the caller's grants are checked: a policy that needs only the path is checked
+before the body is received at all; one that reads part of the body (`DirectRoute.part`: a commit's table id)
+gets only that part validated. A request that fails before its view runs (its credential and grants, a NUL in
+its path, its body's JSON or model, the blueprint's before-request check) goes to Quart, with what it sent
+replayed: so every such refusal is Quart's own, in the same words and order. What the view raises is answered
+here by the app's error translation, as Quart's error handler would: the view may have handed a commit to its
+table's actor, which must not be done twice.
 
 Unlike Quart's, the view here is not cancelled when the client disconnects while it runs: the commit it handed to
 its table's actor goes on either way, and its answer (and log line) is then written to a closed connection.
@@ -39,8 +45,9 @@ from coordinator.errors import CoordinatorError
 from storage.errors import StorageError
 
 from .access import Needs, caller
-from .common import body_timeout, refuse_nul
+from .common import body_json, body_timeout, refuse_nul
 from .request_log import next_request_id
+from .transport import drain_unread
 
 DIRECT_MAX_BODY = 1024 * 1024   # larger bodies (rare for a commit) are read by Quart, under its lingering limit
 HANDLED = (HTTPException, CoordinatorError, StorageError)   # what the app's error handler answers
@@ -52,10 +59,13 @@ class DirectRoute:
     coordinator, the request and the body as read."""
 
     read: Callable[[DirectRequest], Any] | None   # the body as the route's view reads it (None: it reads none)
-    needs: Callable[[Any, DirectRequest, Any], Awaitable[Needs]]   # its access policy (api/access.py)
+    # Its access policy (api/access.py), of the coordinator, the request and the part of the body it reads.
+    needs: Callable[[Any, DirectRequest, Any], Awaitable[Needs]]
     view: Callable[[Any, DirectRequest, Any], Awaitable[Response]]
     before: Callable[[Any, DirectRequest], Awaitable[None]] | None = None   # its blueprint's before-request hook
     takes: Callable[[DirectRequest], bool] | None = None                   # False: this request goes to Quart
+    # The part of the body the policy reads, as it reads it (None: the policy reads only the path).
+    part: Callable[[DirectRequest], Any] | None = None
 
 
 class Headers(dict):
@@ -73,7 +83,7 @@ class DirectRequest:
     """What the shared code reads of a request (api/access.py, api/request_log.py, the error translations, the
     routes' policies and views): its method, path, headers, route arguments, query parameters and body."""
 
-    __slots__ = ("method", "path", "raw_path", "query_string", "headers", "view_args", "args", "body")
+    __slots__ = ("method", "path", "raw_path", "query_string", "headers", "view_args", "args", "body", "_json")
 
     def __init__(self, scope: dict, headers: Headers, view_args: dict[str, str], args: ImmutableMultiDict) -> None:
         self.method = scope["method"]
@@ -84,6 +94,17 @@ class DirectRequest:
         self.view_args = view_args
         self.args = args
         self.body = b""
+        self._json = _UNPARSED
+
+    def json(self) -> Any:
+        """The body's JSON (api/common.py's `body_json`), parsed once: the policy's part and the view's body share
+        it."""
+        if self._json is _UNPARSED:
+            self._json = body_json(self.body)
+        return self._json
+
+
+_UNPARSED = object()
 
 
 class DirectRoutes:
@@ -116,7 +137,7 @@ class DirectRoutes:
         headers = Headers()
         for name, value in scope["headers"]:
             headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
-        length = headers.get("content-length")   # none (nor Transfer-Encoding): no body
+        length = headers.get("content-length")   # none: HTTP/1 has no body, HTTP/2 one of any length (counted)
         if "transfer-encoding" in headers or (length is not None and (not length.isdigit()
                                                                       or int(length) > DIRECT_MAX_BODY)):
             return None
@@ -133,24 +154,38 @@ class DirectRoutes:
     async def serve(self, taken, scope: dict, receive, send) -> None:
         route, rule, req = taken
         started = time.perf_counter()
-        headers = req.headers
-        received = []
+        try:   # before anything of the body is received
+            principal = self._caller(req)
+            if route.part is None:
+                await self._check(route, req, principal, None)
+        except Exception:  # noqa: BLE001 - refused before the view: Quart refuses it, in its own words and order
+            return await self.quart(scope, receive, send)
+        received, size, too_large = [], 0, False
         with trio.move_on_after(self.body_timeout_s):
             while True:
                 message = await receive()
                 if message["type"] != "http.request":   # the client left: nobody to answer
                     return
                 received.append(message)
+                size += len(message.get("body", b""))
+                if size > DIRECT_MAX_BODY:   # (only a body of no announced length gets here)
+                    too_large = True
+                    break
                 if not message.get("more_body", False):
                     break
-        request_id = headers.get("x-request-id") or next_request_id()
+        if too_large:   # read on, and answered, by Quart under the app's own limit
+            return await self.quart(scope, _replaying(received, receive), send)
+        request_id = req.headers.get("x-request-id") or next_request_id()
         COMMITTED.set(None)   # set by the commit this request applies, if any (logged by finish)
         if not received or received[-1].get("more_body", False):
             response = self.error_answer(body_timeout(self.body_timeout_s), req)
-            return await self._answer(send, req, response, request_id, started, rule)
+            if scope.get("http_version") in ("1.0", "1.1"):
+                response.headers["Connection"] = "close"   # (its body unread: hypercorn closes the connection)
+            await self._answer(send, req, response, request_id, started, rule)
+            return drain_unread(receive)
         req.body = b"".join(m.get("body", b"") for m in received)
         try:
-            body = await self._checked(route, req)
+            body = await self._checked(route, req, principal)
         except Exception:  # noqa: BLE001 - refused before the view: Quart refuses it, in its own words and order
             return await self.quart(scope, _replaying(received, receive), send)
         try:
@@ -159,17 +194,29 @@ class DirectRoutes:
             response = self._error(exc, req)
         await self._answer(send, req, response, request_id, started, rule)
 
-    async def _checked(self, route: DirectRoute, req: DirectRequest) -> Any:
-        """What Quart does before the view (the app's before-request hook: NUL check, access check with the route's
-        policy; the blueprint's), and the body as the view reads it. What fails here, Quart words, in its order."""
+    def _caller(self, req: DirectRequest):
+        """The app's before-request checks that need no body: the NUL check, and the caller's credential (None:
+        authentication is off)."""
         refuse_nul(req.path, req.query_string)
-        body = route.read(req) if route.read is not None else None
         authority = self.coordinator.authority
-        if authority is not None:
-            authority.check(caller(authority, req), await route.needs(self.coordinator, req, body))
+        return caller(authority, req) if authority is not None else None
+
+    async def _check(self, route: DirectRoute, req: DirectRequest, principal, part: Any) -> None:
+        if principal is not None:
+            self.coordinator.authority.check(principal, await route.needs(self.coordinator, req, part))
+
+    async def _checked(self, route: DirectRoute, req: DirectRequest, principal) -> Any:
+        """What Quart does before the view once the body is in (the access check of a policy that reads the body,
+        the blueprint's before-request hook), and the body as the view reads it. What fails here, Quart words."""
+        part = None
+        if route.part is not None and principal is not None:
+            part = route.part(req)
+            await self._check(route, req, principal, part)
         if route.before is not None:
             await route.before(self.coordinator, req)
-        return body
+        if route.read is None:
+            return None
+        return part if part is not None and route.read is route.part else route.read(req)
 
     def _error(self, exc: BaseException, req: DirectRequest) -> Response:
         """The view's exception answered as Quart answers it: a handled one (in a group, its first handled part)

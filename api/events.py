@@ -7,33 +7,23 @@ the events' `subject` spells it). Answers 200 `{"events": [...CloudEvents...], "
 is older than retention kept; 400 for a malformed token or query. Errors are the service's own
 (`{"error": {"code", "type", "message"}}`).
 
-Any authenticated client may read the feed; it sees only the events of tables it may read.
+Any authenticated client may read the feed; it sees only the events of tables it may read, and what it is answered
+depends on nothing else. A long-poll beyond the waiting readers' bounds is 429 (the client's share) or 503 (the
+service's), with Retry-After.
 """
 
 from __future__ import annotations
 
 from quart import Blueprint, Response, g, request
 
-from coordinator.auth import Privilege, Resource, table_securable
 from coordinator.errors import BadRequest
-from coordinator.format import Formats
-from storage.records import StoredEvent
+from coordinator.feed import scope_of
 
 from .access import authenticated, guard
 from .common import json_response
 from .context import current_coordinator
 
 bp = Blueprint("events", __name__, url_prefix="/api/coordinator/v1")
-
-
-def securable(event: StoredEvent, formats: Formats) -> Resource:
-    """What a reader must be allowed to read to see `event`: its table's securable, in its format's (the type's
-    first word) paths. A name begins with its catalog unless that is "" (Iceberg's without a prefix, Lance's)."""
-    name, parts = event.type.split(".", 1)[0], event.data["name"]
-    fmt = formats.by_name.get(name)
-    if fmt is None:   # a format no longer served: only a grant on everything reaches it
-        return table_securable((name, *parts[:-1]), parts[-1])
-    return fmt.table(event.catalog, parts[1:-1] if event.catalog else parts[:-1], parts[-1])
 
 
 def _number(name: str, default: float, kind: type) -> float:
@@ -49,11 +39,9 @@ def _number(name: str, default: float, kind: type) -> float:
 @bp.get("/events")
 @guard(authenticated)
 async def events() -> Response:
-    principal, coordinator = g.get("principal"), current_coordinator()
-    formats = coordinator.formats
-    visible = ((lambda e: True) if principal is None else
-               (lambda e: principal.may(Privilege.READ, securable(e, formats))))
-    feed = coordinator.feed
+    principal = g.get("principal")
+    feed = current_coordinator().feed
     return json_response(await feed.read(request.args.get("after"), limit=int(_number("limit", 100, int)),
                                          wait_s=_number("wait", 0.0, float), formats=request.args.getlist("format"),
-                                         tables=request.args.getlist("table"), visible=visible))
+                                         tables=request.args.getlist("table"), scope=scope_of(principal),
+                                         client=principal.name if principal is not None else "anonymous"))

@@ -7,8 +7,9 @@ Grants:
   is how Iceberg's Java client refreshes before expiry, until `token_exchange_max_s` after the client last proved
   its secret; sent with the client's credentials in HTTP Basic (how that client refreshes a token that has
   expired), the client proves its secret again and the subject token may have expired.
-Errors use OAuth's own format: `{"error": ..., "error_description": ...}`; a client over its rate of secret
-checks hears 429, and every client while too many checks wait, 503 (`temporarily_unavailable`, Retry-After).
+Errors use OAuth's own format: `{"error": ..., "error_description": ...}`; a request the throttle refuses (too many
+tokens for its client, too many failed checks from its address or for its id) hears 429, and one that finds no
+room among the checks waiting, 503 (`temporarily_unavailable`, Retry-After): coordinator/auth.py Throttle.
 """
 
 from __future__ import annotations
@@ -35,6 +36,17 @@ ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 def oauth_error(status: int, error: str, description: str) -> Response:
     return json_response({"error": error, "error_description": description}, status,
                          {"Cache-Control": "no-store"})
+
+
+def source_address() -> str | None:
+    """The address a request came from, which failed secret checks are counted by (coordinator/auth.py Throttle):
+    the connection's peer, or behind a TLS-ending proxy (`tls_proxy`) the last address of X-Forwarded-For, the one
+    the proxy says connected to it (any before it are the client's own word)."""
+    if current_coordinator().config.tls_proxy:
+        forwarded = request.headers.get("X-Forwarded-For", "").rpartition(",")[2].strip()
+        if forwarded:
+            return forwarded
+    return request.remote_addr
 
 
 def _basic_credentials() -> tuple[str, str] | None:
@@ -66,13 +78,13 @@ async def tokens() -> Response:
                 client_id, secret = _basic_credentials() or (None, None)
             if client_id is None or secret is None:
                 return oauth_error(400, "invalid_request", "client_id and client_secret are required")
-            token = await authority.client_credentials(client_id, secret)
+            token = await authority.client_credentials(client_id, secret, source_address())
         elif grant == TOKEN_EXCHANGE:
             subject = form.get("subject_token")
             if not subject:
                 return oauth_error(400, "invalid_request", "subject_token is required")
             basic = _basic_credentials()
-            token = (await authority.reauthenticate(subject, *basic) if basic is not None
+            token = (await authority.reauthenticate(subject, *basic, source_address()) if basic is not None
                      else authority.exchange(subject))
         else:
             return oauth_error(400, "unsupported_grant_type",

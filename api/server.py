@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import gc
 import logging
+import resource
 import shutil
 import signal
 import sys
@@ -22,7 +23,6 @@ from pathlib import Path
 
 import orjson
 import trio
-from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from coordinator.config import Config, ConfigError
@@ -30,7 +30,7 @@ from coordinator.service import Coordinator
 
 from .app import create_app
 from .dependencies import check_tested_versions
-from .transport import use_keep_alive_timer
+from .transport import ConnectionLimit, ServerConfig, use_transport
 
 log = logging.getLogger(__name__)
 
@@ -78,30 +78,72 @@ def configure_logging(level: str) -> None:
     logging.getLogger("hypercorn.access").setLevel(logging.WARNING)
 
 
-def hypercorn_config(config: Config) -> HyperConfig:
-    hc = HyperConfig()
+# Connections the kernel holds for the service before it accepts them (capped by net.core.somaxconn). Beyond it a
+# client's connect is dropped, and tried again only a second later: under a flood of connects (each accepted and
+# closed at the connection maximum) a health check would wait that long. hypercorn's default is 100.
+LISTEN_BACKLOG = 2048
+
+# The derived connection maximum (`http_max_connections` 0) is at most this: an idle connection costs the service
+# some memory besides its descriptor.
+DEFAULT_MAX_CONNECTIONS = 10_000
+
+
+def descriptors_reserved(config: Config, limit: int) -> int:
+    """Descriptors kept out of the connections' reach (of the process's `limit`): the database pool's, files being
+    read and written, the cluster channel's, the process's own (its log, its listening sockets, the event loop)."""
+    return max(128, limit // 8) + config.db_pool_size
+
+
+def max_connections(config: Config) -> int:
+    """How many connections may be open at once: `http_max_connections`, or (0) as many as the process's
+    descriptor limit leaves room for beside `descriptors_reserved`, at most DEFAULT_MAX_CONNECTIONS."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if limit == resource.RLIM_INFINITY:
+        return config.http_max_connections or DEFAULT_MAX_CONNECTIONS
+    reserved = descriptors_reserved(config, limit)
+    room = limit - reserved
+    if room < 1 or config.http_max_connections > room:
+        asked = f"--http-max-connections {config.http_max_connections}" if config.http_max_connections else "serving"
+        raise ConfigError(f"{asked} needs more file descriptors than the process's limit of {limit} (ulimit -n) "
+                          f"leaves beside the {reserved} kept for the database, files and the cluster: at most "
+                          f"{max(room, 0)} connections fit. Raise the limit (ulimit -n) or lower the setting")
+    return config.http_max_connections or min(room, DEFAULT_MAX_CONNECTIONS)
+
+
+def hypercorn_config(config: Config) -> ServerConfig:
+    hc = ServerConfig()
     hc.bind = [f"{config.host}:{config.port}"]
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.keep_alive_timeout = config.http_keep_alive_s  # also bounds slow headers: hypercorn resets it per request
     hc.graceful_timeout = config.shutdown_grace_s
     hc.h11_max_incomplete_size = 64 * 1024
+    hc.backlog = LISTEN_BACKLOG
     if config.http_fd is not None:  # a worker of `serve --workers N`: the supervisor's shared socket
         hc.bind = [f"fd://{config.http_fd}"]
+    hc.connections = ConnectionLimit(max_connections(config))
     return hc
+
+
+def observe_connections(metrics, limit: ConnectionLimit) -> None:
+    metrics.add_gauges(lambda: {"coordinator_http_connections": len(limit.open),
+                                "coordinator_http_connections_max": limit.maximum})
+    metrics.add_counters(lambda: {"coordinator_http_connections_closed_at_limit_total": limit.closed_at_limit})
 
 
 async def serve_coordinator(coordinator: Coordinator, *, shutdown: trio.Event | None = None,
                             task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Run the actors and the HTTP server until `shutdown` is set (or forever)."""
     app = create_app(coordinator)
-    use_keep_alive_timer()
+    use_transport()
+    hc = hypercorn_config(coordinator.config)
+    observe_connections(coordinator.metrics, hc.connections)
     trigger = shutdown.wait if shutdown is not None else None
     async with trio.open_nursery() as nursery:
         await nursery.start(coordinator.run)
         async with trio.open_nursery() as http:
             binds = await http.start(lambda task_status: hypercorn_serve(
-                app, hypercorn_config(coordinator.config), shutdown_trigger=trigger, task_status=task_status))
+                app, hc, shutdown_trigger=trigger, task_status=task_status))
             task_status.started(binds)
         # hypercorn returns once its graceful shutdown has drained in-flight requests: the actors are idle.
         nursery.cancel_scope.cancel()
@@ -125,6 +167,7 @@ def tune_gc() -> None:
 def serve(config: Config) -> None:
     """Blocking: start the database (embedded unless configured), then serve until interrupted."""
     check_tested_versions()
+    max_connections(config)   # a maximum the descriptor limit cannot hold is refused before anything starts
     if config.workers > 1 and config.http_fd is None:
         from .workers import serve_workers
         return serve_workers(config)
@@ -189,6 +232,7 @@ class EmbeddedService:
 
     def start(self) -> str:
         check_tested_versions()
+        max_connections(self.config)
         self.coordinator.open()
         self._thread = threading.Thread(target=self._main, name="coordinator-embedded", daemon=True)
         self._thread.start()

@@ -56,6 +56,8 @@ def serve_workers(config: Config) -> None:
             argv += ["--auth-file", str(Path(config.auth_file).resolve())]
         if config.insecure:
             argv += ["--insecure"]
+        if config.cluster_secret_file is not None:
+            argv += ["--cluster-secret-file", str(Path(config.cluster_secret_file).resolve())]
         # The workers run this very code, wherever the supervisor was started from.
         root = str(Path(__file__).resolve().parents[1])
         env = {**os.environ, "COORDINATOR_WORKERS": "1",

@@ -304,7 +304,7 @@ class TableActor:
         if decision is None:
             self._count_refusal(req, participant.proposal)
             return
-        part = table_part(self.row, self.epoch, [decision])
+        part = table_part(self.row, self.epoch, [decision], self.registry.securable(self.row.format))
         req.reply.set((decision.reply, part))
         # Hold the table: nothing else is decided until the commit's single write has an outcome.
         with trio.CancelScope(shield=True):
@@ -363,7 +363,7 @@ class TableActor:
     async def _flush(self, seg: _Segment) -> None:
         """Write the segment as a commit of this one table, then answer everyone waiting for it."""
         decisions = [d for _, d in seg.decisions]
-        part = table_part(self.row, self.epoch, decisions)
+        part = table_part(self.row, self.epoch, decisions, self.registry.securable(self.row.format))
         receipts = [d.idempotency for d in decisions if d.idempotency is not None] \
             + [d.marker for d in decisions if d.marker is not None]
         if not self.registry.serving(self):

@@ -39,7 +39,6 @@ import enum
 import functools
 import hashlib
 import hmac
-import math
 import secrets
 import time
 import tomllib
@@ -50,11 +49,10 @@ from typing import Any, Iterable, Mapping
 from urllib.parse import unquote
 
 import jwt
-import trio
 
 from .config import ConfigError
-from .errors import Forbidden, InvalidClient, TooManyRequests, Unauthorized, Unavailable
-
+from .errors import Forbidden, InvalidClient, Unauthorized
+from .throttle import Throttle, source_key
 
 
 @dataclass(frozen=True)
@@ -275,13 +273,15 @@ class Authority:
         # token -> (principal, expiry): checking a token costs ~0.1 ms of CPU, and every request presents one.
         self._verified: dict[str, tuple[Principal, int]] = {}
 
-    async def client_credentials(self, client_id: str, secret: str) -> Token:
+    async def client_credentials(self, client_id: str, secret: str, source: str | None) -> Token:
         """A token for a client that proves its secret (the token endpoint's client_credentials, the console's
-        sign-in): throttled per client (TooManyRequests) and by how many checks wait (Unavailable)."""
+        sign-in) in a request from address `source`: throttled (TooManyRequests) and by how many checks wait
+        (Unavailable), see Throttle."""
         client = self.config.clients.get(client_id)
         # Verify even for an unknown client so that timing does not tell which ids exist.
         stored = client.secret_hash if client else _dummy_hash()
-        ok = await self._throttle.run(client_id, verify_secret, secret, stored)
+        ok = await self._throttle.check(client.id if client else None, source_key(source), verify_secret, secret,
+                                        stored)
         if client is None or not ok:
             raise InvalidClient("invalid client id or secret")
         return self._issue(client.id, auth_time=int(time.time()))
@@ -297,14 +297,14 @@ class Authority:
                                f" s) ago: authenticate with the client's secret (grant_type=client_credentials)")
         return self._issue(claims["sub"], auth_time=auth_time, until=until)
 
-    async def reauthenticate(self, subject_token: str, client_id: str, secret: str) -> Token:
+    async def reauthenticate(self, subject_token: str, client_id: str, secret: str, source: str | None) -> Token:
         """A token exchange sent with the client's own credentials (HTTP Basic), as Iceberg's Java client refreshes
         a token that has already expired: the subject token must be one this service issued to that client
         (expired or not), and the client proves its secret again."""
         claims = self._claims(subject_token, expired_too=True)
         if claims["sub"] != client_id:
             raise InvalidClient("the subject token was issued to another client")
-        return await self.client_credentials(client_id, secret)
+        return await self.client_credentials(client_id, secret, source)
 
     def _issue(self, subject: str, *, auth_time: int, until: float | None = None) -> Token:
         now = int(time.time())
@@ -349,41 +349,6 @@ class Authority:
         for privilege, resource in needs:
             if not principal.may(privilege, resource):
                 raise Forbidden(f"{principal.name} lacks {privilege.value} on {format_path(resource)}")
-
-
-class Throttle:
-    """The secret checks of the public token endpoints (scrypt: ~50 ms of a core each, on purpose), bounded so
-    that nobody can queue unbounded work or guess fast: per client id a token bucket (`burst` checks at once, then
-    `per_s` a second), and at most `queue_max` checks waiting for the two hashing threads. Beyond either the
-    caller hears at once that it must wait: TooManyRequests (its own rate) or Unavailable (everyone's).
-
-    Any id a caller names gets its own bucket, an unknown one too (one shared by unknown ids would tell which ids
-    exist, by which answer 429 first); the buckets least recently used beyond BUCKETS_MAX are forgotten, so they
-    take bounded memory, and cycling through that many ids to refill one costs as many checks."""
-
-    THREADS = 2
-    BUCKETS_MAX = 4096
-
-    def __init__(self, per_s: float, burst: int, queue_max: int):
-        self.per_s, self.burst, self.queue_max = per_s, burst, queue_max
-        self._hashing = trio.CapacityLimiter(self.THREADS)
-        self._buckets: dict[str, tuple[float, float]] = {}   # client id -> (tokens, when counted), oldest first
-
-    async def run(self, client_id: str, fn, *args):
-        """`fn(*args)` on a hashing thread, if `client_id` has a check left and the queue has room."""
-        now = time.monotonic()
-        tokens, at = self._buckets.pop(client_id, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - at) * self.per_s)
-        self._buckets[client_id] = (tokens, now)   # now the most recently used: last
-        if len(self._buckets) > self.BUCKETS_MAX:
-            del self._buckets[next(iter(self._buckets))]
-        if tokens < 1:
-            raise TooManyRequests(f"too many token requests for this client: at most {self.per_s:g} a second",
-                                  retry_after_s=math.ceil((1 - tokens) / self.per_s))
-        if self._hashing.statistics().tasks_waiting >= self.queue_max:
-            raise Unavailable("too many token requests are waiting for their secret to be checked: retry shortly")
-        self._buckets[client_id] = (tokens - 1, now)
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._hashing)
 
 
 def format_path(resource: Resource) -> str:

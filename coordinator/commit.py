@@ -61,9 +61,10 @@ class Part:
         return self.write.insert
 
 
-def table_part(row: TableRow, epoch: int | None, decisions: list[Decision]) -> Part:
+def table_part(row: TableRow, epoch: int | None, decisions: list[Decision], securable: events.Securable) -> Part:
     """The changes `decisions` made to the table `row`, in order, as its part of a commit: one compare-and-set of
-    its row (fenced with `epoch`, its actor's lease's; None: the row's own), with its log rows, files and events."""
+    its row (fenced with `epoch`, its actor's lease's; None: the row's own), with its log rows, files and events
+    (seen by whoever may read the table's `securable`)."""
     w = TableWrite(table_id=row.table_id, expected_version=row.row_version,
                    epoch=row.epoch if epoch is None else epoch, bump=len(decisions))
     part = Part(w)
@@ -72,7 +73,7 @@ def table_part(row: TableRow, epoch: int | None, decisions: list[Decision]) -> P
         if d.rename is not None:
             name = d.rename
         if d.changes:   # one commit per request, named as that request leaves the table
-            w.events.extend(events.records(row.table_id, name, d.changes))
+            w.events.extend(events.records(row.table_id, name, d.changes, securable))
         if d.row_state is not None:
             w.state = d.row_state
         w.log.extend(d.log)

@@ -42,6 +42,9 @@ class Config:
     # request's whole body must arrive within `http_body_timeout_s` (408 otherwise).
     http_keep_alive_s: float = 75.0
     http_body_timeout_s: float = 60.0
+    # Connections open at once, at most (0: as many as the process's descriptor limit leaves room for, beside the
+    # database's, the files' and the cluster's, up to 10,000). Past it a new connection takes an idle one's place.
+    http_max_connections: int = 0
 
     # Authentication: a TOML file of clients, roles and grants (see coordinator/auth.py). Without one every
     # request is anonymous and allowed, which is only safe on loopback: binding any other address without it
@@ -49,11 +52,15 @@ class Config:
     auth_file: Path | None = None
     insecure: bool = False
     # The token endpoint and the console's sign-in check a client's secret (scrypt, ~50 ms of a core each, on
-    # purpose): per client id at most `token_requests_burst` at once and then `token_requests_per_s` a second
-    # (429 beyond), and at most `token_requests_queued` checks waiting for a core (503 beyond).
+    # purpose; coordinator/auth.py Throttle): per client id at most `token_requests_burst` tokens at once and then
+    # `token_requests_per_s` a second; per address at most `token_failures_burst` failed checks at once and then
+    # `token_failures_per_s` a second, per client id five times that (429 beyond); and at most
+    # `token_requests_queued` checks waiting for a core or running (503 beyond).
     token_requests_per_s: float = 10.0
     token_requests_burst: int = 20
     token_requests_queued: int = 32
+    token_failures_per_s: float = 0.2
+    token_failures_burst: int = 20
     # Clients reach the service over HTTPS through a proxy that ends TLS (the service itself speaks plain HTTP):
     # the console's sign-in cookie is then marked Secure, so a browser never sends it over plain HTTP.
     tls_proxy: bool = False
@@ -92,6 +99,13 @@ class Config:
     # many, whichever deletes more. An event takes about 0.6 KB in the database: 1,000,000 are about 0.6 GB.
     events_retention_s: float = 7 * 24 * 3600.0
     events_max: int = 1_000_000
+    # Readers waiting in a long-poll (`wait`): at most this many at once, and this many per client (one client id;
+    # every reader is one client without authentication). Beyond, a long-poll is refused at once: 429 for the
+    # client over its share, 503 when the service is full, both with Retry-After. The feed reads through a pool of
+    # `feed_db_pool_size` connections of its own, never taking those that commits need.
+    feed_waiters_max: int = 1000
+    feed_waiters_per_client: int = 100
+    feed_db_pool_size: int = 2
 
     # Storage
     db_pool_size: int = 4
@@ -111,6 +125,10 @@ class Config:
     cluster_host: str = "127.0.0.1"           # where this member's internal channel listens (a private interface)
     cluster_port: int = 0                     # 0: any free port
     cluster_advertise: str | None = None      # host:port peers dial to reach this member's channel
+    # The channel's secret, the same file on every member (coordinator/cluster/secret.py). None: the data dir's
+    # cluster.key, made on first use, which members on one host share; members reached at a non-loopback
+    # address must be given one.
+    cluster_secret_file: Path | None = None
     lease_ttl_s: float = 3.0                  # a dead member's shards are taken over about this long after it died
     lease_renew_s: float = 0.5                # leases are renewed (and expired ones looked for) this often
     lease_margin_s: float = 0.75              # stop serving this long before the lease could expire in the database
@@ -122,6 +140,8 @@ class Config:
         self.port = int(self.port)
         if self.auth_file is not None:
             self.auth_file = Path(self.auth_file)
+        if self.cluster_secret_file is not None:
+            self.cluster_secret_file = Path(self.cluster_secret_file)
         if self.cluster_advertise or int(self.workers) > 1:
             self.cluster = True
         self.s3_options = {**self.s3_options, **self._named_s3_options()}

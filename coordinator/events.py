@@ -1,19 +1,21 @@
 """The commit feed's events: what the commit path writes with each commit, and how a reader sees them.
 
 A format's proposals say what changed (`decision.Change`: the CloudEvents type and the format's data); this module
-adds what every event carries whatever its format (the table's id and name, the commit's id) and makes the
-`EventRecord`s the writer inserts in the commit's own transaction. Readers get CloudEvents 1.0 in JSON, each
-with the `sequence` extension attribute: its position in the feed, a token to resume right after it.
+adds what every event carries whatever its format (the table's id and name, the commit's id, the securable a
+reader must be allowed to read to see it) and makes the `EventRecord`s the writer inserts in the commit's own
+transaction. Readers get CloudEvents 1.0 in JSON, each with the `sequence` extension attribute: its position in
+the feed, a token to resume right after it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 from uuid import UUID
 
 from storage.records import EventRecord, Position, StoredEvent, split_namespace
 
+from .auth import Resource, table_securable
 from .decision import Change
 from .errors import BadRequest
 from .keys import new_key, uuid7
@@ -27,14 +29,34 @@ def name_parts(catalog: str, namespace: str, name: str) -> list[str]:
     return [*([catalog] if catalog else []), *split_namespace(namespace), name]
 
 
-def records(table_id: UUID, name: tuple[str, str, str], changes: list[Change],
+# A table's securable from its (catalog, namespace, name): its format's (coordinator/format.py Format.securable).
+Securable = Callable[[str, str, str], Resource]
+
+
+def named_securable(kind: str) -> Securable:
+    """The securable of a table of a row kind no format declared (tests' own kinds): the kind, the catalog if it
+    is named, the namespace levels, the name."""
+    return lambda catalog, namespace, name: table_securable(
+        (kind, *([catalog] if catalog else []), *split_namespace(namespace)), name)
+
+
+def securable_key(path: Resource) -> str:
+    """A securable as the feed stores and matches it (storage/records.py `FeedScope`, migration 015): its names
+    joined by "/", each with "%" and "/" escaped, so that a container's key and "/" begin the keys of exactly
+    what is within it."""
+    return "/".join(str(part).replace("%", "%25").replace("/", "%2F") for part in path)
+
+
+def records(table_id: UUID, name: tuple[str, str, str], changes: list[Change], securable: Securable,
             commit_id: str | None = None) -> list[EventRecord]:
-    """`changes` of the table `table_id`, named (catalog, namespace, name), as the events of one commit."""
+    """`changes` of the table `table_id`, named (catalog, namespace, name), as the events of one commit; a reader
+    sees them if it may read the table's `securable`."""
     commit_id = commit_id or new_key()
     parts = name_parts(*name)
     subject = ".".join(parts)
     return [EventRecord(uuid7(), c.type, subject, name[0],
-                        {**c.data, "table-id": str(table_id), "name": parts, "commit-id": commit_id})
+                        {**c.data, "table-id": str(table_id), "name": parts, "commit-id": commit_id},
+                        securable_key(securable(*name)))
             for c in changes]
 
 

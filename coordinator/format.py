@@ -121,9 +121,14 @@ class Format(Generic[S]):
         """The securable of a table (or view) of this format."""
         return table_securable(self.container(catalog, levels), name)
 
+    def securable(self, catalog: str, namespace: str, name: str) -> Resource:
+        """A table's securable from its name as the store keeps it (its namespace's levels joined): what grants
+        name, and what a feed reader must be allowed to read to see its events."""
+        return self.table(catalog, split_namespace(namespace), name)
+
     def row_securable(self, row: TableRow) -> Resource:
         """A table row's name as grants name it."""
-        return self.table(row.catalog, split_namespace(row.namespace) if row.namespace else (), row.name)
+        return self.securable(row.catalog, row.namespace, row.name)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,10 @@ SAMPLED_HELP = {
     "coordinator_mailbox_depth": "Requests queued in all actors' mailboxes, waiting to be decided, now",
     "coordinator_dormant_tables": "Idle tables kept in memory in compact form, ready to serve without a reload",
     "coordinator_feed_waiting_readers": "Commit feed readers in a long-poll, waiting for a commit, now",
+    "coordinator_http_connections": "HTTP connections the service holds open now",
+    "coordinator_http_connections_max": "HTTP connections allowed open at once (http_max_connections)",
+    "coordinator_http_connections_closed_at_limit_total": "HTTP connections closed because the maximum was "
+                                                          "reached (an idle one to make room, or the new one)",
     "coordinator_db_flushes_total": "Database transactions of the group-commit writer (each writes many commits)",
     "coordinator_db_groups_total": "Commits (groups of table rows) written by the group-commit writer",
     "coordinator_db_fenced_writes_total": "Commits refused by the database because their member lost the "

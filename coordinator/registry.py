@@ -25,6 +25,7 @@ from .config import Config
 from .commit import Part
 from .decision import KEEP_STATE, Change, Compaction, NewTable, Proposal
 from .errors import NotOwner, Unavailable
+from .events import Securable, named_securable
 from .metrics import Metrics
 from .purges import PurgeListing, Resumer
 from .transaction import Receipt, transact
@@ -55,6 +56,7 @@ class Registry:
         self.loaders: dict[str, StateLoader] = {}
         self.compactions: dict[str, Compaction] = {}
         self.format_of: dict[str, str] = {}
+        self.securables: dict[str, Securable] = {}   # a table's securable, for its events' readers
         # What a purge claim that names its table's metadata deletes, by the format whose claims they are.
         self.purge_listings: dict[str, PurgeListing] = {}
         self.watchers: dict[str, Callable[[UUID, Any], None]] = {}   # by format: told of each applied write
@@ -68,13 +70,18 @@ class Registry:
         metrics.add_counters(self.counters)
 
     def register_format(self, kind: str, loader: StateLoader, compaction: Compaction | None = None,
-                        fmt: str | None = None) -> None:
+                        fmt: str | None = None, securable: Securable | None = None) -> None:
         """Each kind of table row (TableRow.format) says how to build its in-memory state from a row, and may say
         how to keep it compact while the table is idle (by default the state is kept as it is, only the actor's
-        task ends); its commits count under its format's name `fmt` (by default the kind's own)."""
+        task ends); its commits count under its format's name `fmt` (by default the kind's own), and its events
+        are seen by the readers of its tables' `securable` (by default, named after the kind)."""
         self.loaders[kind] = loader
         self.compactions[kind] = compaction or KEEP_STATE
         self.format_of[kind] = fmt or kind
+        self.securables[kind] = securable or named_securable(kind)
+
+    def securable(self, kind: str) -> Securable:
+        return self.securables.get(kind) or named_securable(kind)
 
     def watch(self, fmt: str, watcher: Callable[[UUID, Any], None]) -> None:
         """`watcher(table_id, state)` after each applied write to a table of `fmt`, with its new state (None once

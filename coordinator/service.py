@@ -20,7 +20,8 @@ from storage.errors import DatabaseUnreachable, StorageError
 from storage.owner import DatabaseInUse
 from storage.postgres import APPLICATION_NAME, PostgresStore
 
-from .auth import AuthConfig, Authority, Throttle, new_signing_key
+from .auth import AuthConfig, Authority, new_signing_key
+from .throttle import Throttle
 from .cluster import Cluster
 from .config import Config, ConfigError
 from .delta.format import DELTA
@@ -84,7 +85,7 @@ class Coordinator:
             self.embedded = EmbeddedPostgres(self.config.data_dir / "postgres")
             dsn = self.embedded.start()
         self.store = PostgresStore(dsn, pool_size=self.config.db_pool_size, timeout_s=self.config.db_timeout_s,
-                                   fenced=self.config.cluster)
+                                   fenced=self.config.cluster, feed_pool_size=self.config.feed_db_pool_size)
         self.store.on_flush = self.metrics.db_write.observe
         try:
             self.store.open()
@@ -106,7 +107,7 @@ class Coordinator:
         for fmt in self.formats:
             for kind, rows in fmt.tables.items():
                 self.registry.register_format(kind, functools.partial(rows.load, services), rows.compaction,
-                                              fmt.name)
+                                              fmt.name, fmt.securable)
             if fmt.purge is not None:
                 self.registry.register_purge_listing(fmt.name, fmt.purge)
             self._formats[fmt.name] = fmt.service(services)
@@ -131,10 +132,11 @@ class Coordinator:
             key = self.auth.signing_key or await self.store.signing_key(new_signing_key())
             c = self.config
             self.authority = Authority(self.auth, key, Throttle(c.token_requests_per_s, c.token_requests_burst,
-                                                                c.token_requests_queued))
+                                                                c.token_requests_queued, c.token_failures_per_s,
+                                                                c.token_failures_burst))
         await self.warehouses.load()
-        self.feed.attach()
         async with trio.open_nursery() as nursery:
+            await nursery.start(self.feed.run)
             await nursery.start(self.registry.run)
             if self.cluster is not None:
                 await nursery.start(self.cluster.run)

@@ -70,7 +70,7 @@ def start_service(name: str, checkout: Path, pg: EmbeddedPostgres, tmp: Path, pr
     of their own, or (`one_port`) `serve --workers N`."""
     db = f"ab_{name.lower()}"
     pg._psql("-c", f"CREATE DATABASE {db}")
-    dsn = f"postgresql://coordinator@127.0.0.1:{pg.port}/{db}"
+    dsn = pg.dsn_for(db)
     env = {"PYTHONPATH": str(checkout)}
     children, bases = [], []
     for i in range(1 if one_port else processes):

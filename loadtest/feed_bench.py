@@ -57,7 +57,7 @@ def scenario(name: str, pg: EmbeddedPostgres, tmp: Path, *, members: int, reader
              rate: float) -> dict:
     db = f"feed_{name.replace(' ', '_').replace(',', '')}"
     pg._psql("-c", f"CREATE DATABASE {db}")
-    dsn = f"postgresql://coordinator@127.0.0.1:{pg.port}/{db}"
+    dsn = pg.dsn_for(db)
     children, bases = [], []
     try:
         for i in range(members):

@@ -176,6 +176,10 @@ def service(port: int, database_url: str, data_dir: Path, log: Path, *, cluster:
     """`coordinator serve` as a real OS process, against the benchmark's PostgreSQL (`cluster`: as a member of a
     cluster sharing it; `extra_args`: more flags, such as the S3 settings of an s3:// warehouse)."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    if cluster:   # the members' data dirs differ: they share the channel's secret from a file beside them
+        from coordinator.cluster.secret import make_secret_file
+        secret = make_secret_file(data_dir.parent / "cluster.secret")
+        env = {**(env or {}), "COORDINATOR_CLUSTER_SECRET_FILE": str(secret)}
     argv = [sys.executable, "-m", "api.cli", "serve", "--port", str(port), "--database-url", database_url,
             "--data-dir", str(data_dir), "--warehouse", str(warehouse or data_dir / "warehouse"),
             "--log-level", "warning"] + (["--cluster"] if cluster else []) + (extra_args or [])

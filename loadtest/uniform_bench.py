@@ -150,7 +150,7 @@ def main() -> None:
             port = free_port()
             base = f"http://127.0.0.1:{port}"
             print(f"starting the service with conversion {name} ...", flush=True)
-            child = procs.service(port, f"postgresql://coordinator@127.0.0.1:{pg.port}/uniform_{name}",
+            child = procs.service(port, pg.dsn_for(f"uniform_{name}"),
                                   tmp / name, tmp / f"{name}.log",
                                   env={"COORDINATOR_UNIFORM_WORKERS": "1" if converting else "0"})
             services[converting] = (child.start(base + "/readyz"), base)

@@ -83,6 +83,14 @@ def connection_setup(idle_in_transaction_s: float):
     return init
 
 
+def pool_options(timeout_s: float) -> dict[str, Any]:
+    """How every pool of the store sets up its connections (`asyncpg.create_pool` keywords)."""
+    return dict(init=connection_setup(timeout_s), reset=keep_session, command_timeout=timeout_s,
+                # each new connection, over every host of a multi-host URL: a host that drops packets must not hold
+                # a failover for asyncpg's default minute
+                timeout=timeout_s, server_settings={"application_name": APPLICATION_NAME})
+
+
 async def keep_session(con: asyncpg.Connection) -> None:
     """Pool release hook in place of asyncpg's default reset query (advisory unlock, CLOSE ALL, UNLISTEN, RESET ALL):
     that was one more database round trip per group-commit flush, ~a third of the writer thread's CPU at moderate

@@ -7,6 +7,13 @@ finds its PostgreSQL still running and carries on, which the crash tests rely on
 
 PostgreSQL refuses to run as root. As root, the cluster runs as an unprivileged OS user (`postgres` if it
 exists, else one we create), and lives where that user can reach it.
+
+Only the service's own OS user reaches it: the server has no TCP listener, its one socket is in a directory only
+the OS user running PostgreSQL can enter (0700; root enters any), and it authenticates by `peer`, the kernel's
+word for who is on the other end of the socket, admitting only that OS user and the service's (pg_ident.conf's
+map "coordinator"), both as the database user `coordinator`. No password exists to leak. pg_hba.conf and
+pg_ident.conf are written at every start, so a data dir made by an older release (trust, TCP) is brought to these
+rules in place.
 """
 
 from __future__ import annotations
@@ -18,16 +25,27 @@ import logging
 import os
 import pwd
 import shutil
+import shlex
 import socket
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 log = logging.getLogger(__name__)
 
 SUPERUSER = "coordinator"
 DATABASE = "coordinator"
 FALLBACK_ROOT = Path("/var/lib/coordinator")
+# The socket's name is `.s.PGSQL.<port>` in the cluster's directory: with no TCP listener the port only names it.
+SOCKET_PORT = 5432
+SOCKET_PATH_MAX = 107   # the kernel's limit on a Unix socket's path (sun_path, less its terminating NUL)
+ACCESS_MAP = "coordinator"  # pg_ident.conf's map: the OS users that may connect as SUPERUSER
+HBA = f"""# Written by the coordinator at every start (storage/embedded.py); changes here are overwritten.
+# Only the OS users of map "{ACCESS_MAP}" (pg_ident.conf), through the socket: no TCP, no password.
+local  all          {SUPERUSER}  peer  map={ACCESS_MAP}
+local  replication  {SUPERUSER}  peer  map={ACCESS_MAP}
+"""
 
 
 class EmbeddedPostgresError(RuntimeError):
@@ -90,6 +108,11 @@ class EmbeddedPostgres:
         self.pgdata = self.root / "pgdata"
         self.port = port
         self.bin = find_pg_bin()
+        socket_path = self.root / ".s.PGSQL.65535"   # (the longest a port makes it)
+        if len(str(socket_path).encode()) > SOCKET_PATH_MAX:
+            raise EmbeddedPostgresError(
+                f"the embedded PostgreSQL's socket {socket_path} would be longer than the {SOCKET_PATH_MAX} bytes a "
+                f"Unix socket's path may have: give a shorter --data-dir, or pass --database-url to use another server")
 
     # -- helpers -------------------------------------------------------------------------------------------
 
@@ -124,7 +147,16 @@ class EmbeddedPostgres:
 
     @property
     def dsn(self) -> str:
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{DATABASE}"
+        return self.dsn_for(DATABASE)
+
+    def dsn_for(self, database: str) -> str:
+        """The URL of `database` in this cluster: its socket's directory as the host, percent-encoded."""
+        return f"postgresql://{SUPERUSER}@{quote(str(self.root), safe='')}:{self.port}/{database}"
+
+    @property
+    def service_user(self) -> str:
+        """The OS user this process runs as: the one, besides PostgreSQL's own, that may connect."""
+        return pwd.getpwuid(os.geteuid()).pw_name
 
     def is_running(self) -> bool:
         return self._status().returncode == 0
@@ -141,29 +173,58 @@ class EmbeddedPostgres:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.user:
             shutil.chown(self.root, self.user)
+        self.root.chmod(0o700)  # the socket's directory: only PostgreSQL's OS user (and root) may enter
         if not (self.pgdata / "PG_VERSION").exists():
             self._initdb()
+        self._write_access_rules()
         if self.is_running():
             self.port = int(self.port_file.read_text())
-            log.info("embedded PostgreSQL already running on port %s", self.port)
+            log.info("embedded PostgreSQL already running (socket in %s)", self.root)
+            self._secure_running(timeout_s)
             return self.dsn
-        if self.port is None:
-            previous = int(self.port_file.read_text()) if self.port_file.exists() else None
-            self.port = previous if previous and _port_free(previous) else free_port()
-        self.port_file.write_text(str(self.port))
-        log.info("starting embedded PostgreSQL in %s on port %s", self.pgdata, self.port)
-        self._run(
-            str(self.bin / "pg_ctl"), "start", "-w", "-t", str(int(timeout_s)), "-D", str(self.pgdata),
-            "-l", str(self.root / "postgres.log"),
-            "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1",
-        )
-        self._ensure_database(timeout_s)
+        self._start(timeout_s)
         return self.dsn
+
+    def _start(self, timeout_s: float) -> None:
+        if self.port is None:
+            self.port = SOCKET_PORT
+        self.port_file.write_text(str(self.port))
+        log.info("starting embedded PostgreSQL in %s (socket only, in %s)", self.pgdata, self.root)
+        # On the command line, which outranks postgresql.conf and ALTER SYSTEM: no TCP, a private socket.
+        options = (f"-p {self.port} -k {shlex.quote(str(self.root))} -c listen_addresses='' "
+                   f"-c unix_socket_permissions=0700")
+        self._run(str(self.bin / "pg_ctl"), "start", "-w", "-t", str(int(timeout_s)), "-D", str(self.pgdata),
+                  "-l", str(self.root / "postgres.log"), "-o", options)
+        self._ensure_database(timeout_s)
+
+    def _secure_running(self, timeout_s: float) -> None:
+        """A server found running takes the access rules just written; one an older release started (listening on
+        TCP) is restarted without it, unless other sessions still use it: then the start is refused, saying how."""
+        self._run(str(self.bin / "pg_ctl"), "reload", "-D", str(self.pgdata))
+        proc = self._psql("-tAc", "SHOW listen_addresses", check=False)
+        if proc.returncode != 0:
+            raise EmbeddedPostgresError(f"the embedded PostgreSQL running in {self.pgdata} does not answer on its "
+                                        f"socket in {self.root}: {proc.stderr.strip()}")
+        if proc.stdout.strip() == "":
+            return
+        others = self._psql("-tAc", "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                                    "AND pid <> pg_backend_pid()", check=False).stdout.strip()
+        if others != "0":
+            stop = " ".join(self._cmd(str(self.bin / "pg_ctl"), "stop", "-D", str(self.pgdata)))
+            raise EmbeddedPostgresError(
+                f"the embedded PostgreSQL in {self.pgdata} was started by an older release and listens on TCP "
+                f"({proc.stdout.strip()}), where any local user could connect; {others or 'some'} sessions still "
+                f"use it. Stop the coordinator processes using this data dir, then `{stop}`, and start again: it "
+                f"will then accept only this OS user, through its socket")
+        log.warning("the embedded PostgreSQL in %s was started by an older release with a TCP listener; restarting "
+                    "it with only its private socket", self.pgdata)
+        self.stop()
+        self._start(timeout_s)
 
     def _initdb(self) -> None:
         log.info("initialising embedded PostgreSQL cluster in %s", self.pgdata)
-        self._run(str(self.bin / "initdb"), "-D", str(self.pgdata), "-U", SUPERUSER, "--auth=trust",
-                  "-E", "UTF8", "--no-locale")
+        self._run(str(self.bin / "initdb"), "-D", str(self.pgdata), "-U", SUPERUSER, "--auth-local=peer",
+                  "--auth-host=reject", "-E", "UTF8", "--no-locale")
         # Durability is the point: never relax fsync or synchronous_commit here.
         with open(self.pgdata / "postgresql.conf", "a") as conf:
             conf.write(
@@ -172,9 +233,23 @@ class EmbeddedPostgres:
                 "shared_buffers = 128MB\nwal_level = minimal\nmax_wal_senders = 0\n"
             )
 
+    def _write_access_rules(self) -> None:
+        """pg_hba.conf and pg_ident.conf: the socket only, by `peer`, for this process's OS user and PostgreSQL's."""
+        users = dict.fromkeys([self.service_user, self.user or self.service_user])
+        ident = (f"# Written by the coordinator at every start (storage/embedded.py).\n"
+                 + "".join(f"{ACCESS_MAP}  {user}  {SUPERUSER}\n" for user in users))
+        for name, text in (("pg_hba.conf", HBA), ("pg_ident.conf", ident)):
+            path = self.pgdata / name
+            staged = path.with_name(name + ".new")
+            staged.write_text(text)
+            staged.chmod(0o600)
+            if self.user:
+                shutil.chown(staged, self.user)
+            os.replace(staged, path)
+
     def _psql(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         psql = str(self.bin / "psql") if (self.bin / "psql").exists() else "psql"
-        return self._run(psql, "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER, "-d", "postgres", *args,
+        return self._run(psql, "-h", str(self.root), "-p", str(self.port), "-U", SUPERUSER, "-d", "postgres", *args,
                          check=check)
 
     def _ensure_database(self, timeout_s: float) -> None:
@@ -219,12 +294,3 @@ class EmbeddedPostgres:
     def destroy(self) -> None:
         self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True

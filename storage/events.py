@@ -21,7 +21,7 @@ from typing import Awaitable, Callable, TypeVar
 import asyncpg
 
 from .connections import APPLICATION_NAME, CONNECTION_ERRORS, why
-from .records import EventPage, Position, StoredEvent
+from .records import EVERYTHING, EventPage, FeedScope, Position, StoredEvent
 from .writer import EVENTS_CHANNEL
 
 log = logging.getLogger(__name__)
@@ -31,42 +31,74 @@ PRUNE_BATCH = 10_000         # events deleted per transaction by retention
 LISTEN_CHECK_S = 10.0        # how often an idle listening connection is checked
 
 
-_READ_SQL = """
-WITH s AS MATERIALIZED (
+# A page: the reading snapshot's horizon (xmin) and xmax, retention's floor, and the events after the position
+# that the reader's scope (FeedScope) lets through, applied here so that no event it may not see is even read:
+# everything (one walk of the primary key from the position), the tables named (each one range of the
+# `events_securable` index, in feed order), and the containers named (each one range of keys, sorted).
+_AFTER = """(e.xid, e.seq) > (s.at_xid, s.at_seq) AND e.xid < s.xmin
+      AND ($3::text[] IS NULL OR split_part(e.type, '.', 1) = ANY($3::text[]))
+      AND ($4::text[] IS NULL OR e.subject = ANY($4::text[]))"""
+_READ_SQL = f"""
+WITH f AS MATERIALIZED (
     SELECT pg_snapshot_xmin(c) AS xmin, pg_snapshot_xmax(c) AS xmax,
            (SELECT f.xid FROM events_floor f) AS floor_xid, (SELECT f.seq FROM events_floor f) AS floor_seq
-    FROM pg_current_snapshot() c)
+    FROM pg_current_snapshot() c),
+s AS MATERIALIZED (
+    SELECT f.*, coalesce($1::text::xid8, f.floor_xid) AS at_xid,
+           CASE WHEN $1::text IS NULL THEN f.floor_seq ELSE $2 END AS at_seq FROM f)
 SELECT s.xmin::text AS horizon, s.xmax::text AS next_xid, s.floor_xid::text, s.floor_seq,
        coalesce((SELECT e.xid FROM events e ORDER BY e.xid DESC, e.seq DESC LIMIT 1) >= s.xmin, false) AS pending,
-       p.xid::text AS xid, p.seq, p.id, p.type, p.subject, p.catalog, p.data, p.time
+       p.xid::text AS xid, p.seq, p.id, p.type, p.subject, p.catalog, p.securable, p.data, p.time
 FROM s LEFT JOIN LATERAL (
-    SELECT e.* FROM events e
-    WHERE (e.xid, e.seq) > (coalesce($1::text::xid8, s.floor_xid), CASE WHEN $1::text IS NULL THEN s.floor_seq
-                                                                          ELSE $2 END)
-      AND e.xid < s.xmin
-      AND ($3::text[] IS NULL OR split_part(e.type, '.', 1) = ANY($3::text[]))
-      AND ($4::text[] IS NULL OR e.subject = ANY($4::text[]))
-    ORDER BY e.xid, e.seq LIMIT $5) p ON true
+    (SELECT e.* FROM events e WHERE $6::bool AND {_AFTER} ORDER BY e.xid, e.seq LIMIT $5)
+    UNION ALL
+    (SELECT e.* FROM unnest($7::text[]) AS t(key) CROSS JOIN LATERAL (
+        SELECT e.* FROM events e WHERE e.securable = t.key AND {_AFTER} ORDER BY e.xid, e.seq LIMIT $5) e)
+    UNION ALL
+    (SELECT e.* FROM unnest($8::text[], $9::text[]) AS r(low, high) CROSS JOIN LATERAL (
+        SELECT e.* FROM events e WHERE e.securable >= r.low AND e.securable < r.high AND {_AFTER}
+        ORDER BY e.xid, e.seq LIMIT $5) e)
+    ORDER BY xid, seq LIMIT $5) p ON true
 ORDER BY p.xid, p.seq
 """
 
 
-class EventLog:
-    """Reads and prunes the outbox through the store's connection pool (`call` runs on the storage thread)."""
+def _range_end(prefix: str) -> str:
+    """The first key after every key that starts with `prefix` (which ends in "/", the next byte being "0")."""
+    return prefix[:-1] + "0"
 
-    def __init__(self, call: Callable[[Callable[[asyncpg.Connection], Awaitable[T]]], Awaitable[T]]):
-        self._call = call
+
+Call = Callable[[Callable[[asyncpg.Connection], Awaitable[T]]], Awaitable[T]]   # runs it on the storage thread
+
+
+class EventLog:
+    """Reads and prunes the outbox through the feed's own connections, so that readers never wait for, or hold, a
+    connection that commits need: `call` for readers' own reads and retention, `shared_call` for the one read
+    that every waiting reader shares, which so never queues behind theirs."""
+
+    def __init__(self, call: Call, shared_call: Call):
+        self._call, self._shared_call = call, shared_call
 
     async def read(self, after: Position | None, limit: int, *, formats: list[str] | None = None,
-                   subjects: list[str] | None = None) -> EventPage:
-        """Up to `limit` final events after `after` (None: from the oldest kept), in feed order, of the given
-        formats (the type's first word) and subjects only, if given."""
+                   subjects: list[str] | None = None, scope: FeedScope = EVERYTHING) -> EventPage:
+        """Up to `limit` final events after `after` (None: from the oldest kept), in feed order, of those `scope`
+        lets through, of the given formats (the type's first word) and subjects only, if given."""
+        return await self._read(self._call, after, limit, formats, subjects, scope)
+
+    async def read_shared(self, after: Position, limit: int) -> EventPage:
+        """`read` of every event, for all the readers waiting at once (on a connection of its own)."""
+        return await self._read(self._shared_call, after, limit, None, None, EVERYTHING)
+
+    @staticmethod
+    async def _read(call: Call, after: Position | None, limit: int, formats: list[str] | None,
+                    subjects: list[str] | None, scope: FeedScope) -> EventPage:
         xid, seq = after if after is not None else (None, 0)
-        rows = await self._call(lambda con: con.fetch(
-            _READ_SQL, None if xid is None else str(xid), seq, formats, subjects, limit))
+        rows = await call(lambda con: con.fetch(
+            _READ_SQL, None if xid is None else str(xid), seq, formats, subjects, limit, scope.everything,
+            list(scope.tables), list(scope.containers), [_range_end(c) for c in scope.containers]))
         first = rows[0]
-        events = [StoredEvent((int(r["xid"]), r["seq"]), r["id"], r["type"], r["subject"], r["catalog"], r["data"],
-                              r["time"]) for r in rows if r["xid"] is not None]
+        events = [StoredEvent((int(r["xid"]), r["seq"]), r["id"], r["type"], r["subject"], r["catalog"],
+                              r["securable"], r["data"], r["time"]) for r in rows if r["xid"] is not None]
         return EventPage(events, int(first["horizon"]), int(first["next_xid"]),
                          (int(first["floor_xid"]), first["floor_seq"]), first["pending"])
 
@@ -87,10 +119,11 @@ class EventLog:
             await con.execute("SELECT 1 FROM events_floor FOR UPDATE")
             # Exclusive bounds: by age, the first young event (none: every event is old); by count, the one after
             # the newest of the excess (none: no excess). The greater one wins.
-            young = await con.fetchrow("SELECT xid::text, seq FROM events WHERE time >= now() - make_interval("
-                                       "secs => $1) ORDER BY xid, seq LIMIT 1", float(max_age_s))
-            excess = await con.fetchrow("SELECT xid::text, seq + 1 AS seq FROM events ORDER BY xid DESC, seq DESC"
-                                        " OFFSET $1 LIMIT 1", max_count)
+            # (Ordered by the columns, `e.xid`: a bare `xid` would be the output column, the text, and "10" < "9".)
+            young = await con.fetchrow("SELECT e.xid::text, e.seq FROM events e WHERE e.time >= now() - "
+                                       "make_interval(secs => $1) ORDER BY e.xid, e.seq LIMIT 1", float(max_age_s))
+            excess = await con.fetchrow("SELECT e.xid::text, e.seq + 1 AS seq FROM events e"
+                                        " ORDER BY e.xid DESC, e.seq DESC OFFSET $1 LIMIT 1", max_count)
             if young is not None:
                 bounds = [(int(young["xid"]), young["seq"])]
                 if excess is not None:

@@ -16,8 +16,8 @@ from typing import Callable, Protocol
 from uuid import UUID
 
 from .localfs import FileWrite
-from .records import (EventPage, IdempotencyRecord, LeaseRound, LogEntry, Position, ReportTable, TableRow, WriteGroup,
-                      WriteResult)
+from .records import (EVERYTHING, EventPage, FeedScope, IdempotencyRecord, LeaseRound, LogEntry, Position,
+                      ReportTable, TableRow, WriteGroup, WriteResult)
 
 
 class TableRows(Protocol):
@@ -161,8 +161,12 @@ class Events(Protocol):
     """The commit feed: the events the writer inserted with each commit (storage/events.py)."""
 
     async def read(self, after: Position | None, limit: int, *, formats: list[str] | None = None,
-                   subjects: list[str] | None = None) -> EventPage:
-        """Up to `limit` final events after `after` (None: the oldest kept), in feed order, filtered."""
+                   subjects: list[str] | None = None, scope: FeedScope = EVERYTHING) -> EventPage:
+        """Up to `limit` final events after `after` (None: the oldest kept), in feed order, of those `scope` lets
+        through (every event by default), filtered."""
+
+    async def read_shared(self, after: Position, limit: int) -> EventPage:
+        """`read` of every event, for all the readers waiting at once (on a connection of its own)."""
 
     async def prune(self, max_age_s: float, max_count: int) -> int:
         """Delete the events past retention (oldest first), raising the feed's floor; how many went."""

@@ -15,7 +15,7 @@ from uuid import UUID, uuid4
 import asyncpg
 
 from .bridge import AsyncioThread
-from .connections import APPLICATION_NAME, CONNECTION_ERRORS, connection_setup, keep_session, sent_nothing, why
+from .connections import APPLICATION_NAME, CONNECTION_ERRORS, connection_setup, pool_options, sent_nothing, why
 from .events import EventLog, listen
 from .errors import (DatabaseUnreachable, NamespaceExists, NamespaceMissing, NamespaceNotEmpty, NamespaceRefilled, OutcomeLost,
                      StoreUnavailable)
@@ -62,19 +62,27 @@ async def _keep_newest_reports(con: asyncpg.Connection, table: str, table_id: UU
 class PostgresStore:
     """The coordinator's system of record. All methods are awaited from trio; work runs on the asyncio thread."""
 
-    def __init__(self, dsn: str, *, pool_size: int = 4, timeout_s: float = 10.0, fenced: bool = False):
+    def __init__(self, dsn: str, *, pool_size: int = 4, timeout_s: float = 10.0, fenced: bool = False,
+                 feed_pool_size: int = 2):
         self.dsn = dsn
         self.fenced = fenced
         self.pool_size = pool_size
+        self.feed_pool_size = feed_pool_size
         self.timeout_s = timeout_s
         self.thread = AsyncioThread()
         self.pool: asyncpg.Pool | None = None
+        # The commit feed's readers have connections of their own: however many read or wait, they never hold one
+        # that a commit, a table load or a listing needs (connections are made as readers come, up to this many),
+        # and the one read all waiting readers share has one more, so that it never queues behind their own reads.
+        self.feed_pool: asyncpg.Pool | None = None
+        self.feed_shared_pool: asyncpg.Pool | None = None
         self.writer: GroupCommitWriter | None = None
         self.on_flush: Callable[[float], None] | None = None  # each group-commit flush's seconds, for /metrics
         # Alone, this process owns the database; fenced, it shares it with cluster members only.
         self.owner = OwnerLock(dsn, shared=fenced, timeout_s=timeout_s)
         self.leases = LeaseStore(self._call)   # the cluster's shard leases and member rows
-        self.events = EventLog(self._call)     # the commit feed
+        self.events = EventLog(lambda fn: self._call(fn, pool=self.feed_pool),   # the commit feed
+                               lambda fn: self._call(fn, pool=self.feed_shared_pool))
         # Called on the storage thread whenever new events may be readable: a flush here applied something, or
         # (fenced) another member said so. The feed wakes its waiting readers.
         self.on_events: Callable[[], None] | None = None
@@ -93,13 +101,7 @@ class PostgresStore:
             try:
                 # (+1: the group-commit writer keeps one connection for itself, storage/writer.py)
                 self.pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size + 1,
-                                                      init=connection_setup(self.timeout_s), reset=keep_session,
-                                                      command_timeout=self.timeout_s,
-                                                      # each new connection, over every host of a multi-host
-                                                      # URL: a host that drops packets must not hold a failover
-                                                      # for asyncpg's default minute
-                                                      timeout=self.timeout_s,
-                                                      server_settings={"application_name": APPLICATION_NAME})
+                                                      **pool_options(self.timeout_s))
                 break
             except (*CONNECTION_ERRORS, asyncpg.PostgresError, asyncpg.exceptions.InternalClientError) as exc:
                 if time.monotonic() > deadline:
@@ -116,6 +118,10 @@ class PostgresStore:
         async with self.pool.acquire() as con:
             await migrate(con)
             await key_locations(con)
+        self.feed_pool = await asyncpg.create_pool(self.dsn, min_size=0, max_size=self.feed_pool_size,
+                                                   **pool_options(self.timeout_s))
+        self.feed_shared_pool = await asyncpg.create_pool(self.dsn, min_size=0, max_size=1,
+                                                          **pool_options(self.timeout_s))
         self.writer = GroupCommitWriter(self.pool, self.timeout_s, fenced=self.fenced)
         self.writer.on_flush = self.on_flush
         self.writer.on_applied = self._events_applied
@@ -144,19 +150,26 @@ class PostgresStore:
             self._listener.cancel()
         if self.writer:
             await self.writer.stop()
+        for pool in (self.feed_pool, self.feed_shared_pool):
+            if pool is not None:
+                await pool.close()
         await self.pool.close()
         await self.owner.release()
 
     # -- plumbing ------------------------------------------------------------------------------------------
 
-    async def _call(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, changes: bool = False) -> T:
-        """Run `fn(connection)` on the storage thread. A lost connection is StoreUnavailable (nothing applied),
-        except where `fn` `changes` what a client is answered about and may have sent its COMMIT: OutcomeLost."""
+    async def _call(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, changes: bool = False,
+                    pool: asyncpg.Pool | None = None) -> T:
+        """Run `fn(connection)` on the storage thread, on a connection of `pool` (the main one by default). A lost
+        connection is StoreUnavailable (nothing applied), except where `fn` `changes` what a client is answered
+        about and may have sent its COMMIT: OutcomeLost."""
+        pool = pool or self.pool
+
         async def run() -> T:
             try:
                 # Bounded like every query (command_timeout): with the database stalled, the pool's connections
                 # are all busy and an unbounded wait would hold the request past any client's patience.
-                con = await self.pool.acquire(timeout=self.timeout_s)
+                con = await pool.acquire(timeout=self.timeout_s)
             except (*CONNECTION_ERRORS, asyncpg.PostgresError, asyncpg.exceptions.InternalClientError) as exc:
                 # InternalClientError here: no host of a multi-host URL is writable now (while a standby is
                 # promoted, TargetServerAttributeNotMatched).
@@ -169,7 +182,7 @@ class PostgresStore:
                                       f"or may not have applied") from exc
                 raise StoreUnavailable(f"database unavailable: {why(exc)}") from exc
             finally:
-                await self.pool.release(con)
+                await pool.release(con)
 
         return await self.thread.call(run)
 

@@ -84,13 +84,15 @@ class LogEntry:
 @dataclass(frozen=True)
 class EventRecord:
     """One event of the commit feed, written with the commit it reports (table `events`). `data` is the
-    CloudEvent's data; the rest of the envelope is fixed or comes from the row's place in the feed."""
+    CloudEvent's data; the rest of the envelope is fixed or comes from the row's place in the feed. `securable`
+    is what a reader must be allowed to read to see it, as a key `FeedScope` matches (migration 015)."""
 
     id: UUID
     type: str
     subject: str
     catalog: str
     data: dict[str, Any]
+    securable: str
 
 
 @dataclass(frozen=True)
@@ -216,8 +218,30 @@ class StoredEvent:
     type: str
     subject: str
     catalog: str
+    securable: str
     data: dict[str, Any]
     time: datetime
+
+
+@dataclass(frozen=True)
+class FeedScope:
+    """The events a feed reader may see, by their `securable` keys: all of them, those of the tables named (a key
+    each), and those within the containers named (a key each, ending in "/": every key that starts with it). The
+    store applies it in its query, so that what a reader is answered never depends on events it may not see."""
+
+    everything: bool = False
+    tables: tuple[str, ...] = ()
+    containers: tuple[str, ...] = ()
+
+    @property
+    def nothing(self) -> bool:
+        return not (self.everything or self.tables or self.containers)
+
+    def sees(self, securable: str) -> bool:
+        return self.everything or securable in self.tables or securable.startswith(self.containers)
+
+
+EVERYTHING = FeedScope(everything=True)   # a reader with every grant, or any reader without authentication
 
 
 @dataclass(frozen=True)

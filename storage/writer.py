@@ -46,11 +46,11 @@ _IDEMPOTENCY_CTE = """idem AS (
 
 
 # The commit feed's outbox (migration 013): each applied row's events, in the same statement as the row.
-_EVENTS_COLUMNS = "seq, table_id, id, type, subject, catalog, data"
+_EVENTS_COLUMNS = "seq, table_id, id, type, subject, catalog, securable, data"
 
 
 def _events_unnest(first: int) -> str:
-    types = ("int", "uuid", "uuid", "text", "text", "text", "jsonb")
+    types = ("int", "uuid", "uuid", "text", "text", "text", "text", "jsonb")
     return f"unnest({', '.join(f'${first + i}::{t}[]' for i, t in enumerate(types))}) AS e({_EVENTS_COLUMNS})"
 
 
@@ -117,11 +117,11 @@ _INSERT_EVENTS_NOTIFY_SQL = f"WITH ev AS ({_INSERT_EVENTS_SQL}) SELECT {_NOTIFY}
 
 def _event_columns(writes: list[TableWrite], first_seq: int) -> list[list]:
     """The events of `writes` as the outbox's column arrays, numbered from `first_seq` in the transaction."""
-    cols: list[list] = [[], [], [], [], [], [], []]
+    cols: list[list] = [[], [], [], [], [], [], [], []]
     seq = first_seq
     for w in writes:
         for e in w.events:
-            for col, value in zip(cols, (seq, w.table_id, e.id, e.type, e.subject, e.catalog, e.data)):
+            for col, value in zip(cols, (seq, w.table_id, e.id, e.type, e.subject, e.catalog, e.securable, e.data)):
                 col.append(value)
             seq += 1
     return cols

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -45,12 +46,14 @@ def throwaway_postgres() -> Iterator[str]:
 
 
 class ServerProcess:
-    """`coordinator serve` in a subprocess on a fixed port, so a restart keeps the clients' URL."""
+    """`coordinator serve` in a subprocess on a fixed port, so a restart keeps the clients' URL. With no
+    `database_url` it runs its own embedded PostgreSQL in `data_dir`, as `coordinator serve` does by default."""
 
-    def __init__(self, database_url: str, data_dir: Path, *, warehouse: str | None = None,
+    def __init__(self, database_url: str | None, data_dir: Path, *, warehouse: str | None = None,
                  extra_env: dict[str, str] | None = None, extra_args: list[str] | None = None,
-                 log_level: str = "warning"):
+                 log_level: str = "warning", descriptor_limit: int | None = None):
         self.log_level = log_level
+        self.descriptor_limit = descriptor_limit   # the process's soft RLIMIT_NOFILE (None: inherited)
         self.database_url = database_url
         self.data_dir = Path(data_dir)
         self.warehouse = warehouse or str(self.data_dir / "warehouse")
@@ -66,10 +69,12 @@ class ServerProcess:
         env = {**os.environ, **self.extra_env}
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", "serve", "--port", str(self.port), "--database-url",
-             self.database_url, "--data-dir", str(self.data_dir), "--warehouse", self.warehouse,
+            [sys.executable, "-m", "api.cli", "serve", "--port", str(self.port),
+             *(["--database-url", self.database_url] if self.database_url else []),
+             "--data-dir", str(self.data_dir), "--warehouse", self.warehouse,
              "--log-level", self.log_level, *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=Path(__file__).resolve().parents[1])
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=Path(__file__).resolve().parents[1],
+            preexec_fn=None if self.descriptor_limit is None else self._limit_descriptors)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -82,6 +87,10 @@ class ServerProcess:
                 pass
             time.sleep(0.1)
         raise RuntimeError(f"server did not become ready in {timeout_s}s; see {self.log_path}")
+
+    def _limit_descriptors(self) -> None:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.descriptor_limit, hard))
 
     def kill(self) -> None:
         """SIGKILL: no clean-up, no flush, exactly like a crash."""

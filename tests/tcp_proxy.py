@@ -6,10 +6,12 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 
 class TcpProxy:
-    """Forwards 127.0.0.1:`port` to `upstream_port`. Three faults, each armed by a flag:
+    """Forwards 127.0.0.1:`port` to `upstream`: a port on 127.0.0.1, or a Unix socket's path (the embedded
+    PostgreSQL listens only there; `for_database` picks it from a URL). Three faults, each armed by a flag:
 
     - `refuse`: new connections are closed at once, as by a server that is down;
     - `hold_close`: when the server closes a connection, its last bytes (a FATAL) still reach the client, but the
@@ -18,8 +20,8 @@ class TcpProxy:
       then closed (`cut_delay_s` later, after the server has run what it got): a reply lost in flight.
     """
 
-    def __init__(self, upstream_port: int, *, cut_delay_s: float = 0.5):
-        self.upstream_port = upstream_port
+    def __init__(self, upstream: int | str, *, cut_delay_s: float = 0.5):
+        self.upstream = upstream
         self.cut_delay_s = cut_delay_s
         self.refuse = False
         self.hold_close = False
@@ -29,6 +31,21 @@ class TcpProxy:
         self.port = self._listener.getsockname()[1]
         self._sockets: list[socket.socket] = [self._listener]
         threading.Thread(target=self._accept, daemon=True).start()
+
+    @classmethod
+    def for_database(cls, database_url: str, **kwargs) -> tuple["TcpProxy", str]:
+        """A proxy to the server of `database_url`, and the URL that reaches the same database through it."""
+        p = urlsplit(database_url)
+        host = unquote(p.netloc.rpartition("@")[2].rpartition(":")[0])
+        proxy = cls(f"{host}/.s.PGSQL.{p.port}" if host.startswith("/") else p.port, **kwargs)
+        return proxy, urlunsplit(p._replace(netloc=f"{p.username}@127.0.0.1:{proxy.port}"))
+
+    def _dial(self) -> socket.socket:
+        if isinstance(self.upstream, str):
+            server = socket.socket(socket.AF_UNIX)
+            server.connect(self.upstream)
+            return server
+        return socket.create_connection(("127.0.0.1", self.upstream))
 
     def close(self) -> None:
         for s in self._sockets:
@@ -46,7 +63,7 @@ class TcpProxy:
             if self.refuse:
                 _shut(client)
                 continue
-            server = socket.create_connection(("127.0.0.1", self.upstream_port))
+            server = self._dial()
             self._sockets += [client, server]
             muted = threading.Event()
             threading.Thread(target=self._to_server, args=(client, server, muted), daemon=True).start()

@@ -84,3 +84,13 @@ def test_unreachable_database_is_one_line_and_exit_2(tmp_path):
     assert_one_clear_line(result, f"cannot connect to PostgreSQL at postgresql://coordinator:***@127.0.0.1:{port}",
                           "--database-url")
     assert "hunter2" not in result.stderr
+
+
+def test_the_feed_options_on_the_command_line_reach_the_service(monkeypatch, tmp_path):
+    import api.cli
+    import api.server
+    served = []
+    monkeypatch.setattr(api.server, "serve", served.append)
+    monkeypatch.setattr(api.server, "configure_logging", lambda level: None)
+    assert api.cli.main(["serve", "--data-dir", str(tmp_path), "--events-retention-s", "60", "--events-max", "5"]) == 0
+    assert (served[0].events_retention_s, served[0].events_max) == (60.0, 5)

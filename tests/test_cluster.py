@@ -18,6 +18,7 @@ from collections import Counter
 import httpx
 import pytest
 
+from coordinator.cluster.secret import make_secret_file
 from storage.records import SHARDS, Refusal, TableRow, TableWrite, WriteGroup, shard_of
 from tests.delta.conftest import PREFIX, UC
 from tests.support import ServerProcess, sql, uuid7
@@ -54,8 +55,10 @@ def wait_balanced(dsn: str, members: list[ServerProcess], timeout_s: float = 20)
 
 
 def start_cluster(database_url: str, tmp_path, n: int = 3) -> list[ServerProcess]:
+    secret = make_secret_file(tmp_path / "cluster.secret")   # each member has a data dir of its own
+    env = {**CLUSTER_ENV, "COORDINATOR_CLUSTER_SECRET_FILE": str(secret)}
     members = [ServerProcess(database_url, tmp_path / f"m{i}", warehouse=str(tmp_path / "warehouse"),
-                             extra_env=CLUSTER_ENV) for i in range(n)]
+                             extra_env=env) for i in range(n)]
     for m in members:
         m.start()
     return members

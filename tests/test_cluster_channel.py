@@ -286,3 +286,57 @@ async def _ignore_loss(call) -> None:
         await call
     except AnswerLost:
         pass
+
+
+def test_the_channel_key_is_the_clusters_own_secret(tmp_path):
+    """The data dir's cluster.key (0600, made once, shared by members there) or a configured file; members that may
+    run on several hosts must be given one; a file others may read, or a short secret, stops the start."""
+    from coordinator.cluster.secret import channel_key
+    from coordinator.config import Config, ConfigError
+
+    config = Config(data_dir=tmp_path / "data", cluster=True)
+    key = channel_key(config)
+    assert (tmp_path / "data" / "cluster.key").stat().st_mode & 0o777 == 0o600
+    assert channel_key(Config(data_dir=tmp_path / "data", cluster=True)) == key   # another member there
+    assert channel_key(Config(data_dir=tmp_path / "other", cluster=True)) != key
+    for far in (dict(cluster_advertise="10.0.0.5:9181"), dict(cluster_host="0.0.0.0")):
+        with pytest.raises(ConfigError, match="--cluster-secret-file"):
+            channel_key(Config(data_dir=tmp_path / "data", cluster=True, **far))
+    secret = tmp_path / "cluster.secret"
+    secret.write_text("s" * 64 + "\n")
+    for mode, wanted in ((0o644, "chmod 600"), (0o606, "chmod 600")):
+        secret.chmod(mode)
+        with pytest.raises(ConfigError, match=wanted):
+            channel_key(Config(cluster_secret_file=secret, cluster_advertise="10.0.0.5:9181"))
+    secret.chmod(0o640)
+    shared = channel_key(Config(cluster_secret_file=secret, cluster_advertise="10.0.0.5:9181"))
+    assert shared == channel_key(Config(cluster_secret_file=str(secret), data_dir=tmp_path / "elsewhere"))
+    secret.write_text("short")
+    with pytest.raises(ConfigError, match="shorter than 32"):
+        channel_key(Config(cluster_secret_file=secret))
+    with pytest.raises(ConfigError, match="cannot read"):
+        channel_key(Config(cluster_secret_file=tmp_path / "missing"))
+
+
+def test_only_registered_types_cross_and_a_program_module_never_registers():
+    import types
+
+    from coordinator.crossable import WIRE_TYPES, crossing
+    from coordinator.service import Coordinator
+
+    assert "coordinator.iceberg.proposals:CommitTable" in WIRE_TYPES   # each format registers its own
+    assert not [name for name in WIRE_TYPES if "__main__" in name]
+    with pytest.raises(ValueError, match="run as a program"):
+        crossing(types.ModuleType("coordinator.uniform.__main__"))
+    with pytest.raises(TypeError, match="cannot cross"):
+        Codec({}).dumps(Coordinator.__new__(Coordinator))   # a class of ours, but no wire type: never sent
+    for name in ("coordinator.service:Coordinator", "coordinator.uniform.__main__:main", "storage.embedded:EmbeddedPostgres"):
+        with pytest.raises(WireError, match="not a type that crosses"):
+            Codec({}).loads(msgpack.packb([msgpack.ExtType(wire._OBJECT, name.encode()), {}]))
+
+
+def test_an_error_of_a_class_that_does_not_cross_arrives_as_the_nearest_that_does():
+    class Unlisted(Unavailable):
+        pass
+    back = Codec({}).loads(Codec({}).dumps(Unlisted("busy", retry_after_s=3)))
+    assert type(back) is Unavailable and back.message == "busy" and back.retry_after_s == 3 and back.status == 503

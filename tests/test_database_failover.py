@@ -40,8 +40,8 @@ class ReplicatedPostgres:
 
     @property
     def dsn(self) -> str:
-        return (f"postgresql://{SUPERUSER}@127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}/coordinator"
-                f"?target_session_attrs=read-write")
+        hosts = ",".join(pg.dsn.split("@", 1)[1].split("/", 1)[0] for pg in (self.primary, self.standby))
+        return f"postgresql://{SUPERUSER}@{hosts}/coordinator?target_session_attrs=read-write"
 
     def start(self) -> None:
         p = self.primary
@@ -55,7 +55,7 @@ class ReplicatedPostgres:
         s.root.mkdir(parents=True, exist_ok=True)
         if s.user:
             shutil.chown(s.root, s.user)
-        s._run(str(s.bin / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(p.port), "-U", SUPERUSER,
+        s._run(str(s.bin / "pg_basebackup"), "-h", str(p.root), "-p", str(p.port), "-U", SUPERUSER,
                "-D", str(s.pgdata), "-R", "-X", "stream", "-c", "fast")
         with open(s.pgdata / "postgresql.auto.conf", "a") as conf:
             # Promoted, it has no standby of its own to wait for: a commit would wait forever.

@@ -328,21 +328,24 @@ def test_an_external_delta_table_cannot_claim_a_named_warehouse(auth, tmp_path):
 
 def test_token_requests_are_throttled_per_client_with_a_bounded_queue(auth, config):
     config.token_requests_per_s, config.token_requests_burst = 0.01, 3
-    base, _ = auth({"admin": ADMIN, "etl": ("etl-secret", [("*", ["read"])])})   # one token each: 2 checks left
+    config.token_failures_per_s, config.token_failures_burst = 0.01, 2
+    base, _ = auth({"admin": ADMIN, "etl": ("etl-secret", [("*", ["read"])])})   # one token each, from 127.0.0.1
     url = f"{base}/v1/oauth/tokens"
-    guesses = [httpx.post(url, data={"grant_type": "client_credentials", "client_id": "etl", "client_secret": f"g{i}"})
-               for i in range(2)]
-    assert [r.status_code for r in guesses] == [401, 401]
-    r = httpx.post(url, data={"grant_type": "client_credentials", "client_id": "etl", "client_secret": "etl-secret"})
+    right = {"grant_type": "client_credentials", "client_id": "etl", "client_secret": "etl-secret"}
+    # etl's right secret spends its tokens: 2 left
+    assert [httpx.post(url, data=right).status_code for _ in range(2)] == [200, 200]
+    r = httpx.post(url, data=right)
     assert r.status_code == 429 and r.json()["error"] == "temporarily_unavailable", r.text
     assert int(r.headers["Retry-After"]) >= 1
-    # the console's sign-in checks the same secrets, under the same limit
+    # another client is not held back by etl's requests; wrong secrets from its address run out of checks
+    admin = {"grant_type": "client_credentials", "client_id": "admin", "client_secret": "admin-secret"}
+    assert httpx.post(url, data=admin).status_code == 200
+    guesses = [httpx.post(url, data={**admin, "client_secret": f"g{i}"}).status_code for i in range(3)]
+    assert guesses == [401, 401, 429], guesses
+    # the console's sign-in checks the same secrets, under the same limits
     r = httpx.post(f"{base}/ui/login", data={"client_id": "etl", "client_secret": "etl-secret"},
                    headers={"Origin": base})
     assert r.status_code == 200 and "too many" in r.text
-    # another client is not held back by etl's guesses
-    assert httpx.post(url, data={"grant_type": "client_credentials", "client_id": "admin",
-                                 "client_secret": "admin-secret"}).status_code == 200
 
 
 def test_secret_checks_wait_in_a_bounded_queue(auth, config):

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 import asyncpg
 import httpx
@@ -55,9 +54,8 @@ def test_a_second_process_on_the_same_database_is_refused_and_a_killed_one_resta
 def test_an_owner_whose_claim_another_process_took_stops(database_url, tmp_path):
     """The owner's claim ends with its database session (a restart, a failover); if another process claims the
     database before the owner can claim it again, the owner stops rather than serve beside it."""
-    p = urlparse(database_url)
-    proxy = TcpProxy(p.port)
-    server = ServerProcess(urlunparse(p._replace(netloc=f"{p.username}@127.0.0.1:{proxy.port}")), tmp_path / "srv")
+    proxy, proxied_url = TcpProxy.for_database(database_url)
+    server = ServerProcess(proxied_url, tmp_path / "srv")
     server.start()
 
     async def take_the_claim() -> None:

@@ -13,12 +13,12 @@ import time
 
 import pytest
 import trio
-from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve
 from quart import Response, request
 from quart_trio import QuartTrio
 
-from api.transport import HTTPConnection, Request, use_keep_alive_timer
+from api.transport import ConnectionLimit, HTTPConnection, Request, ServerConfig, use_transport
+from loadtest.attacks.front_door import H2Client
 
 KEEP_ALIVE_S = 1.0
 MAX_BODY = 1000
@@ -43,20 +43,26 @@ def tiny_app() -> QuartTrio:
     async def echo() -> Response:
         return Response(await request.get_data())
 
+    @app.post("/refuse")
+    async def refuse() -> Response:   # as the access check refuses: without reading the body
+        return Response(b"no", status=401)
+
     return app
 
 
-def hyper_config(keep_alive_s: float) -> HyperConfig:
-    config = HyperConfig()
+def hyper_config(keep_alive_s: float, max_connections: int | None = None) -> ServerConfig:
+    config = ServerConfig()
     config.bind = ["127.0.0.1:0"]
     config.keep_alive_timeout = keep_alive_s
     config.graceful_timeout = 30
     config.accesslog = None
+    if max_connections is not None:
+        config.connections = ConnectionLimit(max_connections)
     return config
 
 
-async def start(nursery, config: HyperConfig, shutdown: trio.Event | None = None) -> tuple[str, int]:
-    use_keep_alive_timer()
+async def start(nursery, config: ServerConfig, shutdown: trio.Event | None = None) -> tuple[str, int]:
+    use_transport()
     trigger = shutdown.wait if shutdown is not None else None
     binds = await nursery.start(lambda task_status: serve(tiny_app(), config, shutdown_trigger=trigger,
                                                           task_status=task_status))
@@ -181,3 +187,68 @@ async def test_a_body_within_the_limit_is_read_whole(server):
     await stream.send_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
     with trio.fail_after(5):
         assert (await receive_answer(stream)).startswith(b"HTTP/1.1 200")
+
+
+async def test_a_body_is_not_read_unless_the_app_asks_for_it(server):
+    """Answered without its body (as a request refused before its body is read), a request's answer comes at
+    once, says `Connection: close`, and the connection then closes: nothing of its body waits to be read, and
+    nothing of the connection is left behind."""
+    before = count_tasks()
+    stream = await trio.open_tcp_stream(*server)
+    await stream.send_all(b"POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (100 << 20))
+    await stream.send_all(b"x" * (256 << 10))   # of 100 MiB
+    with trio.fail_after(5):
+        answer = await receive_answer(stream)
+        assert answer.startswith(b"HTTP/1.1 401") and b"\r\nconnection: close\r\n" in answer.lower(), answer
+        while True:
+            try:
+                if not await stream.receive_some(65536):
+                    break
+            except trio.BrokenResourceError:   # reset: the rest of the body was never read
+                break
+        while count_tasks() > before:
+            await trio.sleep(0.01)
+
+
+async def test_an_http2_stream_answered_early_is_reset_and_its_connection_goes_on(server):
+    """Over HTTP/2 the answer comes after a flow-control window or so of a 100 MiB body, the stream is then reset
+    (RFC 9113 8.1, NO_ERROR), and the connection serves the next request; what the client had sent meanwhile is
+    dropped (hypercorn's own looked the stream up again and ended the whole server)."""
+    def use() -> list:
+        client = H2Client(f"http://{server[0]}:{server[1]}")
+        try:
+            return [client.request("POST", "/refuse", 100 << 20), client.request("GET", "/ping"),
+                    client.request("POST", "/refuse", 100 << 20), client.request("POST", "/echo", 500)]
+        finally:
+            client.close()
+    with trio.fail_after(30):
+        (refused, sent), (pinged, _), (again, _), (echoed, _) = await trio.to_thread.run_sync(use)
+    assert (refused, pinged, again, echoed) == (401, 200, 401, 200)
+    assert sent < 1 << 20, sent
+
+
+async def test_past_the_connection_maximum_an_idle_connection_makes_room(nursery):
+    """The oldest connection that never sent a request goes first, then the one idle longest; a busy one stays,
+    and when every one is busy the new one is closed at once."""
+    config = hyper_config(60, max_connections=3)
+    address = await start(nursery, config)
+    served = await trio.open_tcp_stream(*address)
+    assert (await get(served, "/ping")).endswith(b"pong")
+    first, second = await trio.open_tcp_stream(*address), await trio.open_tcp_stream(*address)
+    third = await trio.open_tcp_stream(*address)   # one too many: the oldest that never sent a request goes
+    assert await closed_within(first, 2) is not None
+    assert await closed_within(second, 0.2) is None and await closed_within(served, 0.2) is None
+    for stream in (second, third):   # now all have been served
+        assert (await get(stream, "/ping")).endswith(b"pong")
+    newest = await trio.open_tcp_stream(*address)   # the one idle longest goes: `served`
+    assert await closed_within(served, 2) is not None
+    assert config.connections.closed_at_limit == 2
+    busy = (second, third, newest)
+    for stream in busy:
+        await stream.send_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+    await trio.sleep(0.2)
+    refused = await trio.open_tcp_stream(*address)
+    assert await closed_within(refused, 2) is not None
+    assert config.connections.closed_at_limit == 3
+    for stream in busy:
+        assert (await receive_answer(stream)).endswith(b"done")

@@ -5,7 +5,6 @@ provably never left is "nothing applied", and one whose reply was lost is read b
 from __future__ import annotations
 
 import time
-from urllib.parse import urlparse, urlunparse
 from uuid import uuid4
 
 import pytest
@@ -21,10 +20,8 @@ from tests.tcp_proxy import TcpProxy
 @pytest.fixture
 def proxied_store(database_url):
     """A store (one pooled connection) reaching the test's database through a TcpProxy."""
-    p = urlparse(database_url)
-    proxy = TcpProxy(p.port)
-    store = PostgresStore(urlunparse(p._replace(netloc=f"{p.username}@127.0.0.1:{proxy.port}")), pool_size=1,
-                          timeout_s=10)
+    proxy, proxied_url = TcpProxy.for_database(database_url)
+    store = PostgresStore(proxied_url, pool_size=1, timeout_s=10)
     store.open()
     try:
         yield store, proxy

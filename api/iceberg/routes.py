@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable
 
+from pydantic import BaseModel, ConfigDict, Field
 from quart import Blueprint, Response, has_request_context, request
 
 from coordinator.auth import Privilege, Resource, table_securable
@@ -26,8 +27,8 @@ from coordinator.idempotency import LIFETIME_S, IdempotencyKey
 from coordinator.warehouses import DEFAULT as DEFAULT_WAREHOUSE
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
-from ..common import (CommitPart, empty_response, json_model, json_response, parse_model, query_flag, read_json,
-                      read_model)
+from ..common import (CommitPart, empty_response, fields_of, json_fields, json_model, json_response, parse_model,
+                      query_flag, read_fields, read_json, read_model)
 from ..direct import DirectRoute
 from ..context import current_coordinator, service
 from . import uniform
@@ -113,7 +114,7 @@ def _list_namespaces_needs(prefix: str) -> Needs:
 
 
 async def _create_namespace_needs(prefix: str) -> Needs:
-    body = await read_model(CreateNamespaceRequest)
+    body = await read_fields(CreateNamespaceRequest, "namespace")
     return [(CREATE, _securable(prefix, tuple(body.namespace[:-1])))]
 
 
@@ -132,11 +133,18 @@ def _change_needs(prefix: str, namespace: tuple[str, ...], name: str, change: "C
 
 
 async def _commit_needs(prefix: str, namespace: str, table: str) -> Needs:
-    return _change_needs(prefix, _namespace(namespace), table, await read_model(CommitTableRequest))
+    return _change_needs(prefix, _namespace(namespace), table, await read_fields(CommitTableRequest, "requirements"))
+
+
+class _TransactionTables(BaseModel):
+    """What a multi-table commit's policy reads: each change's table and requirements, not its updates."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    table_changes: list[fields_of(CommitTableRequest, "identifier", "requirements")] = Field(alias="table-changes")
 
 
 async def _transaction_needs(prefix: str) -> Needs:
-    body = await read_model(CommitTransactionRequest)
+    body = await read_model(_TransactionTables)
     return [need for c in body.table_changes if c.identifier is not None
             for need in _change_needs(prefix, tuple(c.identifier.namespace), c.identifier.name, c)]
 
@@ -400,9 +408,9 @@ async def _commit(catalog, prefix: str, namespace: str, table: str, body: Commit
 # machinery (api/direct.py), by the routes' own code.
 
 
-async def _direct_commit_needs(coordinator, req, body: CommitTableRequest) -> Needs:
+async def _direct_commit_needs(coordinator, req, part) -> Needs:
     args = req.view_args
-    return _change_needs(args["prefix"], _namespace(args["namespace"]), args["table"], body)
+    return _change_needs(args["prefix"], _namespace(args["namespace"]), args["table"], part)
 
 
 async def _direct_commit(coordinator, req, body: CommitTableRequest) -> Response:
@@ -423,7 +431,8 @@ async def _direct_know_warehouse(coordinator, req) -> None:
 
 
 _DIRECT_COMMIT = DirectRoute(json_model(CommitTableRequest), _direct_commit_needs, _direct_commit,
-                             _direct_know_warehouse, takes=lambda req: "idempotency-key" not in req.headers)
+                             _direct_know_warehouse, takes=lambda req: "idempotency-key" not in req.headers,
+                             part=json_fields(CommitTableRequest, "requirements"))
 _DIRECT_LOAD = DirectRoute(None, _direct_load_needs, _direct_load, _direct_know_warehouse)
 DIRECT = {f"{bp.name}.commit_table": _DIRECT_COMMIT, f"{bp.name}.commit_table_p": _DIRECT_COMMIT,
           f"{bp.name}.load_table": _DIRECT_LOAD, f"{bp.name}.load_table_p": _DIRECT_LOAD}
@@ -544,18 +553,22 @@ async def rename_table(prefix: str) -> Response:
 def cross_format_part(body: dict) -> CommitPart:
     """An Iceberg `CommitTableRequest` (its table named by `identifier`, in catalog `prefix`) as a part of a
     cross-format commit (api/commits.py)."""
-    change = parse_model(CommitTableRequest, body)
-    if change.identifier is None:
+    named = parse_model(fields_of(CommitTableRequest, "identifier", "requirements"), body)
+    if named.identifier is None:
         raise BadRequest("identifier is required")
     prefix = body.get("prefix") or ""
     if not isinstance(prefix, str):
         raise BadRequest("prefix must be a string")
-    ident = _body_ident(prefix, change.identifier)
+    ident = _body_ident(prefix, named.identifier)
 
     async def needs() -> Needs:
-        return _change_needs(prefix, ident.namespace, ident.name, change)
+        return _change_needs(prefix, ident.namespace, ident.name, named)
 
-    async def plan():
-        return await _catalog().plan_commit(ident, parse_requirements(change.requirements),
-                                            parse_updates(change.updates))
-    return CommitPart(f"iceberg {ident}", needs, plan, lambda exc: (exc.status, ERRORS(exc)[1]))
+    def read():
+        change = parse_model(CommitTableRequest, body)
+
+        async def plan():
+            return await _catalog().plan_commit(ident, parse_requirements(change.requirements),
+                                                parse_updates(change.updates))
+        return plan
+    return CommitPart(f"iceberg {ident}", needs, read, lambda exc: (exc.status, ERRORS(exc)[1]))

@@ -9,10 +9,10 @@ answered by `errors.py`. These routes share `/v1` with Iceberg's, which reserves
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 from urllib.parse import unquote
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from quart import Blueprint, Response, request
 
 from coordinator.auth import Privilege, Resource
@@ -24,9 +24,10 @@ from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersion
                                DropTableRequest, LanceTable, Page, RegisterTableRequest, TableExistsRequest,
                                TableVersion)
 from coordinator.lance.format import LANCE
+from coordinator.lance.models import CreateTableVersionEntry
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
-from ..common import CommitPart, empty_response, json_response, parse_json, parse_model, parsed_once
+from ..common import CommitPart, empty_response, fields_of, json_response, parse_json, parse_model, parsed_once
 from ..direct import DirectRoute
 from ..context import service
 from .errors import ERRORS
@@ -101,16 +102,24 @@ def _same_id(body: BaseModel, levels: tuple[str, ...]) -> None:
 
 
 async def _read_body(model: type[BaseModel]) -> Any:
-    return _model_of(model, await request.get_data())
+    return parse_model(model, await parsed_once("lance-body", _read_object))
+
+
+async def _read_object() -> dict[str, Any]:
+    return _object_of(await request.get_data())
 
 
 def _model_of(model: type[BaseModel], data: bytes) -> Any:
+    return parse_model(model, _object_of(data))
+
+
+def _object_of(data: bytes) -> dict[str, Any]:
     value = parse_json(data) if data.strip() else {}
     if value is None:
         value = {}
     if not isinstance(value, dict):
         raise BadRequest("request body must be a JSON object")
-    return parse_model(model, value)
+    return value
 
 
 # -- access: what each route needs (api/access.py enforces it) -------------------------------------------------
@@ -151,27 +160,59 @@ def _creating(model: type[BaseModel], replaces: Callable[[tuple[str, ...]], Reso
     async def needs(id: str) -> Needs:
         levels = _levels(id)
         out = [(CREATE, _namespace_securable(levels[:-1]))]
-        body = await _body(model, levels)
+        body = await _body(fields_of(model, "id", "mode"), levels)
         if (body.mode or "").replace("_", "").lower() == "overwrite":   # as models.parse_mode reads it
             out.append((DROP, replaces(levels)))
         return out
     return needs
 
 
+# What the batch routes' policies read: each entry's or operation's table (and an operation's kind), not the rest.
+_EntryTable = fields_of(CreateTableVersionEntry, "id")
+_DeclaredTable = fields_of(DeclareTableRequest, "id")
+_VersionTable = fields_of(CreateTableVersionRequest, "id")
+_DeletedVersionsTable = fields_of(BatchDeleteTableVersionsRequest, "id")
+_DeregisteredTable = fields_of(DeregisterTableRequest, "id")
+
+
+class _EntryTables(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    entries: list[_EntryTable]
+
+
+class _OperationTable(BaseModel):
+    """An operation that sets more than one kind is refused by the whole model (after); each is checked here."""
+
+    model_config = ConfigDict(extra="ignore")
+    declare_table: Optional[_DeclaredTable] = None
+    create_table_version: Optional[_VersionTable] = None
+    delete_table_versions: Optional[_DeletedVersionsTable] = None
+    deregister_table: Optional[_DeregisteredTable] = None
+
+
+class _OperationTables(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    operations: list[_OperationTable]
+
+
 async def _batch_create_needs() -> Needs:
-    body = await _body(BatchCreateTableVersionsRequest)
+    body = await _body(_EntryTables)
     return [(WRITE, _table_securable(tuple(e.id))) for e in body.entries]
 
 
 async def _batch_commit_needs() -> Needs:
-    body = await _body(BatchCommitTablesRequest)
+    body = await _body(_OperationTables)
     needs = []
     for op in body.operations:
-        ident = tuple(op.request.id or ())
-        if op.kind == "declare_table":
-            needs.append((CREATE, _namespace_securable(ident[:-1])))
-        else:
-            needs.append((_BATCH_PRIVILEGES[op.kind], _table_securable(ident)))
+        for kind in _BATCH_PRIVILEGES:
+            named = getattr(op, kind)
+            if named is None:
+                continue
+            ident = tuple(named.id or ())
+            if kind == "declare_table":
+                needs.append((CREATE, _namespace_securable(ident[:-1])))
+            else:
+                needs.append((_BATCH_PRIVILEGES[kind], _table_securable(ident)))
     return needs
 
 
@@ -520,14 +561,19 @@ async def unsupported(id: str, operation: str) -> Response:
 def cross_format_part(body: dict) -> CommitPart:
     """A Lance `CreateTableVersionRequest` (its table named by `id`) as a part of a cross-format commit
     (api/commits.py)."""
-    req = parse_model(CreateTableVersionRequest, body)
-    if not req.id:
+    named = parse_model(fields_of(CreateTableVersionRequest, "id"), body)
+    if not named.id:
         raise BadRequest("id is required: the table's identifier levels")
-    ident = tuple(req.id)
+    ident = tuple(named.id)
 
     async def needs() -> Needs:
         return [(WRITE, _table_securable(ident))]
 
-    async def plan():
-        return await _catalog().plan_commit(ident, req)
-    return CommitPart(f"lance {'.'.join(ident)}", needs, plan, ERRORS)
+    def read():
+        req = parse_model(CreateTableVersionRequest, body)
+
+        async def plan():
+            return await _catalog().plan_commit(ident, req)
+        return plan
+
+    return CommitPart(f"lance {'.'.join(ident)}", needs, read, ERRORS)

@@ -8,9 +8,9 @@ costs a type's head to encode and decode). One connection per peer carries any n
 side: no second HTTP hop, no connection set-up per request.
 
 Nothing is decoded before both ends of a connection prove they hold the cluster key and speak the same channel
-version (`handshake`: a versioned greeting, then an HMAC challenge-response each way, keyed by a secret every
-member reads from the shared database); still bind the channel to a private interface. Members of different
-versions refuse each other with a message that says so.
+version (`handshake`: a versioned greeting, then an HMAC challenge-response each way, keyed by the cluster's own
+secret, secret.py, which nothing in the database reveals); still bind the channel to a private interface. Members
+of different versions refuse each other with a message that says so.
 """
 
 from __future__ import annotations
@@ -35,13 +35,17 @@ NONCE = 16
 # The greeting each end sends first: a magic and the channel's version. Raise VERSION whenever what crosses the
 # channel changes incompatibly (the message shapes, wire.py's encoding, the handlers' arguments).
 MAGIC = b"CCH"
-VERSION = 3
+VERSION = 4   # 4: keyed by the cluster's own secret (3 derived it from the token signing key in the database)
 GREETING = MAGIC + bytes([VERSION])
 HANDSHAKE_TIMEOUT_S = 5.0
 
 
 class HandshakeFailed(Exception):
     """The other end does not hold the cluster key (or spoke something else): no frame is exchanged."""
+
+
+SAME_SECRET = ("every member needs the same cluster secret: the same --cluster-secret-file, or on one host the same "
+               "--data-dir (its cluster.key)")
 
 
 def _proof(key: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
@@ -76,7 +80,7 @@ async def accept_handshake(stream: trio.abc.Stream, key: bytes) -> None:
         reply = await _receive_exactly(stream, NONCE + 32)
         theirs, proof = reply[:NONCE], reply[NONCE:]
         if not hmac.compare_digest(proof, _proof(key, b"dialer", ours, theirs)):
-            raise HandshakeFailed("the dialer does not hold the cluster key")
+            raise HandshakeFailed(f"the dialer does not hold the cluster key ({SAME_SECRET})")
         await stream.send_all(_proof(key, b"listener", theirs, ours))
 
 
@@ -91,7 +95,7 @@ async def dial_handshake(stream: trio.abc.Stream, key: bytes) -> None:
         await stream.send_all(GREETING + ours + _proof(key, b"dialer", challenge, ours))
         proof = await _receive_exactly(stream, 32)
         if not hmac.compare_digest(proof, _proof(key, b"listener", ours, challenge)):
-            raise HandshakeFailed("the listener does not hold the cluster key")
+            raise HandshakeFailed(f"the listener does not hold the cluster key ({SAME_SECRET})")
 
 
 class PeerUnreachable(Unavailable):

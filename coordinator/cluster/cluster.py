@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..auth import new_signing_key
 from .channel import ChannelServer, Codec, Peer
 from .leases import Leases
 from .routing import Router
+from .secret import channel_key
 
 if TYPE_CHECKING:
     from ..format import Services
@@ -33,11 +31,12 @@ class Cluster:
         self.router = Router(self)
         # What a proposal may refer to that only makes sense in this process: sent by name, resolved at the peer.
         self.codec = Codec({"files": services.files, "store": services.store})
-        # The channel's HMAC key (`server.key`, also dialled with) is derived at start from the secret all members
-        # share in the database.
+        # The channel's HMAC key (`server.key`, also dialled with): the cluster's own secret (secret.py), read
+        # here so that a missing or exposed one stops the start with a message.
         self.server = ChannelServer(self.codec, {
             "submit": self.router.on_submit, "create": self.router.on_create, "prepare": self.router.on_prepare,
-            "verdict": self.router.on_verdict, "forget": self.router.on_forget, "ping": self._ping}, b"")
+            "verdict": self.router.on_verdict, "forget": self.router.on_forget, "ping": self._ping},
+            channel_key(config))
         self.peers: dict[str, Peer] = {}
         self.nursery: trio.Nursery | None = None
         self.address: str | None = None
@@ -50,8 +49,6 @@ class Cluster:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve the channel, then join: `started` once the first lease pass is done (this member then owns its
         share of shards if any were free)."""
-        secret = await self.store.signing_key(new_signing_key())
-        self.server.key = hmac.new(secret, b"cluster-channel", hashlib.sha256).digest()
         try:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery

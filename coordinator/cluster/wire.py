@@ -2,14 +2,18 @@
 
 Members send each other the catalogs' own objects (pydantic requests, proposals, table states, parts, errors).
 Unlike pickle, decoding a frame can only build values: plain msgpack data, a few standard types (tuple, set,
-UUID, datetime, Decimal, big integers), and instances of the project's own classes, restored from their state
-the way pickle would restore them but without calling anything a frame names. A type is accepted only if it is
-a class defined in one of the project's packages (`OWN_PACKAGES`); a frame naming anything else (`os:system`,
-a builtin, a function) is refused before any of it is used. The one exception is a proposal's clean-up, a
-`functools.partial` of a function registered with `crossable` (or of a process-local object's method named in
-CROSSABLE_METHODS): it is rebuilt only from that short list. A pydantic model crosses as its state (fields, fields
-set, extras, private attributes) and is rebuilt from it as pickle would, never validated again: the table's owner
-decides on exactly what the member the client reached parsed and checked.
+UUID, datetime, Decimal, big integers), and instances of the types registered to cross (`coordinator.crossable`:
+`WIRE_TYPES`, filled at import by the modules that define them), restored from their state the way pickle would
+restore them but without calling anything a frame names. A type's name is only looked up in that registry: a
+frame naming anything else (`os:system`, a builtin, a function, a module of ours that is not registered, a
+`__main__`) is refused before any of it is used, and decoding never imports a module. The one exception is a
+proposal's clean-up, a `functools.partial` of a function registered with `crossable` (or of a process-local
+object's method named in CROSSABLE_METHODS): it is rebuilt only from that short list. A pydantic model crosses as
+its state (fields, fields set, extras, private attributes) and is rebuilt from it as pickle would, never
+validated again: the table's owner decides on exactly what the member the client reached parsed and checked.
+
+A member sends only registered types too (an error of an unregistered class crosses as the nearest registered
+class it derives from), so what one member sends the other can build.
 
 Process-local objects a proposal refers to (the file IO, the store) travel by name and are replaced by the
 receiver's own.
@@ -21,7 +25,6 @@ import datetime
 import decimal
 import enum
 import functools
-import importlib
 import struct
 import types
 import uuid
@@ -31,9 +34,15 @@ import msgpack
 import pydantic
 from pydantic_core import PydanticUndefined
 
+from storage import files as _files, records as _records
 from storage.libraries import require
 
-from ..crossable import CROSSABLE, CROSSABLE_METHODS
+from .. import commit as _commit, decision as _decision, errors as _errors, idempotency as _idempotency
+from ..crossable import CROSSABLE, CROSSABLE_METHODS, WIRE_TYPES, crossing, wire_name
+
+# The commit machinery's own types: what every format's proposals, parts and answers are made of. (Each format
+# registers its own in its proposals module.)
+crossing(_commit, _decision, _errors, _idempotency, _files, _records)
 
 FRAME_HEADER = struct.Struct(">I")  # a frame is its payload's length, then the payload
 
@@ -56,8 +65,6 @@ class _Probe(pydantic.BaseModel):
 require("pydantic", "coordinator/cluster/wire.py (a model's state, read and set directly)",
         model_state_missing(pydantic.BaseModel.__slots__, _Probe().__getstate__()))
 
-OWN_PACKAGES = ("coordinator.", "storage.")
-
 # msgpack extension type codes. A value with no parts (a UUID, a date) is one extension value. A value made of
 # other values (a tuple, an object's state) is an array headed by an extension value, its head, that says what to
 # build from the rest: so a whole frame is packed and unpacked in one pass of msgpack's (packing each such value as
@@ -70,25 +77,22 @@ class WireError(ValueError):
     """A frame holds something this side will not build (a type outside the project, or an unknown encoding)."""
 
 
-def _name(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-@functools.lru_cache(maxsize=1024)
 def _own_class(name: str) -> type:
-    """The project's class `module:qualname`, or WireError: nothing outside OWN_PACKAGES is ever looked up."""
-    module_name, _, qualname = name.partition(":")
-    if not module_name.startswith(OWN_PACKAGES) or not qualname:
-        raise WireError(f"refusing to build {name!r}: only the coordinator's own types cross the channel")
-    try:
-        found: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError):
-        raise WireError(f"unknown type {name!r}: is every member running the same coordinator version?") from None
-    if not isinstance(found, type):
-        raise WireError(f"refusing to build {name!r}: it is not a class")
+    """The registered type `module:qualname`, or WireError: nothing else is ever looked up, nor imported."""
+    found = WIRE_TYPES.get(name)
+    if found is None:
+        raise WireError(f"refusing to build {name!r}: not a type that crosses the channel (is every member running "
+                        f"the same coordinator version?)")
     return found
+
+
+def _crossing_class(cls: type) -> type | None:
+    """The class values of `cls` cross as: itself if registered; for an error, the nearest registered class it
+    derives from; else None."""
+    for candidate in cls.__mro__ if issubclass(cls, BaseException) else (cls,):
+        if WIRE_TYPES.get(wire_name(candidate)) is candidate:
+            return candidate
+    return None
 
 
 class _Head:
@@ -170,18 +174,22 @@ class Codec:
         return self._own_encoder(cls)
 
     def _own_encoder(self, cls: type) -> Callable[[Any], Any]:
-        name = _name(cls)
-        if not cls.__module__.startswith(OWN_PACKAGES):
+        crosses_as = _crossing_class(cls)
+        if crosses_as is None:
             def refuse(obj: Any) -> Any:
-                raise TypeError(f"{name} cannot cross the cluster channel: only plain data and the coordinator's "
-                                f"own types do")
+                raise TypeError(f"{wire_name(cls)} cannot cross the cluster channel: only plain data and the types "
+                                f"registered with coordinator.crossable.crossing do")
             return refuse
+        name = wire_name(crosses_as)
 
         def head(code: int) -> msgpack.ExtType:
             return msgpack.ExtType(code, name.encode())
         if issubclass(cls, enum.Enum):
             enum_head = head(_ENUM)
             return lambda obj: [enum_head, obj.value]
+        if crosses_as is not cls:  # an error of a class that does not cross, as the one it derives from
+            error_head = head(_ERROR)
+            return lambda obj: [error_head, list(obj.args), dict(vars(obj))]
         if issubclass(cls, BaseException):
             error_head = head(_ERROR)
             return lambda obj: [error_head, list(obj.args), dict(vars(obj))]

@@ -4,6 +4,7 @@ rules in `rules.py`, which say what is accepted and what the table becomes."""
 from __future__ import annotations
 
 import functools
+import sys
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -11,10 +12,11 @@ from typing import Any
 from storage.files import join
 from storage.records import LogEntry, PurgeClaim
 
+from ..crossable import crossing
 from ..decision import Change, Decision
 from ..name_limits import check_table_key
 from ..purges import delete_own_location
-from . import rules
+from . import models as _models, rules, state as _state
 from .models import CommitRequest, GetCommitsRequest, MetricsRequest
 from .rows import FORMAT, REPORTS
 from .rules import FullName
@@ -175,3 +177,7 @@ def feed_change(what: str, table: DeltaTable) -> Change:
         staged = "_delta_log" if table.last == 0 else "_delta_log/_staged_commits"   # 0.json is published at once
         data["commit-file"] = join(table.location, staged, table.newest["file_name"])
     return Change(f"{FORMAT}.table.{what}", data)
+
+
+# What a Delta request carries to its table's owner in a cluster, and the owner's answers (coordinator/crossable).
+crossing(sys.modules[__name__], _models, _state)

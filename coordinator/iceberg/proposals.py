@@ -6,6 +6,7 @@ inserts instead. Thin glue: the rules are `rules/`'s, the files `files.py`'s.
 from __future__ import annotations
 
 import functools
+import sys
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ import orjson
 from storage.files import is_below, join
 from storage.records import IdempotencyRecord, LogEntry, TableRow
 
+from coordinator.crossable import crossing
 from coordinator.decision import Change, Decision, NewTable
 from coordinator.errors import NameMoved
 from coordinator.events import name_parts
@@ -25,7 +27,8 @@ from coordinator.purges import purge_after_drop
 
 from .files import delete_after_commit, gc_enabled, reachable_files, metadata_file_name, metadata_version, not_purged, \
     purge_named_files
-from .rules import apply_commit, apply_view_commit
+from . import changes as _changes, models as _models, state as _state
+from .rules import apply_commit, apply_view_commit, views as _views
 from .rules.catalog import check_moved
 from .rows import FORMAT, REALM, VIEW_FORMAT
 from .state import IcebergTable, TableIdent, UnreadableTable, row_state, serialize_metadata
@@ -229,3 +232,6 @@ def idempotency_record(key: IdempotencyKey | None, status: int, table: IcebergTa
     # metadata file this change wrote, which no later change rewrites (`IcebergService.replay`).
     return key.record(status, None, body_ref=None if table is None else table.metadata_location)
 
+
+# What an Iceberg request carries to its table's owner in a cluster, and the owner's answers (coordinator/crossable).
+crossing(sys.modules[__name__], _changes, _models, _state, _views)

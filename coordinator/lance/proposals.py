@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable
 
 from storage.files import local_path
 from storage.records import LogEntry, PurgeClaim
 
+from ..crossable import crossing
 from ..decision import Change, Decision, Proposal
 from ..errors import CoordinatorError
 from ..purges import purge_after_drop
-from . import rules
+from . import models as _models, rules, state as _state
 from .files import own_files
 from .layout import manifest_uri, own_files_claim
 from .rows import FORMAT
@@ -251,3 +253,7 @@ def feed_change(what: str, state: LanceTable, version: TableVersion | None = Non
     if version is not None:
         data["manifest"] = version.manifest_uri
     return Change(f"{FORMAT}.table.{what}", data)
+
+
+# What a Lance request carries to its table's owner in a cluster, and the owner's answers (coordinator/crossable).
+crossing(sys.modules[__name__], _models, _state)
