@@ -267,8 +267,9 @@ def test_streaming_into_two_tables_with_concurrent_batch_appends(spark, ns, tmp_
         stop.set()
         worker.join(timeout=60)
         for q in queries:
-            # Stopping between triggers keeps the last micro-batch whole (it is either committed or never run).
-            idle_by = time.monotonic() + 20
+            # Stopping between triggers keeps the last micro-batch whole (it is either committed or never run);
+            # on a loaded machine a batch can take tens of seconds, and a stop during it is our interruption.
+            idle_by = time.monotonic() + 90
             while q.isActive and q.status["isTriggerActive"] and time.monotonic() < idle_by:
                 time.sleep(0.05)
             q.stop()
