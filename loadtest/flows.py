@@ -7,7 +7,8 @@
   `POST /delta/preview/commits`; every `BACKFILL_EVERY` versions, report the backfill
   (`latest_backfilled_version`); on 409 read `latest_table_version` and retry, on 429 backfill and retry.
   `delta-uniform`: the same on tables the service converts to Iceberg (UniForm), whose staged commits and
-  backfilled copies it reads, so they are written.
+  backfilled copies it reads, so they are written. `delta-v1`: the same through the Delta API v1.0 (updateTable
+  with add-commit, the backfill reported with the next commit), as delta-spark 4.3 commits.
 * Lance (external manifest store): `version/list` limit 1 (descending) for the latest version, stage a
   manifest, `version/create` at latest+1; on 409 wait as lance does, list again and retry; on any other error
   describe the table.
@@ -436,6 +437,7 @@ async def remove_client_file(uri: str) -> None:
 class DeltaTable:
     table_id: str
     uri: str
+    path: str = ""   # its Delta API v1.0 path (`/delta/v1/catalogs/<c>/schemas/<s>/tables/<name>`)
 
 
 def delta_commit_body(table: DeltaTable, version: int, size: int = 2048, name: str | None = None) -> dict:
@@ -567,7 +569,8 @@ class DeltaFlow(Flow):
                 "data_source_format": "DELTA", "columns": DELTA_COLUMNS, "storage_location": location,
                 "properties": {**delta_properties(staging["id"]), **(UNIFORM_PROPERTIES if self.uniform else {})}})
             info = orjson.loads(_check(s, b, f"creating Delta table {name}"))
-            return DeltaTable(info["table_id"], info["storage_location"])
+            return DeltaTable(info["table_id"], info["storage_location"],
+                              f"{UC}/delta/v1/catalogs/{self.catalog}/schemas/{tag}/tables/{name}")
         return await parallel(base, list(range(count)), create)
 
     def writer(self, base: str, table: DeltaTable, stats: Stats) -> DeltaWriter:
@@ -576,6 +579,73 @@ class DeltaFlow(Flow):
     def sample_request(self, table: int = 0) -> tuple[str, Any]:
         t = DeltaTable(str(uuid.uuid4()), f"file:///tmp/warehouse/bench/{uuid.uuid4()}")   # a table of its own
         return f"{UC}/delta/preview/commits", delta_commit_body(t, 7)
+
+
+def delta_v1_commit_body(table: DeltaTable, version: int, backfilled: int | None = None) -> dict:
+    """updateTable (Delta API v1.0): add-commit of the staged commit of `version`, and the backfill report."""
+    now = int(time.time() * 1000)
+    updates: list[dict] = [{"action": "add-commit", "commit": {
+        "version": version, "timestamp": now, "file-name": f"{version:020d}.{uuid.uuid4()}.json", "file-size": 2048,
+        "file-modification-timestamp": now}}]
+    if backfilled is not None:
+        updates.append({"action": "set-latest-backfilled-version", "latest-published-version": backfilled})
+    return {"requirements": [{"type": "assert-table-uuid", "uuid": table.table_id}], "updates": updates}
+
+
+class DeltaV1Writer(DeltaWriter):
+    """The Delta flow through the Delta API v1.0, as delta-spark 4.3 commits: loadTable for the latest version,
+    updateTable with add-commit (its answer is the table after it), the backfill reported with a commit's
+    add-commit (one request, as the spec allows: all updates apply together)."""
+
+    backfilled: int | None = None
+
+    async def refresh(self) -> None:
+        status, body = await self.request("GET", self.table.path)
+        _check(status, body, f"loading Delta table {self.table.path}")
+        self.last = orjson.loads(body)["latest-table-version"]
+
+    async def backfill(self, version: int) -> None:
+        self.backfilled = version   # reported with the next commit
+
+    async def commit(self, deadline: float) -> bool:
+        while time.perf_counter() < deadline:
+            v = self.last + 1
+            body = delta_v1_commit_body(self.table, v, self.backfilled)
+            status, answer = await self.request("POST", self.table.path, body, commit=True)
+            if status == 200:
+                self.last = v
+                self.backfilled = None
+                self.stats.writes += 1
+                if v % BACKFILL_EVERY == 0:
+                    await self.backfill(v)
+                return True
+            if status == 409:
+                self.stats.conflicts += 1
+                await self.refresh()
+            elif status == 429:
+                self.stats.error(status, answer)
+                await self.refresh()
+                # everything ratified is published (skipped here) and reported
+                status, answer = await self.request("POST", self.table.path, {
+                    "requirements": body["requirements"],
+                    "updates": [{"action": "set-latest-backfilled-version", "latest-published-version": self.last}]})
+                self.backfilled = None
+            else:
+                await self._backoff(status, answer)
+        return False
+
+
+class DeltaV1Flow(DeltaFlow):
+    """The Delta flow through the Delta API v1.0 (`/delta/v1`), on tables created as the preview flow's are."""
+
+    name = "delta-v1"
+
+    def writer(self, base: str, table: DeltaTable, stats: Stats) -> DeltaV1Writer:
+        return DeltaV1Writer(base, table, stats)
+
+    def sample_request(self, table: int = 0) -> tuple[str, Any]:
+        t = DeltaTable(str(uuid.uuid4()), "", f"{UC}/delta/v1/catalogs/bench/schemas/s/tables/t{table}")
+        return t.path, delta_v1_commit_body(t, 7)
 
 
 class DeltaUniformFlow(DeltaFlow):
@@ -705,4 +775,4 @@ class LanceFlow(Flow):
 
 
 FLOWS: dict[str, Flow] = {f.name: f for f in (IcebergFlow(), DeltaFlow(), LanceFlow(), IcebergPropsFlow(),
-                                               DeltaUniformFlow())}
+                                               DeltaUniformFlow(), DeltaV1Flow())}

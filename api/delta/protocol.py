@@ -6,7 +6,7 @@ from coordinator.delta.format import DELTA as FORMAT
 from ..protocol import Protocol
 from . import errors
 from .routes import DIRECT, bp, cross_format_part
-from .v1 import errors as v1_errors, routes as _v1_routes   # noqa: F401  (its routes are on `bp`)
+from .v1 import errors as v1_errors, routes as _v1_routes   # (its routes are on `bp`)
 
 
 def error_response(exc: BaseException, req=None):
@@ -18,4 +18,4 @@ def error_response(exc: BaseException, req=None):
 
 
 DELTA = Protocol(FORMAT, blueprints=(bp,), error_response=error_response, cross_format_part=cross_format_part,
-                 direct=DIRECT, openapi=True)
+                 direct={**DIRECT, **_v1_routes.DIRECT}, openapi=True)

@@ -20,6 +20,7 @@ from coordinator.errors import BadRequest, NoSuchRoute
 from ...access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing
 from ...common import body_json, empty_response, json_response
 from ...context import service
+from ...direct import DirectRoute
 from ..routes import _methods_served_at, _required_arg, bp
 from .errors import v1_error
 
@@ -133,7 +134,35 @@ async def v1_load_table(catalog: str, schema: str, table: str) -> Response:
 @bp.post(TABLE)
 @guard(_on_table(WRITE))
 async def v1_update_table(catalog: str, schema: str, table: str) -> Response:
-    return json_response(await _v1().update_table((catalog, schema, table), update_table(await _body())))
+    return await _update(_v1(), (catalog, schema, table), update_table(await _body()))
+
+
+async def _update(v1: DeltaV1, full: tuple[str, str, str], body) -> Response:
+    return json_response(await v1.update_table(full, body))
+
+
+# updateTable, what a Delta writer calls for each commit, is served without Quart's request machinery too
+# (api/direct.py), by the same code: its policy reads the path only, its view the body as the route reads it.
+
+
+async def _direct_update_needs(coordinator, req, part) -> Needs:
+    return _on_table(WRITE)(**req.view_args)
+
+
+def _direct_update_body(req):
+    try:
+        value = req.json()
+    except BadRequest as exc:
+        raise MalformedRequest(exc.message) from None
+    return update_table(value)
+
+
+async def _direct_update(coordinator, req, body) -> Response:
+    a = req.view_args
+    return await _update(DeltaV1(coordinator.service(DELTA)), (a["catalog"], a["schema"], a["table"]), body)
+
+
+DIRECT = {f"{bp.name}.v1_update_table": DirectRoute(_direct_update_body, _direct_update_needs, _direct_update)}
 
 
 @bp.delete(TABLE)
