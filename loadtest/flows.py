@@ -8,7 +8,7 @@
   (`latest_backfilled_version`); on 409 read `latest_table_version` and retry, on 429 backfill and retry.
   `delta-uniform`: the same on tables the service converts to Iceberg (UniForm), whose staged commits and
   backfilled copies it reads, so they are written. `delta-v1`: the same through the Delta API v1.0 (updateTable
-  with add-commit, the backfill reported with the next commit), as delta-spark 4.3 commits.
+  with add-commit, set-latest-backfilled-version), as delta-spark 4.3 commits.
 * Lance (external manifest store): `version/list` limit 1 (descending) for the latest version, stage a
   manifest, `version/create` at latest+1; on 409 wait as lance does, list again and retry; on any other error
   describe the table.
@@ -581,23 +581,20 @@ class DeltaFlow(Flow):
         return f"{UC}/delta/preview/commits", delta_commit_body(t, 7)
 
 
-def delta_v1_commit_body(table: DeltaTable, version: int, backfilled: int | None = None) -> dict:
-    """updateTable (Delta API v1.0): add-commit of the staged commit of `version`, and the backfill report."""
+def delta_v1_commit_body(table: DeltaTable, version: int) -> dict:
+    """updateTable (Delta API v1.0): add-commit of the staged commit of `version`."""
     now = int(time.time() * 1000)
-    updates: list[dict] = [{"action": "add-commit", "commit": {
+    updates = [{"action": "add-commit", "commit": {
         "version": version, "timestamp": now, "file-name": f"{version:020d}.{uuid.uuid4()}.json", "file-size": 2048,
         "file-modification-timestamp": now}}]
-    if backfilled is not None:
-        updates.append({"action": "set-latest-backfilled-version", "latest-published-version": backfilled})
     return {"requirements": [{"type": "assert-table-uuid", "uuid": table.table_id}], "updates": updates}
 
 
 class DeltaV1Writer(DeltaWriter):
     """The Delta flow through the Delta API v1.0, as delta-spark 4.3 commits: loadTable for the latest version,
-    updateTable with add-commit (its answer is the table after it), the backfill reported with a commit's
-    add-commit (one request, as the spec allows: all updates apply together)."""
-
-    backfilled: int | None = None
+    updateTable with add-commit (its answer is the table after it), and every BACKFILL_EVERY versions the backfill
+    reported in a request of its own (set-latest-backfilled-version), as the preview flow reports it: the same
+    requests per commit, so their CPU compares request for request."""
 
     async def refresh(self) -> None:
         status, body = await self.request("GET", self.table.path)
@@ -605,16 +602,22 @@ class DeltaV1Writer(DeltaWriter):
         self.last = orjson.loads(body)["latest-table-version"]
 
     async def backfill(self, version: int) -> None:
-        self.backfilled = version   # reported with the next commit
+        await self.publish(version)
+        status, body = await self.request("POST", self.table.path, {
+            "requirements": [{"type": "assert-table-uuid", "uuid": self.table.table_id}],
+            "updates": [{"action": "set-latest-backfilled-version", "latest-published-version": version}]})
+        if status == 200:
+            self.stats.writes += 1
+        else:
+            self.stats.error(status, body)
 
     async def commit(self, deadline: float) -> bool:
         while time.perf_counter() < deadline:
             v = self.last + 1
-            body = delta_v1_commit_body(self.table, v, self.backfilled)
+            body = delta_v1_commit_body(self.table, v)
             status, answer = await self.request("POST", self.table.path, body, commit=True)
             if status == 200:
                 self.last = v
-                self.backfilled = None
                 self.stats.writes += 1
                 if v % BACKFILL_EVERY == 0:
                     await self.backfill(v)
@@ -625,11 +628,7 @@ class DeltaV1Writer(DeltaWriter):
             elif status == 429:
                 self.stats.error(status, answer)
                 await self.refresh()
-                # everything ratified is published (skipped here) and reported
-                status, answer = await self.request("POST", self.table.path, {
-                    "requirements": body["requirements"],
-                    "updates": [{"action": "set-latest-backfilled-version", "latest-published-version": self.last}]})
-                self.backfilled = None
+                await self.backfill(self.last)
             else:
                 await self._backoff(status, answer)
         return False

@@ -243,6 +243,23 @@ def etag(info: Mapping[str, Any]) -> str:
     return base64.urlsafe_b64encode(digest).decode()
 
 
+# The etag and columns of recent catalog entries: an entry is immutable and stays the same object across data-only
+# commits and backfills, so each table's are computed once per metadata change rather than on every commit's
+# answer. Bounded (at most _MAX_VIEWS entries are kept alive by it; then it starts afresh).
+_VIEWS: dict[int, tuple[Mapping[str, Any], str, dict[str, Any]]] = {}
+_MAX_VIEWS = 1024
+
+
+def _metadata_view(info: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    hit = _VIEWS.get(id(info))
+    if hit is not None and hit[0] is info:
+        return hit[1], hit[2]
+    if len(_VIEWS) >= _MAX_VIEWS:
+        _VIEWS.clear()
+    view = _VIEWS[id(info)] = (info, etag(info), struct_of(info.get("columns") or []))
+    return view[1], view[2]
+
+
 def commit_json(commit: Mapping[str, Any]) -> dict[str, Any]:
     return {"version": commit["version"], "timestamp": commit["timestamp"], "file-name": commit["file_name"],
             "file-size": commit["file_size"], "file-modification-timestamp": commit["file_modification_timestamp"]}
@@ -270,12 +287,12 @@ def load_response(table: DeltaTable) -> dict[str, Any]:
     (EXTERNAL) has no commits or latest version."""
     check_served(table)
     info = table.info
-    props = dict(info.get("properties") or {})
+    props = info.get("properties") or {}
+    tag, columns = _metadata_view(info)
     metadata: dict[str, Any] = {
-        "etag": etag(info), "table-type": info["table_type"], "table-uuid": str(table.table_id),
+        "etag": tag, "table-type": info["table_type"], "table-uuid": str(table.table_id),
         "location": info["storage_location"], "created-time": info["created_at"], "updated-time": info["updated_at"],
-        "columns": struct_of(info.get("columns") or []), "partition-columns": list(info.get("partition_columns", [])),
-        "properties": props}
+        "columns": columns, "partition-columns": info.get("partition_columns", []), "properties": props}
     if "comment" in info:
         metadata["comment"] = info["comment"]
     stamp_version, stamp_time = (props.get(k) for k in STAMP_PROPERTIES)
@@ -362,7 +379,7 @@ def decide_update(table: DeltaTable, req: UpdateTable, *, max_unpublished: int, 
     if ci is not None and is_replay(table, ci):
         return table
     wanted = req.requirements.get("assert-etag")
-    if wanted is not None and wanted.etag != etag(table.info):
+    if wanted is not None and wanted.etag != _metadata_view(table.info)[0]:
         raise RequirementFailed(f"assert-etag failed: the metadata of {'.'.join(table.full_name)} changed since "
                                 f"etag {wanted.etag!r}; reload the table and retry with its etag")
     new = ratify(table, ci) if ci is not None else table
