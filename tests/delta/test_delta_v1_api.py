@@ -21,7 +21,7 @@ from .conftest import FIRST, PREFIX, UC, first_commit, write_log_file
 
 V1 = PREFIX + "/delta/v1"
 C, S = "main", "default"
-SPEC = Path("/work/shared/specs/unity-catalog-delta-open-api.yaml")
+SPEC = Path(__file__).with_name("unity-catalog-delta-open-api.yaml")   # the spec's delta.yaml, unchanged
 COLUMNS = {"type": "struct", "fields": [
     {"name": "id", "type": "long", "nullable": False, "metadata": {"comment": "the key"}},
     {"name": "tags", "type": {"type": "array", "element-type": "string", "contains-null": True},

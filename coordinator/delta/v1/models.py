@@ -184,7 +184,7 @@ def update_table(value: Any) -> UpdateTable:
         by_kind: dict[str, Any] = {}
         for i, item in enumerate(items):
             kind = item.get(tag) if isinstance(item, dict) else None
-            if kind not in known:
+            if not isinstance(kind, str) or kind not in known:
                 raise MalformedRequest(f"{key}[{i}].{tag} must be one of {', '.join(known)}, got {kind!r}")
             if kind in by_kind:
                 raise MalformedRequest(f"{key} holds {kind!r} twice: at most one of each {tag} per request")
