@@ -215,7 +215,7 @@ def test_protocol_domain_and_property_updates_move_the_etag_together(v1):
     assert [c["version"] for c in r.json()["commits"]] == [3]
 
 
-def test_uniform_rides_on_the_commit_that_enables_it(v1):
+def test_uniform_rides_on_the_commits_of_a_writer_that_converts(v1):
     st, r = v1.create("u")
     tid, location = st["table-id"], st["location"]
 
@@ -225,15 +225,19 @@ def test_uniform_rides_on_the_commit_that_enables_it(v1):
 
     enable = {"action": "set-properties", "updates": {"delta.universalFormat.enabledFormats": "iceberg"}}
     refused(v1.update("u", tid, {**commit(1), "uniform": uniform(1)}), 400, "InvalidParameterValueException")
-    refused(v1.update("u", tid, enable, commit(1)), 400, "InvalidParameterValueException")
+    refused(v1.update("u", tid, enable), 400, "InvalidParameterValueException")   # only with its commit
     r = v1.update("u", tid, enable, {**commit(1), "uniform": uniform(1)})
     assert r.status_code == 200, r.text
     assert r.json()["uniform"]["iceberg"]["converted-delta-version"] == 1
-    refused(v1.update("u", tid, commit(2)), 400, "InvalidParameterValueException")   # every commit carries it
     refused(v1.update("u", tid, {**commit(2), "uniform": uniform(2, **{"base-converted-delta-version": 0})}),
             409, "UpdateRequirementConflictException")
     r = v1.update("u", tid, {**commit(2), "uniform": uniform(2, **{"base-converted-delta-version": 1})})
     assert r.status_code == 200 and v1.load("u")["uniform"]["iceberg"]["converted-delta-version"] == 2
+    # a writer that converts nothing commits too: the service converts the table itself (docs/uniform.md)
+    assert v1.update("u", tid, commit(3)).status_code == 200
+    r = v1.update("u", tid, {"action": "remove-properties", "removals": ["delta.universalFormat.enabledFormats"]},
+                  commit(4))
+    assert r.status_code == 200 and "uniform" not in r.json()
 
 
 def test_config_lookups_and_unknown_paths_answer_in_the_error_model(v1):
@@ -262,3 +266,27 @@ def test_config_lookups_and_unknown_paths_answer_in_the_error_model(v1):
     refused(v1.http.post(v1.table("dup") + "/rename", json={"new-name": "other"}), 409, "AlreadyExistsException")
     r = v1.http.get("/temporary-path-credentials", params={"location": st["location"], "operation": "READ"})
     assert r.status_code == 200 and r.json()["storage-credentials"][0]["prefix"] == st["location"]
+
+
+def test_a_replay_is_answered_as_applied_even_long_after_its_backfill(v1, service, database_url):
+    """The spec's commit recovery, as UC's server answers it: the same staged file at its version is answered 200
+    (the table as it is), never a second version, also once it was backfilled and left the catalog's memory (the
+    stored log tells); another file at a taken version is a CommitVersionConflictException."""
+    from .conftest import commit_log
+    st, r = v1.create("replayed")
+    tid = st["table-id"]
+    first = commit(1)
+    assert v1.update("replayed", tid, first).status_code == 200
+    assert v1.update("replayed", tid, commit(2)).status_code == 200
+    assert v1.update("replayed", tid, commit(3), {"action": "set-latest-backfilled-version",
+                                                  "latest-published-version": 2}).status_code == 200
+    r = v1.update("replayed", tid, first)
+    assert r.status_code == 200 and r.json()["latest-table-version"] == 3, r.text
+    refused(v1.update("replayed", tid, commit(1)), 409, "CommitVersionConflictException")
+    # through the preview API too: the same file is the same commit
+    preview = {"table_id": tid, "table_uri": st["location"], "commit_info": {
+        "version": 1, "timestamp": first["commit"]["timestamp"], "file_name": first["commit"]["file-name"],
+        "file_size": 100, "file_modification_timestamp": first["commit"]["file-modification-timestamp"]}}
+    assert httpx.post(service + PREFIX + "/delta/preview/commits", json=preview).status_code == 200
+    assert sorted(commit_log(database_url, tid)) == [0, 1, 2, 3]
+    assert commit_log(database_url, tid)[1] == first["commit"]["file-name"]

@@ -222,9 +222,9 @@ def create_entry(table_id: UUID, body: CreateTable, location: str) -> tuple[list
     check_required_properties(table_id, props, "properties")
     extra: dict[str, Any] = {"delta_protocol": body.protocol.to_json(), "domain_metadata": body.domain_metadata,
                              "partition_columns": body.partition_columns}
-    if uniform_enabled(props) != (body.uniform is not None):
-        raise BadRequest("uniform is required if and only if the properties enable UniForm "
-                         f"({UNIFORM_PROPERTY} including iceberg)")
+    if body.uniform is not None and not uniform_enabled(props):   # (none: the service converts, as on commits)
+        raise BadRequest(f"uniform is for tables whose properties enable UniForm ({UNIFORM_PROPERTY} including "
+                         f"iceberg)")
     if body.uniform is not None:
         extra["uniform"] = uniform_record(location, body.uniform, 0, None)
     return columns, props, extra
@@ -388,22 +388,22 @@ def decide_update(table: DeltaTable, req: UpdateTable, *, max_unpublished: int, 
     if ci is not None:
         check_backpressure(table, new, max_unpublished)
     changes_metadata = any(name in u for name in METADATA_UPDATES)
-    uniform_commit = add is not None and (add.uniform is not None or uniform_enabled(table.info["properties"]))
-    if not changes_metadata and not uniform_commit:
+    if not changes_metadata and (add is None or add.uniform is None):
         return new   # most requests: a data-only commit or a backfill leaves the catalog entry as it is
     info = _apply_metadata(dict(new.info), table, u, ci, now_ms) if changes_metadata else dict(new.info)
-    props = info.get("properties") or {}
-    if add is not None:
-        if uniform_enabled(props) != (add.uniform is not None):
-            raise BadRequest("add-commit.uniform is required if and only if the table's properties after this "
-                             f"request enable UniForm ({UNIFORM_PROPERTY} including iceberg)")
-        if add.uniform is not None:
-            info["uniform"] = uniform_record(table.location, add.uniform, ci.version, table.info.get("uniform"))
-        else:
-            info.pop("uniform", None)
-    elif uniform_enabled(props) != uniform_enabled(table.info.get("properties") or {}):
+    enabled = uniform_enabled(info.get("properties") or {})
+    if add is None and enabled != uniform_enabled(table.info["properties"]):
         raise BadRequest("UniForm is enabled or disabled only in the commit that flips "
                          f"{UNIFORM_PROPERTY}: send set-properties or remove-properties with that add-commit")
+    # A writer's own conversion (`uniform`) rides on its commit; a writer that sends none leaves the conversion to
+    # the service (coordinator/uniform), as the preview API does, where the spec would refuse the commit.
+    if add is not None and add.uniform is not None:
+        if not enabled:
+            raise BadRequest("add-commit.uniform is for tables whose properties after this request enable UniForm "
+                             f"({UNIFORM_PROPERTY} including iceberg)")
+        info["uniform"] = uniform_record(table.location, add.uniform, ci.version, table.info.get("uniform"))
+    if not enabled:
+        info.pop("uniform", None)
     return replace(new, info=freeze(info)) if info != new.info else new
 
 
