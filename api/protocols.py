@@ -6,5 +6,6 @@ from __future__ import annotations
 from .delta import DELTA
 from .iceberg import ICEBERG
 from .lance import LANCE
+from .protocol import Protocols
 
-PROTOCOLS = (ICEBERG, DELTA, LANCE)
+PROTOCOLS = Protocols((ICEBERG, DELTA, LANCE))

@@ -23,7 +23,7 @@ OUTCOMES = ("applied", "conflict", "rejected", "unknown")
 # Every label value of a request's series comes from a closed set: a client picks the method token (HTTP allows
 # any token, and h11 takes one of up to 64 KiB) and the path, and each new label value would be a new series kept
 # in memory and in every scrape for the life of the process. The route is the matched rule's pattern (or
-# "unmatched"), the protocol one of api.common.protocol_of's names, the status its class; the method is one of
+# "unmatched"), the protocol one of api/protocol.py `Protocols.of`'s names, the status its class; the method is one of
 # these, or "other".
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 

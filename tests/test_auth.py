@@ -15,7 +15,7 @@ import pytest
 
 from api.access import POLICIES, PUBLIC, authenticated
 from api.app import create_app
-from api.common import protocol_of
+from api.protocols import PROTOCOLS
 from api.server import EmbeddedService
 from coordinator.auth import (AuthConfig, Grant, Principal, Privilege, format_path, hash_secret, parse_path,
                               verify_secret)
@@ -145,7 +145,7 @@ def _assert_protocol_error(path: str, r: httpx.Response, status: int) -> None:
     body = r.json() if r.request.method != "HEAD" else None
     if body is None:
         return
-    protocol = protocol_of(path)
+    protocol = PROTOCOLS.of(path)
     if path.startswith("/api/2.1/unity-catalog/delta/v1/"):   # the Delta API v1.0's own error model
         assert body["error"]["code"] == status and body["error"]["type"] == {
             401: "NotAuthorizedException", 403: "PermissionDeniedException"}[status], body

@@ -1,12 +1,12 @@
-"""Unity Catalog's API for Delta tables as the app knows it (api/protocol.py): the format it serves, its routes,
-its error translation, its part of a commit across formats, its direct routes."""
+"""Unity Catalog's API for Delta tables as the app knows it (api/protocol.py): the format it serves, its paths,
+its routes, its error translation, its part of a commit across formats."""
 
 from coordinator.delta.format import DELTA as FORMAT
 
 from ..protocol import Protocol
 from . import errors
-from .routes import DIRECT, bp, cross_format_part
-from .v1 import errors as v1_errors, routes as _v1_routes   # (its routes are on `bp`)
+from .routes import PREFIX, bp, cross_format_part
+from .v1 import errors as v1_errors, routes as _v1_routes   # noqa: F401  (its routes are on `bp`)
 
 
 def error_response(exc: BaseException, req=None):
@@ -17,5 +17,5 @@ def error_response(exc: BaseException, req=None):
     return errors.error_response(exc, req)
 
 
-DELTA = Protocol(FORMAT, blueprints=(bp,), error_response=error_response, cross_format_part=cross_format_part,
-                 direct={**DIRECT, **_v1_routes.DIRECT}, openapi=True)
+DELTA = Protocol(FORMAT, paths=(PREFIX, PREFIX + "/"), blueprints=(bp,), error_response=error_response,
+                 cross_format_part=cross_format_part, openapi=True)

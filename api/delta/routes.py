@@ -8,7 +8,7 @@ call). Errors are answered by `errors.py`.
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable
+from typing import Any
 
 from quart import Blueprint, Response, current_app, request
 from werkzeug.exceptions import HTTPException
@@ -24,111 +24,22 @@ from coordinator.errors import BadRequest
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, readable, visible
 from ..common import (CommitPart, INT64_MAX, body_json, fields_of, json_fields, json_model, json_response, parse_model,
-                      parsed_once, query_flag, read_fields, read_model)
-from ..context import service
-from ..direct import DirectRoute
+                      query_flag, read_model)
+from ..direct import direct
 from .errors import ERRORS, uc_error
+from .requests import (_create_schema_needs, _listing, _metrics_needs, _on, _on_full_name, _on_listed, _on_new_table,
+                       _on_table_id, _page, _required_arg, _service, _table_credentials_needs)
 
 log = logging.getLogger(__name__)
 
-bp = Blueprint(DELTA.name, __name__, url_prefix="/api/2.1/unity-catalog")
+PREFIX = "/api/2.1/unity-catalog"
+bp = Blueprint(DELTA.name, __name__, url_prefix=PREFIX)
 
-DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 MAX_TABLES_PAGE = 50  # UC OSS: `max_results` of listTables is at most 50
 # What a listing shows of a table the caller may not read (it holds another privilege on it): the way to name it,
 # not its columns, location, properties or comment.
 LISTED_ONLY = ("name", "catalog_name", "schema_name", "table_type", "table_id")
-
-
-# -- helpers -------------------------------------------------------------------------------------------------
-
-
-def _service():
-    return service(DELTA)
-
-
-def _page(cap: int) -> tuple[str | None, int]:
-    """UC `max_results`: > 0 caps the page, 0 (or absent) means the server's size, < 0 is an error."""
-    raw = request.args.get("max_results")
-    size = DEFAULT_PAGE
-    if raw is not None:
-        try:
-            size = int(raw)
-        except ValueError:
-            raise BadRequest(f"max_results must be an integer, got {raw!r}") from None
-        if size < 0:
-            raise BadRequest(f"max_results must be >= 0, got {size}")
-        size = size or DEFAULT_PAGE
-    return request.args.get("page_token") or None, min(size, cap)
-
-
-def _required_arg(name: str) -> str:
-    value = request.args.get(name)
-    if not value:
-        raise BadRequest(f"query parameter {name} is required")
-    return value
-
-
-# -- access: what each route needs (api/access.py enforces it) -------------------------------------------------
-
-
-def _on(privilege: Privilege, *path: str) -> Needs:
-    return [(privilege, (DELTA.name, *path))]
-
-
-def _on_full_name(privilege: Privilege, levels: int, kind: str):
-    """The schema (2 levels) or table (3) named by the route's full name."""
-    def needs(full_name: str) -> Needs:
-        names = split_full_name(full_name, levels, kind)
-        if kind == "table":
-            return [(privilege, DELTA.table(names[0], names[1:-1], names[-1]))]
-        return _on(privilege, *names)
-    return needs
-
-
-def _on_listed(privilege: Privilege, *args: str):
-    """The container named by query parameters (catalog_name, schema_name)."""
-    return lambda: _on(privilege, *(_required_arg(a) for a in args))
-
-
-def _on_new_table(privilege: Privilege, model):
-    async def needs() -> Needs:
-        body = await read_fields(model, "catalog_name", "schema_name")
-        return _on(privilege, body.catalog_name, body.schema_name)
-    return needs
-
-
-async def _on_table_id(privilege: Privilege, table_id: str, service=None) -> Needs:
-    return [(privilege, await (service or _service()).securable(table_id))]
-
-
-async def _create_schema_needs() -> Needs:
-    return _on(CREATE, (await read_fields(CreateSchema, "catalog_name")).catalog_name)
-
-
-async def _get_commits_needs() -> Needs:
-    return await _on_table_id(READ, (await _get_commits_request()).table_id)
-
-
-async def _commit_needs() -> Needs:
-    return await _on_table_id(WRITE, (await read_fields(CommitRequest, "table_id")).table_id)
-
-
-async def _metrics_needs() -> Needs:
-    return await _on_table_id(WRITE, (await read_fields(MetricsRequest, "table_id")).table_id)
-
-
-async def _table_credentials_needs() -> Needs:
-    req = await read_model(GenerateTemporaryTableCredential)   # (all of it: its table and operation)
-    return await _on_table_id(WRITE if req.operation == "READ_WRITE" else READ, req.table_id)
-
-
-def _listing(key: str, items: list[dict], token: str | None) -> Response:
-    body: dict[str, Any] = {key: items}
-    if token:
-        body["next_page_token"] = token
-    return json_response(body)
 
 
 # -- catalogs and schemas ------------------------------------------------------------------------------------
@@ -251,19 +162,11 @@ async def delete_table(full_name: str) -> Response:
 _GET_COMMITS_INTS = ("start_version", "end_version")
 
 
-def _get_commits_request() -> Awaitable[GetCommitsRequest]:
-    return parsed_once(GetCommitsRequest, _read_get_commits_request)
-
-
-async def _read_get_commits_request() -> GetCommitsRequest:
-    return _get_commits_of(await request.get_data(), request.args)
-
-
-def _get_commits_of(data: bytes, args) -> GetCommitsRequest:
+def _get_commits_request(req) -> GetCommitsRequest:
     """The spec puts GET's parameters in a JSON body; some HTTP clients (unitycatalog-client's aiohttp among
-    them) never send a GET body, so query parameters (`args`) are read too. Both given and different is an
-    error."""
-    body = body_json(data, allow_empty=True)
+    them) never send a GET body, so query parameters are read too. Both given and different is an error."""
+    args = req.args
+    body = body_json(req.body, allow_empty=True)
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     for key in ("table_id", "table_uri", *_GET_COMMITS_INTS):
@@ -284,57 +187,32 @@ def _get_commits_of(data: bytes, args) -> GetCommitsRequest:
     return parse_model(GetCommitsRequest, body)
 
 
+def _on_the_table(privilege: Privilege):
+    """The table the body (or query) names by id, as the policy read it."""
+    async def needs(coordinator, req, part) -> Needs:
+        return await _on_table_id(privilege, part.table_id, coordinator.service(DELTA))
+    return needs
+
+
+# What a Delta writer calls for each commit (the table's latest commits, then its own) is served without Quart's
+# request machinery (api/direct.py).
+
+
 @bp.get("/delta/commits")
 @bp.get("/delta/preview/commits")
-@guard(_get_commits_needs)
-async def get_commits() -> Response:
-    return await _get_commits(_service(), await _get_commits_request())
-
-
-async def _get_commits(service, req: GetCommitsRequest) -> Response:
-    commits, latest = await service.get_commits(req)
+# (its policy reads the whole of its small body, and the view gets that)
+@direct(needs=_on_the_table(READ), read=_get_commits_request, part=_get_commits_request)
+async def get_commits(coordinator, req, body: GetCommitsRequest) -> Response:
+    commits, latest = await coordinator.service(DELTA).get_commits(body)
     return json_response({"commits": commits, "latest_table_version": latest})
 
 
 @bp.post("/delta/commit")
 @bp.post("/delta/preview/commits")
-@guard(_commit_needs)
-async def commit() -> Response:
-    return await _commit(_service(), await read_model(CommitRequest))
-
-
-async def _commit(service, req: CommitRequest) -> Response:
-    await service.commit(req)
+@direct(needs=_on_the_table(WRITE), read=json_model(CommitRequest), part=json_fields(CommitRequest, "table_id"))
+async def commit(coordinator, req, body: CommitRequest) -> Response:
+    await coordinator.service(DELTA).commit(body)
     return json_response({})
-
-
-# What a Delta writer calls for each commit (the table's latest commits, then its own) is served without Quart's
-# request machinery (api/direct.py), by the routes' own code.
-
-
-def _direct_on_table_id(privilege: Privilege):
-    async def needs(coordinator, req, part) -> Needs:
-        return await _on_table_id(privilege, part.table_id, coordinator.delta)
-    return needs
-
-
-async def _direct_commit(coordinator, req, body: CommitRequest) -> Response:
-    return await _commit(coordinator.delta, body)
-
-
-async def _direct_get_commits(coordinator, req, body: GetCommitsRequest) -> Response:
-    return await _get_commits(coordinator.delta, body)
-
-
-def _direct_get_commits_request(req) -> GetCommitsRequest:
-    return _get_commits_of(req.body, req.args)
-
-
-DIRECT = {f"{bp.name}.commit": DirectRoute(json_model(CommitRequest), _direct_on_table_id(WRITE), _direct_commit,
-                                           part=json_fields(CommitRequest, "table_id")),
-          # (its policy reads the whole of its small body, and the view gets that)
-          f"{bp.name}.get_commits": DirectRoute(_direct_get_commits_request, _direct_on_table_id(READ),
-                                                _direct_get_commits, part=_direct_get_commits_request)}
 
 
 @bp.post("/delta/metrics")

@@ -20,8 +20,9 @@ from coordinator.errors import BadRequest, NoSuchRoute
 from ...access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing
 from ...common import body_json, empty_response, json_response
 from ...context import service
-from ...direct import DirectRoute
-from ..routes import _methods_served_at, _required_arg, bp
+from ...direct import direct
+from ..requests import _required_arg
+from ..routes import _methods_served_at, bp
 from .errors import v1_error
 
 V1 = "/delta/v1"
@@ -131,25 +132,8 @@ async def v1_load_table(catalog: str, schema: str, table: str) -> Response:
     return json_response(await _v1().load_table((catalog, schema, table)))
 
 
-@bp.post(TABLE)
-@guard(_on_table(WRITE))
-async def v1_update_table(catalog: str, schema: str, table: str) -> Response:
-    return await _update(_v1(), (catalog, schema, table), update_table(await _body()))
-
-
-async def _update(v1: DeltaV1, full: tuple[str, str, str], body) -> Response:
-    return json_response(await v1.update_table(full, body))
-
-
-# updateTable, what a Delta writer calls for each commit, is served without Quart's request machinery too
-# (api/direct.py), by the same code: its policy reads the path only, its view the body as the route reads it.
-
-
-async def _direct_update_needs(coordinator, req, part) -> Needs:
-    return _on_table(WRITE)(**req.view_args)
-
-
-def _direct_update_body(req):
+def _update_body(req):
+    """updateTable's body as its view reads it: not JSON is the spec's BadRequestException."""
     try:
         value = req.json()
     except BadRequest as exc:
@@ -157,12 +141,18 @@ def _direct_update_body(req):
     return update_table(value)
 
 
-async def _direct_update(coordinator, req, body) -> Response:
+async def _update_needs(coordinator, req, part) -> Needs:
+    return _on_table(WRITE)(**req.view_args)
+
+
+# updateTable is what a Delta writer calls for each commit: served without Quart's request machinery too
+# (api/direct.py), its grants checked from the path alone, before any of the body is received.
+@bp.post(TABLE)
+@direct(needs=_update_needs, read=_update_body)
+async def v1_update_table(coordinator, req, body) -> Response:
     a = req.view_args
-    return await _update(DeltaV1(coordinator.service(DELTA)), (a["catalog"], a["schema"], a["table"]), body)
-
-
-DIRECT = {f"{bp.name}.v1_update_table": DirectRoute(_direct_update_body, _direct_update_needs, _direct_update)}
+    v1 = DeltaV1(coordinator.service(DELTA))
+    return json_response(await v1.update_table((a["catalog"], a["schema"], a["table"]), body))
 
 
 @bp.delete(TABLE)
