@@ -36,6 +36,7 @@ import orjson
 from storage.embedded import EmbeddedPostgres, free_port
 
 from . import procs
+from .ab import launch
 from .attacks import Target
 from .flows import iceberg_commit_body, iceberg_state
 
@@ -244,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=float, default=20.0, help="seconds measured without, and with, each attack")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds an attack runs before its window starts")
     ap.add_argument("--rate", type=float, default=10.0, help="the steady writer's commits/s")
+    ap.add_argument("--code", type=Path, help="run the service from this checkout instead (e.g. an older main, to "
+                    "see what each attack did to it); the load generator and the attacks stay this checkout's")
     ap.add_argument("--json", type=Path, help="also write the rows to this file")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (the service's log)")
     args = ap.parse_args(argv)
@@ -269,11 +272,14 @@ def main(argv: list[str] | None = None) -> int:
         pg._psql("-c", "CREATE DATABASE abuse")
         port = free_port()
         service = procs.service(port, pg.dsn_for("abuse"), tmp / "service", tmp / "service.log",
-                                extra_args=["--auth-file", str(write_auth_file(tmp / "auth.toml"))])
+                                extra_args=["--auth-file", str(write_auth_file(tmp / "auth.toml"))],
+                                env={"PYTHONPATH": str(args.code)} if args.code else None)
         service.argv = ["prlimit", f"--nofile={DESCRIPTOR_LIMIT}:{DESCRIPTOR_LIMIT}", "--",
                         *(["taskset", "-c", str(cores[0])] if pinned else []), *service.argv]
         base = f"http://127.0.0.1:{port}"
-        print("starting the service ...", flush=True)
+        print(f"starting the service{f' from {args.code}' if args.code else ''} ...", flush=True)
+        if args.code:
+            launch(service, args.code)
         service.start(base + "/readyz")
         target = Target(base, service.pid, CLIENTS)
         client_id, secret = CLIENTS["writer"]
@@ -307,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     print()
-    print(f"steady writer at {args.rate:g} commits/s (Iceberg, one table, its own connection); windows of "
+    print(f"the service: {args.code or 'this checkout'}; steady writer at {args.rate:g} commits/s (Iceberg, one table, its own connection); windows of "
           f"{args.window:g} s; the service under a {DESCRIPTOR_LIMIT}-descriptor limit, authentication on"
           + (f", alone on core {cores[0]}" if pinned else ""))
     print_table(rows)
