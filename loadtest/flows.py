@@ -469,21 +469,27 @@ class DeltaWriter(Writer):
         """The commit request for the staged commit file of `version` (not written: the service does not read it)."""
         return delta_commit_body(self.table, version)
 
+    def backfill_request(self, version: int) -> tuple[str, dict]:
+        """Where the report that versions <= `version` are published is sent, and its body."""
+        return f"{UC}/delta/preview/commits", {**self._ident, "latest_backfilled_version": version}
+
     async def backfill(self, version: int) -> None:
         """The writer published versions <= `version` as `_delta_log/<v>.json` (skipped here) and says so."""
         await self.publish(version)
-        status, body = await self.request("POST", f"{UC}/delta/preview/commits",
-                                          {**self._ident, "latest_backfilled_version": version})
+        status, body = await self.request("POST", *self.backfill_request(version))
         if status == 200:
             self.stats.writes += 1
         else:
             self.stats.error(status, body)
 
+    async def commit_request(self, version: int) -> tuple[str, dict]:
+        """Where the commit of `version` is sent, and its body."""
+        return f"{UC}/delta/preview/commits", await self.staged_commit(version)
+
     async def commit(self, deadline: float) -> bool:
         while time.perf_counter() < deadline:
             v = self.last + 1
-            status, body = await self.request("POST", f"{UC}/delta/preview/commits", await self.staged_commit(v),
-                                              commit=True)
+            status, body = await self.request("POST", *await self.commit_request(v), commit=True)
             if status == 200:
                 self.last = v
                 self.acked(v)
@@ -601,37 +607,13 @@ class DeltaV1Writer(DeltaWriter):
         _check(status, body, f"loading Delta table {self.table.path}")
         self.last = orjson.loads(body)["latest-table-version"]
 
-    async def backfill(self, version: int) -> None:
-        await self.publish(version)
-        status, body = await self.request("POST", self.table.path, {
-            "requirements": [{"type": "assert-table-uuid", "uuid": self.table.table_id}],
-            "updates": [{"action": "set-latest-backfilled-version", "latest-published-version": version}]})
-        if status == 200:
-            self.stats.writes += 1
-        else:
-            self.stats.error(status, body)
+    def backfill_request(self, version: int) -> tuple[str, dict]:
+        return self.table.path, {"requirements": [{"type": "assert-table-uuid", "uuid": self.table.table_id}],
+                                 "updates": [{"action": "set-latest-backfilled-version",
+                                              "latest-published-version": version}]}
 
-    async def commit(self, deadline: float) -> bool:
-        while time.perf_counter() < deadline:
-            v = self.last + 1
-            body = delta_v1_commit_body(self.table, v)
-            status, answer = await self.request("POST", self.table.path, body, commit=True)
-            if status == 200:
-                self.last = v
-                self.stats.writes += 1
-                if v % BACKFILL_EVERY == 0:
-                    await self.backfill(v)
-                return True
-            if status == 409:
-                self.stats.conflicts += 1
-                await self.refresh()
-            elif status == 429:
-                self.stats.error(status, answer)
-                await self.refresh()
-                await self.backfill(self.last)
-            else:
-                await self._backoff(status, answer)
-        return False
+    async def commit_request(self, version: int) -> tuple[str, dict]:
+        return self.table.path, delta_v1_commit_body(self.table, version)
 
 
 class DeltaV1Flow(DeltaFlow):

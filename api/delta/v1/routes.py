@@ -1,8 +1,8 @@
 """Unity Catalog's Delta API v1.0 routes (`/api/2.1/unity-catalog/delta/v1/...`, the Managed Tables
 Specification v1.0 and its `delta.yaml`), on the Delta blueprint beside the preview API's routes: parse,
 authorize, call the v1 service (coordinator/delta/v1), answer. Every route's grants are named by its path, so
-they are checked before any of a body is parsed. Errors are answered by `errors.py` (api/delta/errors.py sends it
-every error of a `/delta/v1` path)."""
+they are checked before any of a body is parsed. Errors are answered by `errors.py` (api/delta/protocol.py sends
+it every error of a `/delta/v1` path)."""
 
 from __future__ import annotations
 
