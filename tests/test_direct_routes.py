@@ -266,6 +266,6 @@ def test_the_hooks_the_direct_routes_stand_in_for(config):
                      "after_request_funcs": {None: ["create_app.<locals>._finish"]},
                      "teardown_request_funcs": {}, "url_value_preprocessors": {}}
     assert sorted(app.direct.routes) == [
-        "delta.commit", "delta.get_commits", "iceberg.commit_table", "iceberg.commit_table_p", "iceberg.load_table",
+        "delta.commit", "delta.get_commits", "delta.v1_update_table", "iceberg.commit_table", "iceberg.commit_table_p", "iceberg.load_table",
         "iceberg.load_table_p", "lance.create_table_version", "lance.describe_table_version",
         "lance.list_table_versions", "uniform.load_table"]   # (the mount's loads `takes` refuses: Quart's)

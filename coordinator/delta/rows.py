@@ -35,7 +35,7 @@ async def load(services: Services, row: TableRow) -> StagingTable | DeltaTable:
     if "staging" in s:
         st = s["staging"]
         return StagingTable(row.table_id, st["catalog_name"], st["schema_name"], st["name"], st["location"],
-                            st["created_at"], st.get("schema_id"))
+                            st["created_at"], st.get("schema_id"), st.get("created_by"))
     last, published = s["last"], s["published"]
     entries = await services.store.read_log(row.table_id, start=published) if last >= 0 else []
     unpublished = tuple(e.payload for e in entries if e.version > published)

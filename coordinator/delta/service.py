@@ -108,8 +108,8 @@ class DeltaService:
         self.registry = services.registry
         self.files = services.files
         self.names: Names[FullName, uuid.UUID] = Names(self.registry, self._find, _gone)
-        # A table's id -> its place for access checks: a table's id never changes its name (Unity Catalog has no
-        # rename here), so what is cached never goes stale.
+        # A table's id -> its place for access checks. Only the Delta API v1.0's renameTable changes the name an id
+        # carries, and it forgets the id here (coordinator/delta/v1/service.py).
         self.securables: Names[uuid.UUID, Resource] = Names(self.registry, self._securable_of, _gone)
 
     @property
@@ -288,7 +288,7 @@ class DeltaService:
         table_id = uuid.uuid4()
         location = join(await self._managed_root(body.catalog_name), str(table_id))
         staging = StagingTable(table_id, body.catalog_name, body.schema_name, body.name, location, now_ms(),
-                               schema_id)
+                               schema_id, CALLER.get())
         row = TableRow(table_id=table_id, realm=REALM, catalog=STAGING_CATALOG, namespace="", name=str(table_id),
                        format=FORMAT, location=location)
         await self.registry.create(row, state=staging, row_state=staging.row_state())

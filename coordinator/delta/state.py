@@ -26,11 +26,12 @@ class StagingTable:
     location: str
     created_at: int
     schema_id: str | None = None   # the schema it was allocated in; None in rows written before it was kept
+    created_by: str | None = None  # who allocated it: only they may finalize it (v1.0); None in older rows
 
     def row_state(self) -> dict[str, Any]:
         return {"staging": {"catalog_name": self.catalog_name, "schema_name": self.schema_name,
                             "name": self.name, "location": self.location, "created_at": self.created_at,
-                            "schema_id": self.schema_id}}
+                            "schema_id": self.schema_id, "created_by": self.created_by}}
 
 
 @dataclass(frozen=True)

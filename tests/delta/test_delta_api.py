@@ -920,7 +920,9 @@ def test_other_formats_tables_are_not_delta_tables(uc, service):
 
 def test_unknown_endpoint(uc):
     error(uc.get("/functions"), 404, "ENDPOINT_NOT_FOUND")
-    error(uc.post("/delta/v1/whatever", json={}), 404, "ENDPOINT_NOT_FOUND")
+    error(uc.post("/delta/v2/whatever", json={}), 404, "ENDPOINT_NOT_FOUND")
+    r = uc.post("/delta/v1/whatever", json={})   # the Delta API v1.0 answers in its own error model
+    assert r.status_code == 404 and r.json()["error"]["type"] == "NotFoundException", r.text
 
 
 def test_a_known_endpoint_with_another_method_is_405(uc):
