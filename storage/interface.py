@@ -139,22 +139,22 @@ class PurgeClaims(Protocol):
 
 class FileDeletions(Protocol):
     """Claims on files of live tables that only expired snapshots referenced (`records.FileDeletion`), held until
-    the files are deleted. Only a claim's owner renews or ends it."""
+    the files are deleted (storage/deletions.py). Only a claim's owner renews or ends it."""
 
-    async def record_deletion(self, claim: FileDeletion) -> None:
+    async def record(self, claim: FileDeletion) -> None:
         """Record a claim (before the expiry commit that makes its files unreferenced)."""
 
-    async def pending_deletions(self, older_than_s: float = 0) -> list[FileDeletion]:
+    async def pending(self, older_than_s: float = 0) -> list[FileDeletion]:
         """Claims nobody renewed for `older_than_s`, oldest first."""
 
-    async def take_over_deletion(self, claim_id: UUID, older_than_s: float) -> UUID | None:
+    async def take_over(self, claim_id: UUID, older_than_s: float) -> UUID | None:
         """Atomically take over a claim nobody renewed for `older_than_s`: the new owner token for exactly one
         caller (of any member), None for the others."""
 
-    async def renew_deletion(self, claim_id: UUID, owner: UUID) -> bool:
+    async def renew(self, claim_id: UUID, owner: UUID) -> bool:
         """Renew the claim; False if it is no longer `owner`'s."""
 
-    async def end_deletion(self, claim_id: UUID, owner: UUID) -> None:
+    async def end(self, claim_id: UUID, owner: UUID) -> None:
         """End `owner`'s claim: its files are deleted (or kept for good)."""
 
 
@@ -193,11 +193,12 @@ class Events(Protocol):
         """Delete the events past retention (oldest first), raising the feed's floor; how many went."""
 
 
-class Store(TableRows, Namespaces, IdempotencyRecords, PurgeClaims, FileDeletions, Protocol):
+class Store(TableRows, Namespaces, IdempotencyRecords, PurgeClaims, Protocol):
     """The system of record."""
 
     leases: Leases
     events: Events
+    deletions: FileDeletions
     # Called on the store's own thread whenever new events may be readable (the feed sets it to wake readers).
     on_events: Callable[[], None] | None
 

@@ -19,11 +19,12 @@ from .connections import APPLICATION_NAME, CONNECTION_ERRORS, connection_setup, 
 from .events import EventLog, listen
 from .errors import (DatabaseUnreachable, NamespaceExists, NamespaceMissing, NamespaceNotEmpty, NamespaceRefilled, OutcomeLost,
                      StoreUnavailable)
+from .deletions import DeletionClaims
 from .leases import LeaseStore
 from .owner import OwnerLock
 from .paths import location_key
 from .queries import location_in_use, put_idempotency
-from .records import (NAMESPACE_SEP, FileDeletion, IdempotencyRecord, LogEntry, ReportTable, TableRow, WriteGroup,
+from .records import (NAMESPACE_SEP, IdempotencyRecord, LogEntry, ReportTable, TableRow, WriteGroup,
                       WriteResult)
 from .schema import key_locations, migrate
 from .writer import GroupCommitWriter
@@ -82,6 +83,7 @@ class PostgresStore:
         # Alone, this process owns the database; fenced, it shares it with cluster members only.
         self.owner = OwnerLock(dsn, shared=fenced, timeout_s=timeout_s)
         self.leases = LeaseStore(self._call)   # the cluster's shard leases and member rows
+        self.deletions = DeletionClaims(self._call)   # claims on live tables' files (snapshot expiry)
         self.events = EventLog(lambda fn: self._call(fn, pool=self.feed_pool),   # the commit feed
                                lambda fn: self._call(fn, pool=self.feed_shared_pool))
         # Called on the storage thread whenever new events may be readable: a flush here applied something, or
@@ -352,36 +354,6 @@ class PostgresStore:
         await self._call(lambda con: con.execute(
             "DELETE FROM purges WHERE location_key = $1 AND owner IS NOT DISTINCT FROM $2",
             location_key(location), owner))
-
-    # -- claims on files of live tables (snapshot expiry: coordinator/maintenance) ----------------------------
-
-    async def record_deletion(self, claim: FileDeletion) -> None:
-        await self._call(lambda con: con.execute(
-            "INSERT INTO file_deletions (claim_id, table_id, location, manifest_lists, owner) "
-            "VALUES ($1, $2, $3, $4, $5)", claim.claim_id, claim.table_id, claim.location,
-            list(claim.manifest_lists), claim.owner))
-
-    async def pending_deletions(self, older_than_s: float = 0) -> list[FileDeletion]:
-        rows = await self._call(lambda con: con.fetch(
-            "SELECT claim_id, table_id, location, manifest_lists AS lists, owner FROM file_deletions"
-            " WHERE renewed_at <= now() - make_interval(secs => $1) ORDER BY renewed_at", float(older_than_s)))
-        return [FileDeletion(r["claim_id"], r["table_id"], r["location"], list(r["lists"]), r["owner"])
-                for r in rows]
-
-    async def take_over_deletion(self, claim_id: UUID, older_than_s: float) -> UUID | None:
-        return await self._call(lambda con: con.fetchval(
-            "UPDATE file_deletions SET renewed_at = now(), owner = $3 WHERE claim_id = $1"
-            " AND renewed_at <= now() - make_interval(secs => $2) RETURNING owner",
-            claim_id, float(older_than_s), uuid4()))
-
-    async def renew_deletion(self, claim_id: UUID, owner: UUID) -> bool:
-        return await self._call(lambda con: con.fetchval(
-            "UPDATE file_deletions SET renewed_at = now() WHERE claim_id = $1 AND owner = $2 RETURNING true",
-            claim_id, owner)) is True
-
-    async def end_deletion(self, claim_id: UUID, owner: UUID) -> None:
-        await self._call(lambda con: con.execute(
-            "DELETE FROM file_deletions WHERE claim_id = $1 AND owner = $2", claim_id, owner))
 
     async def settled_row_version(self, table_id: UUID) -> int | None:
         """The row's version once no transaction is writing it: FOR UPDATE waits for a writer whose connection

@@ -27,10 +27,11 @@ API = ROOT / "api"
 FORMAT_MODULES = {"__init__", "models", "state", "rules", "proposals", "service", "files", "rows", "format"}
 PROTOCOL_MODULES = {"__init__", "routes", "requests", "errors", "protocol"}
 # What a format has beyond them: its own parts, named for what they do (delta/v1: Unity Catalog's Delta API v1.0).
-FORMAT_EXTRAS = {"iceberg": {"changes"}, "delta": {"columns", "v1"}, "lance": {"batch", "layout", "namespaces"}}
+FORMAT_EXTRAS = {"iceberg": {"changes", "cleanup", "expiry", "manifest_lists", "rebase"},
+                 "delta": {"columns", "publishing", "v1"}, "lance": {"batch", "layout", "namespaces"}}
 PROTOCOL_EXTRAS = {"iceberg": {"endpoints", "idempotency", "uniform"}, "delta": {"v1"}, "lance": set()}
 # Packages of the coordinator that are neither a format nor the core: UniForm joins two formats (above both).
-NOT_CORE = {"uniform"}
+NOT_CORE = {"uniform", "maintenance"}   # above the formats they join, as the layers contract says
 # The registration, and the coordinator as one object, which wires the registered formats.
 WIRING = {"formats", "service"}
 

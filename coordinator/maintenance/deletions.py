@@ -68,7 +68,7 @@ class Deletions:
         """Delete what the claim's files reach and no retained snapshot does, after `grace_s` (readers that loaded
         the table before the expiry may still be planning with them); end the claim. True if it ended."""
         self.pending += 1
-        renewal = Renewal(self.store, {claim.claim_id: claim.owner}, _clock(), renew=self.store.renew_deletion)
+        renewal = Renewal(self.store, {claim.claim_id: claim.owner}, _clock(), renew=self.store.deletions.renew)
         failure: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:
@@ -87,7 +87,7 @@ class Deletions:
             log.warning("deleting the files expired snapshots of table %s referenced stopped (%s); resumed "
                         "within %d s", claim.table_id, failure or "its claim could not be renewed", PURGE_RETRY_S)
             return False
-        await self.store.end_deletion(claim.claim_id, claim.owner)
+        await self.store.deletions.end(claim.claim_id, claim.owner)
         return True
 
     async def current(self, table_id: UUID) -> Any:
@@ -145,8 +145,8 @@ class Deletions:
         older_than = PURGE_RETRY_S if self.config.cluster else 0.0
         while True:
             try:
-                for claim in await self.store.pending_deletions(older_than):
-                    owner = await self.store.take_over_deletion(claim.claim_id, older_than)
+                for claim in await self.store.deletions.pending(older_than):
+                    owner = await self.store.deletions.take_over(claim.claim_id, older_than)
                     if owner is None:
                         continue
                     log.info("resuming the deletion of files expired snapshots of table %s referenced",

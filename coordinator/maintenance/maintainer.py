@@ -169,7 +169,7 @@ class Maintainer:
             report.files = await self._would_delete(table, planned, claim)
             return report
         if claim is not None:
-            await self.store.record_deletion(claim)   # first: a crash after the commit still deletes
+            await self.store.deletions.record(claim)   # first: a crash after the commit still deletes
             report.files = list(claim.manifest_lists)
             if faults.ARMED:
                 faults.hit("expiry-claimed")
