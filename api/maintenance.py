@@ -10,13 +10,14 @@ With authentication on it needs `admin` on everything (`on = "*"`): it deletes f
 
 from __future__ import annotations
 
-from quart import Blueprint, Response, current_app
+from quart import Blueprint, Response
 
 from coordinator.auth import Privilege
 from coordinator.errors import BadRequest
 
 from .access import guard
 from .common import json_response, read_json
+from .context import current_coordinator
 
 bp = Blueprint("maintenance", __name__, url_prefix="/api/coordinator/v1")
 
@@ -37,6 +38,5 @@ async def maintain() -> Response:
         raise BadRequest('"name" must be "namespace.table" (levels dotted), "prefix" a string and "dry-run" '
                          'true or false')
     *namespace, table = name.split(".")
-    report = await current_app.config["COORDINATOR"].maintainer.maintain(prefix, tuple(namespace), table,
-                                                                        dry_run=dry_run)
+    report = await current_coordinator().maintainer.maintain(prefix, tuple(namespace), table, dry_run=dry_run)
     return json_response(report.as_dict())

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 from uuid import UUID
 
@@ -28,10 +29,20 @@ log = logging.getLogger(__name__)
 
 # What a claim that names its table's metadata (`PurgeClaim.metadata_location`) deletes: the files within the
 # location that it reaches, in deletion order (None: it is gone, the deletion had ended). Given by the format that
-# writes such claims: Iceberg names its metadata file (its snapshots, manifests and data files), Lance its
-# `_versions/` directory, a trailing `/` telling it from a file (Lance's own files in the location). A claim that
-# names nothing deletes its location's whole tree.
+# writes such claims (`PurgeListing`): Iceberg names its metadata file (its snapshots, manifests and data files),
+# Lance its `_versions/` directory (Lance's own files in the location). A claim that names nothing deletes its
+# location's whole tree.
 Listing = Callable[[Any, str, str], "list[str] | None"]
+
+
+@dataclass(frozen=True)
+class PurgeListing:
+    """A format's `Listing`, and how its claims are told from another format's by what they name (`claims(named)`:
+    Lance's name a directory, with a trailing `/`; Iceberg's a file): a deletion resumed after a crash lists a
+    claim's files by the one format that claims it (coordinator/registry.py)."""
+
+    claims: Callable[[str], bool]
+    files: Listing
 
 PURGE_RETRY_S = 600  # a failed deletion of a dropped table's files is retried this often
 # How long since a claim was renewed: boot time, which (unlike the monotonic clock) also runs while the host is

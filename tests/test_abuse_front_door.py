@@ -113,7 +113,7 @@ def assert_answered_meanwhile(probe: Probe, seconds: float) -> None:
 @pytest.mark.parametrize("attack, refusals", [("duplicate-keys-no-credential", {"401"}),
                                               ("duplicate-keys-no-grant", {"403"})])
 def test_a_repeated_key_body_is_refused_at_once(secured, attack, refusals):
-    """Without a credential the body is not read (401); a client granted nothing in the format gets 403 before
+    """Without a credential the body is not read (401); a client granted nothing gets 403 before
     its body is parsed, also from routes whose policy reads the body (a commit's table): it may do nothing there,
     whatever the body names."""
     with healthz_probe(secured.base_url) as probe, ATTACKS[attack](secured) as tally:

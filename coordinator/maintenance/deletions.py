@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import trio
@@ -29,6 +29,9 @@ from coordinator.iceberg.files import gc_enabled
 from coordinator.iceberg.state import IcebergTable
 from coordinator.purges import PURGE_RETRY_S, Renewal, _clock
 
+if TYPE_CHECKING:
+    from coordinator.format import Services
+
 log = logging.getLogger(__name__)
 
 CHUNK = 256   # files deleted between two looks at the table's newest snapshots
@@ -41,9 +44,9 @@ def retained_lists(table: IcebergTable) -> list[str]:
 
 
 class Deletions:
-    def __init__(self, coordinator, counts: dict[str, float]):
-        self.store, self.files, self.registry = coordinator.store, coordinator.files, coordinator.registry
-        self.config = coordinator.config
+    def __init__(self, services: Services, counts: dict[str, float]):
+        self.store, self.files, self.registry = services.store, services.files, services.registry
+        self.config = services.config
         self.counts = counts
         self.pending = 0
         self.lists = cleanup.ManifestLists()   # what the expired and retained manifest lists name
@@ -65,7 +68,7 @@ class Deletions:
         """Delete what the claim's files reach and no retained snapshot does, after `grace_s` (readers that loaded
         the table before the expiry may still be planning with them); end the claim. True if it ended."""
         self.pending += 1
-        renewal = Renewal(self.store, {claim.claim_id: claim.owner}, _clock(), renew=self.store.renew_deletion)
+        renewal = Renewal(self.store, {claim.claim_id: claim.owner}, _clock(), renew=self.store.deletions.renew)
         failure: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:
@@ -84,7 +87,7 @@ class Deletions:
             log.warning("deleting the files expired snapshots of table %s referenced stopped (%s); resumed "
                         "within %d s", claim.table_id, failure or "its claim could not be renewed", PURGE_RETRY_S)
             return False
-        await self.store.end_deletion(claim.claim_id, claim.owner)
+        await self.store.deletions.end(claim.claim_id, claim.owner)
         return True
 
     async def current(self, table_id: UUID) -> Any:
@@ -142,8 +145,8 @@ class Deletions:
         older_than = PURGE_RETRY_S if self.config.cluster else 0.0
         while True:
             try:
-                for claim in await self.store.pending_deletions(older_than):
-                    owner = await self.store.take_over_deletion(claim.claim_id, older_than)
+                for claim in await self.store.deletions.pending(older_than):
+                    owner = await self.store.deletions.take_over(claim.claim_id, older_than)
                     if owner is None:
                         continue
                     log.info("resuming the deletion of files expired snapshots of table %s referenced",

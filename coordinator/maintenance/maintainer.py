@@ -22,7 +22,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -30,10 +30,15 @@ from storage import faults
 
 from coordinator.errors import NotFound
 from coordinator.iceberg import cleanup, expiry
+from coordinator.iceberg.rows import FORMAT as ICEBERG_FORMAT
 from coordinator.iceberg.state import IcebergTable, TableIdent
 
 from .deletions import Deletions, retained_lists
 from .publisher import Publisher
+
+if TYPE_CHECKING:
+    from coordinator.format import Services
+    from coordinator.iceberg.service import IcebergService
 
 log = logging.getLogger(__name__)
 
@@ -60,25 +65,25 @@ class Report:
 
 
 class Maintainer:
-    def __init__(self, coordinator):
-        self.c = coordinator
-        self.config = coordinator.config
-        self.registry = coordinator.registry
-        self.store = coordinator.store
-        self.files = coordinator.files
+    def __init__(self, services: Services, iceberg: IcebergService):
+        self.iceberg = iceberg   # whose names resolve `coordinator table maintain NAME`
+        self.config = services.config
+        self.registry = services.registry
+        self.store = services.store
+        self.files = services.files
         self.counts = {"expiry_commits": 0, "snapshots_expired": 0, "refs_removed": 0, "expiry_failures": 0,
                        "expiry_cpu_seconds": 0.0, "files_deleted": 0, "deletion_cpu_seconds": 0.0,
                        "deletion_failures": 0}
-        self.deletions = Deletions(coordinator, self.counts)
-        self.publisher = Publisher(coordinator)   # Delta: ratified commits published by the service
+        self.deletions = Deletions(services, self.counts)
+        self.publisher = Publisher(services)   # Delta: ratified commits published by the service
         self.due: set[uuid.UUID] = set()         # queued, waiting for its interval, or running
         self.again: set[uuid.UUID] = set()       # committed to while due: looked at again once its expiry ran
         self.last_run: dict[uuid.UUID, float] = {}
         self._send, self._receive = trio.open_memory_channel[uuid.UUID](math.inf)
         self._nursery: trio.Nursery | None = None
-        self.registry.watch("iceberg", self.written)
-        coordinator.metrics.add_counters(self.counters)
-        coordinator.metrics.add_gauges(lambda: {"coordinator_maintenance_deletions_running": self.deletions.pending,
+        self.registry.watch(ICEBERG_FORMAT, self.written)
+        services.metrics.add_counters(self.counters)
+        services.metrics.add_gauges(lambda: {"coordinator_maintenance_deletions_running": self.deletions.pending,
                                                 "coordinator_maintenance_tables_due": len(self.due)})
 
     # -- what is due -------------------------------------------------------------------------------------------
@@ -134,7 +139,7 @@ class Maintainer:
 
     async def maintain(self, catalog: str, namespace: tuple[str, ...], name: str, *, dry_run: bool) -> Report:
         """`coordinator table maintain NAME`: expire the named Iceberg table's snapshots now (dry run: report)."""
-        table_id = await self.c.iceberg.names.id((TableIdent(catalog, namespace, name), "table"))
+        table_id = await self.iceberg.names.id((TableIdent(catalog, namespace, name), "table"))
         return await self.expire(table_id, dry_run=dry_run)
 
     # -- one expiry ------------------------------------------------------------------------------------------
@@ -164,7 +169,7 @@ class Maintainer:
             report.files = await self._would_delete(table, planned, claim)
             return report
         if claim is not None:
-            await self.store.record_deletion(claim)   # first: a crash after the commit still deletes
+            await self.store.deletions.record(claim)   # first: a crash after the commit still deletes
             report.files = list(claim.manifest_lists)
             if faults.ARMED:
                 faults.hit("expiry-claimed")

@@ -16,14 +16,18 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from coordinator.delta import DeltaTable
 from coordinator.delta import publishing
 from coordinator.delta.proposals import Current
+from coordinator.delta.rows import FORMAT as DELTA_FORMAT
 from coordinator.errors import NotFound
+
+if TYPE_CHECKING:
+    from coordinator.format import Services
 
 log = logging.getLogger(__name__)
 
@@ -31,18 +35,18 @@ RETRY_S = 1.0
 
 
 class Publisher:
-    def __init__(self, coordinator):
-        self.config = coordinator.config
-        self.registry = coordinator.registry
-        self.files = coordinator.files
+    def __init__(self, services: Services):
+        self.config = services.config
+        self.registry = services.registry
+        self.files = services.files
         self.counts = {"published": 0, "conflicts": 0, "failures": 0}
         self.queued: set[uuid.UUID] = set()
         self.running: set[uuid.UUID] = set()
         self.again: set[uuid.UUID] = set()
         self.refused: dict[uuid.UUID, int] = {}   # table -> the version whose place holds another file
         self._send, self._receive = trio.open_memory_channel[uuid.UUID](math.inf)
-        self.registry.watch("delta", self.written)
-        coordinator.metrics.add_counters(lambda: {
+        self.registry.watch(DELTA_FORMAT, self.written)
+        services.metrics.add_counters(lambda: {
             "coordinator_maintenance_published_commits_total": self.counts["published"],
             "coordinator_maintenance_publish_conflicts_total": self.counts["conflicts"],
             "coordinator_maintenance_publish_failures_total": self.counts["failures"]})
