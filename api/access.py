@@ -101,10 +101,20 @@ async def enforce() -> None:
     principal = g.principal = caller(authority, req, app.protocols.key_header(req.path))
     if policy is None:  # no route matched: the caller is known, and will get the protocol's 404
         return
+    if inspect.iscoroutinefunction(policy):   # it may read the body: not for a caller that may do nothing
+        refuse_if_nothing_granted(principal)
     needs = policy(**(req.view_args or {}))
     if inspect.isawaitable(needs):
         needs = await needs
     authority.check(principal, needs)
+
+
+def refuse_if_nothing_granted(principal) -> None:
+    """Forbidden if `principal` holds no grant at all: whatever a request names, it needs a privilege the caller
+    lacks, so its body is not parsed to find out which (parsing costs the service's one event loop, which a
+    client granted nothing could keep busy)."""
+    if not principal.grants:
+        raise Forbidden(f"{principal.name} holds no grant")
 
 
 def caller(authority, req, key_header: str | None):

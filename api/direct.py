@@ -48,7 +48,7 @@ from coordinator.actor import COMMITTED
 from coordinator.errors import CoordinatorError
 from storage.errors import StorageError
 
-from .access import POLICIES, Needs, caller
+from .access import POLICIES, Needs, caller, refuse_if_nothing_granted
 from .common import body_json, body_timeout, refuse_nul
 from .request_log import next_request_id
 from .context import current_coordinator
@@ -238,6 +238,8 @@ class DirectRoutes:
             principal = self._caller(req)
             if route.part is None:
                 await self._check(route, req, principal, None)
+            elif principal is not None:
+                refuse_if_nothing_granted(principal)
         except Exception:  # noqa: BLE001 - refused before the view: Quart refuses it, in its own words and order
             return await self.quart(scope, receive, send)
         received, size, too_large = [], 0, False
