@@ -19,7 +19,7 @@ from quart import current_app, g, request
 from coordinator.auth import CALLER, Privilege, Resource
 from coordinator.errors import Forbidden, InvalidClient, Unauthorized
 
-from .common import protocol_of
+from .context import current_coordinator
 
 Needs = list[tuple[Privilege, Resource]]
 Policy = Callable[..., Union[Needs, Awaitable[Needs]]]
@@ -73,15 +73,15 @@ def readable(resource: Resource) -> bool:
     return principal is None or principal.may(READ, resource)
 
 
-def _credential(req) -> str | None:
+def _credential(req, key_header: str | None) -> str | None:
     auth = req.headers.get("Authorization")
     if auth is not None:
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("Authorization must use the Bearer scheme: 'Authorization: Bearer <token>'")
         return token.strip()
-    if protocol_of(req.path) == "lance":
-        return req.headers.get("x-api-key") or None  # the Lance spec's identity header
+    if key_header is not None:
+        return req.headers.get(key_header) or None  # the protocol's own identity header (Lance's spec)
     return None
 
 
@@ -95,10 +95,10 @@ async def enforce() -> None:
         raise Forbidden(f"route {endpoint} declares no access policy, so it is refused")
     if policy is PUBLIC:
         return
-    authority = app.config["COORDINATOR"].authority
+    authority = current_coordinator().authority
     if authority is None:  # no auth configured (loopback only): everyone is anonymous and allowed, whatever
         return             # credential a client sends along
-    principal = g.principal = caller(authority, req)
+    principal = g.principal = caller(authority, req, app.protocols.key_header(req.path))
     if policy is None:  # no route matched: the caller is known, and will get the protocol's 404
         return
     needs = policy(**(req.view_args or {}))
@@ -107,9 +107,10 @@ async def enforce() -> None:
     authority.check(principal, needs)
 
 
-def caller(authority, req):
-    """The principal `req`'s credential names (it becomes the CALLER); Unauthorized if it names none."""
-    credential = _credential(req)
+def caller(authority, req, key_header: str | None):
+    """The principal `req`'s credential names (it becomes the CALLER); Unauthorized if it names none.
+    `key_header`: the header besides Authorization that the path's protocol takes a token in, if any."""
+    credential = _credential(req, key_header)
     if credential is None:
         raise Unauthorized("authentication required: send 'Authorization: Bearer <token>' (tokens come from "
                            "POST /v1/oauth/tokens with grant_type=client_credentials)")
@@ -118,10 +119,10 @@ def caller(authority, req):
     return principal
 
 
-def challenge(exc: Exception, req) -> str | None:
+def challenge(exc: Exception, req, key_header: str | None) -> str | None:
     """RFC 6750's WWW-Authenticate for a 401: `Bearer`, and `error="invalid_token"` when a credential was sent
     and refused. None for errors that are not a bearer token's (a wrong client secret at the token endpoint)."""
     if not isinstance(exc, Unauthorized) or isinstance(exc, InvalidClient):
         return None
-    sent = "Authorization" in req.headers or (protocol_of(req.path) == "lance" and "x-api-key" in req.headers)
+    sent = "Authorization" in req.headers or (key_header is not None and key_header in req.headers)
     return 'Bearer realm="coordinator", error="invalid_token"' if sent else 'Bearer realm="coordinator"'

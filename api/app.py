@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
+from typing import Any, Callable
 from importlib import resources
 from urllib.parse import unquote
 
@@ -13,25 +14,28 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
 from werkzeug.exceptions import NotFound as NoRoute  # werkzeug's: the 404 of a path no route matches
 
-from coordinator.actor import COMMITTED
+from coordinator.mailbox import COMMITTED
 from coordinator.errors import CoordinatorError, NotFound, from_storage
 from coordinator.service import Coordinator
 from storage.errors import StorageError
 
-from . import commits, console, delta, events, iceberg, lance, oauth, warehouses
+from . import commits, console, events, maintenance, oauth, warehouses
 from .access import challenge, enforce, public
-from .common import body_timeout, framework_error_message, json_response, protocol_of, refuse_nul
-from .direct import DirectRoutes
+from .common import body_timeout, framework_error_message, json_response, refuse_nul
+from .direct import DirectRoutes, served
+from .protocol import COORDINATOR, SERVICE, Protocols
+from .protocols import PROTOCOLS
 from .request_log import log_request, next_request_id
 from .routing import CachingMap
 from .transport import HTTPConnection, Request
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
-# `GET /openapi/<name>.yaml`: the reference spec of each protocol (Iceberg, Lance: unchanged copies of
-# shared/specs), and for Unity Catalog a document of exactly the routes api/delta.py serves. Service-level paths,
-# so they collide with no protocol's `/v1/...` routes.
-OPENAPI_DOCUMENTS = ("iceberg", "lance", "delta")
+# `GET /openapi/<name>.yaml`: the reference spec of each protocol, by its format's name (Iceberg, Lance: unchanged
+# copies of shared/specs; for Unity Catalog a document of exactly the routes api/delta/ serves). Service-level
+# paths, so they collide with no protocol's `/v1/...` routes. (These are the service's; an app serves its own
+# protocols'.)
+OPENAPI_DOCUMENTS = tuple(p.name for p in PROTOCOLS if p.openapi)
 
 
 @functools.cache
@@ -48,17 +52,18 @@ def _service_error(exc: BaseException, req) -> Response:
     return json_response({"error": {"message": exc.message, "code": exc.status}}, exc.status)
 
 
-ERROR_RESPONSES = {"iceberg": iceberg.error_response, "delta": delta.error_response, "lance": lance.error_response,
-                   "coordinator": commits.error_response, "service": _service_error}
-# The routes served without Quart's request machinery, by endpoint (api/direct.py).
-DIRECT_ROUTES = {**iceberg.DIRECT, **delta.DIRECT, **lance.DIRECT}
+def error_responses(protocols: Protocols) -> dict[str, Callable[[BaseException, Any], Response]]:
+    """Each protocol's error translation, by the name `Protocols.of` gives its paths."""
+    return {**{p.name: p.error_response for p in protocols}, COORDINATOR: commits.error_response,
+            SERVICE: _service_error}
 
 
-def error_answer(exc: BaseException, req) -> Response:
+def error_answer(exc: BaseException, req, protocols: Protocols,
+                 responses: dict[str, Callable[[BaseException, Any], Response]]) -> Response:
     """Every error, whoever raised it (a handler, the access check, the framework when no route matched), is
     answered in the protocol the path belongs to, by that protocol's one translation."""
-    response = ERROR_RESPONSES[protocol_of(req.path)](exc, req)
-    bearer = challenge(exc, req)
+    response = responses[protocols.of(req.path)](exc, req)
+    bearer = challenge(exc, req, protocols.key_header(req.path))
     if bearer is not None:
         response.headers["WWW-Authenticate"] = bearer
     return response
@@ -67,6 +72,7 @@ def error_answer(exc: BaseException, req) -> Response:
 class App(QuartTrio):
     url_map_class = CachingMap
     direct: DirectRoutes | None = None   # set by create_app
+    protocols: Protocols = PROTOCOLS     # the protocols it speaks (create_app)
 
     async def __call__(self, scope, receive, send) -> None:
         # Java's Iceberg REST client (and lance_namespace's Python one) encode a space in a path segment as `+`, and
@@ -83,8 +89,13 @@ class App(QuartTrio):
             await super().__call__(scope, receive, send)
 
 
-def create_app(coordinator: Coordinator) -> QuartTrio:
+def create_app(coordinator: Coordinator, protocols: Protocols = PROTOCOLS) -> QuartTrio:
+    """The app serving `coordinator` in `protocols` (one for each of the coordinator's formats; by default the
+    service's own list, api/protocols.py)."""
     app = App(__name__)
+    app.protocols = protocols
+    answer_error = functools.partial(error_answer, protocols=protocols, responses=error_responses(protocols))
+    documents = tuple(p.name for p in protocols if p.openapi)
     app.asgi_http_class = HTTPConnection
     app.request_class = Request
     app.config["COORDINATOR"] = coordinator
@@ -92,12 +103,12 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     app.config["BODY_TIMEOUT"] = coordinator.config.http_body_timeout_s
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     app.register_blueprint(oauth.bp)
-    app.register_blueprint(iceberg.bp)
-    app.register_blueprint(iceberg.uniform.bp)
-    app.register_blueprint(delta.bp)
-    app.register_blueprint(lance.bp)
+    for protocol in protocols:
+        for blueprint in protocol.blueprints:
+            app.register_blueprint(blueprint)
     app.register_blueprint(commits.bp)
     app.register_blueprint(warehouses.bp)
+    app.register_blueprint(maintenance.bp)
     app.register_blueprint(events.bp)
     app.register_blueprint(console.bp)
     metrics = coordinator.metrics
@@ -136,7 +147,7 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
         """Every answer's metrics, X-Request-Id and log line (Quart's requests and the direct routes'); `rule`: the
         route's (None: no route matched)."""
         elapsed = time.perf_counter() - started if started is not None else 0.0
-        metrics.observe_request(protocol_of(req.path), req.method, rule, response.status_code, elapsed)
+        metrics.observe_request(protocols.of(req.path), req.method, rule, response.status_code, elapsed)
         response.headers["X-Request-Id"] = request_id
         await log_request(req, response, request_id, elapsed, coordinator.authority is not None)
 
@@ -151,9 +162,11 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     @app.errorhandler(CoordinatorError)
     @app.errorhandler(StorageError)
     async def _error(exc: Exception) -> Response:
-        return error_answer(exc, request._get_current_object())
+        return answer_error(exc, request._get_current_object())
 
-    app.direct = DirectRoutes(app, coordinator, DIRECT_ROUTES, super(App, app).__call__, error_answer, finish)
+    # The routes declared to be served without Quart's request machinery (api/direct.py), by endpoint.
+    app.direct = DirectRoutes(app, coordinator, served(app.view_functions), super(App, app).__call__, answer_error,
+                              finish)
 
     @app.get("/")
     @public
@@ -181,8 +194,8 @@ def create_app(coordinator: Coordinator) -> QuartTrio:
     @app.get("/openapi/<name>.yaml")
     @public
     async def openapi(name: str) -> Response:
-        if name not in OPENAPI_DOCUMENTS:
-            raise NotFound(f"no OpenAPI document {name!r}: there is one for each of {', '.join(OPENAPI_DOCUMENTS)}")
+        if name not in documents:
+            raise NotFound(f"no OpenAPI document {name!r}: there is one for each of {', '.join(documents)}")
         return Response(openapi_document(name), content_type="application/yaml")
 
     @app.get("/metrics")

@@ -1,12 +1,12 @@
 """The service's own API, under `/api/coordinator/v1`: commits that span formats.
 
 `POST /api/coordinator/v1/commit` takes `{"parts": [...]}`, each part its protocol's own commit body plus
-`"format"`:
+`"format"`, the name of its format (each protocol reads its part: `Protocol.cross_format_part`):
 
-- `{"format": "iceberg", "prefix"?, "identifier": {...}, "requirements": [...], "updates": [...]}` (Iceberg's
+- iceberg: `"prefix"?, "identifier": {...}, "requirements": [...], "updates": [...]` (Iceberg's
   `CommitTableRequest`, for an existing table);
-- `{"format": "delta", "table_id", "table_uri", "commit_info", ...}` (the body of Unity Catalog's Delta commit);
-- `{"format": "lance", "id": [...], "version", "manifest_path", ...}` (Lance's `CreateTableVersionRequest`).
+- delta: `"table_id", "table_uri", "commit_info", ...` (the body of Unity Catalog's Delta commit);
+- lance: `"id": [...], "version", "manifest_path", ...` (Lance's `CreateTableVersionRequest`).
 
 Every part applies or none does. 200 `{"results": [...]}`: one result per part, in order (Iceberg
 `{"metadata-location"}`, Delta `{}`, Lance the version it created). A refusal answers that part's protocol's status
@@ -22,22 +22,21 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import orjson
-from quart import Blueprint, Response, current_app, g, request
+from quart import Blueprint, Response, current_app, g
 from werkzeug.exceptions import HTTPException
 
 from coordinator import crossformat
 from coordinator.errors import BadRequest, CoordinatorError, TooManyRequests, Unavailable, from_storage
-from coordinator.idempotency import IdempotencyKey, IdempotencyRecord, bind, parse_key
 
-from . import delta, iceberg, lance
 from .access import Needs, guard
 from .common import CommitPart, json_response, parsed_once, read_json
+from .context import current_coordinator
+from .idempotency import idempotent, request_key
 
 bp = Blueprint("coordinator", __name__, url_prefix="/api/coordinator/v1")
 
 MAX_PARTS = 1000
-# How each protocol's module reads a part of its format.
-READERS = {"iceberg": iceberg.cross_format_part, "delta": delta.cross_format_part, "lance": lance.cross_format_part}
+# How each protocol reads a part of its format, by the format's name.
 
 
 async def _parts() -> list[CommitPart]:
@@ -52,13 +51,15 @@ async def _read_parts() -> list[CommitPart]:
         raise BadRequest('the body must be {"parts": [...]} with at least one part')
     if len(raw) > MAX_PARTS:
         raise BadRequest(f"a commit may have at most {MAX_PARTS} parts, got {len(raw)}")
-    parts = []
+    parts, protocols = [], current_app.protocols
     for i, part in enumerate(raw):
         fmt = part.get("format") if isinstance(part, dict) else None
-        if fmt not in READERS:
-            raise _in_part(BadRequest(f"part {i}: format must be one of {', '.join(READERS)}, got {fmt!r}"), i)
+        protocol = protocols.by_name.get(fmt) if isinstance(fmt, str) else None
+        if protocol is None:
+            raise _in_part(BadRequest(f"part {i}: format must be one of {', '.join(protocols.by_name)}, got "
+                                      f"{fmt!r}"), i)
         try:
-            parts.append(READERS[fmt]({k: v for k, v in part.items() if k != "format"}))
+            parts.append(protocol.cross_format_part({k: v for k, v in part.items() if k != "format"}))
         except CoordinatorError as exc:
             raise _in_part(BadRequest(f"part {i} ({fmt}): {exc.message}"), i) from None
     return parts
@@ -85,25 +86,21 @@ async def _commit_needs() -> Needs:
     return [need for part in await _parts() for need in await part.needs()]
 
 
+async def _labels() -> str:
+    """What a key is bound to: the parts' tables."""
+    return quote(",".join(p.label for p in await _parts()), safe="")
+
+
 @bp.post("/commit")
 @guard(_commit_needs)
+@idempotent("cross-format-commit", _labels)
 async def commit() -> Response:
-    parts = await _parts()
-    plans = _plans(parts)
-    raw_key = request.headers.get("Idempotency-Key")
-    if raw_key is None:
-        return json_response({"results": await crossformat.commit(_registry(), plans, None)})
-    key = IdempotencyKey(parse_key(raw_key), bind("cross-format-commit",
-                                                  quote(",".join(p.label for p in parts), safe="")))
-    result = await current_app.config["COORDINATOR"].idempotency.run(
-        key.key, key.route, lambda: crossformat.commit(_registry(), plans, key))
-    if isinstance(result, IdempotencyRecord):   # a replay of the first attempt's answer
-        return json_response(bytes(result.body), result.status)
-    return json_response({"results": result})
+    plans = _plans(await _parts())
+    return json_response({"results": await crossformat.commit(_registry(), plans, request_key())})
 
 
 def _registry():
-    return current_app.config["COORDINATOR"].registry
+    return current_coordinator().registry
 
 
 def error_response(exc: BaseException, req=None) -> Response:

@@ -21,21 +21,6 @@ T = TypeVar("T")
 JSON = "application/json"
 
 
-def protocol_of(path: str) -> str:
-    """Which protocol a request path belongs to: its errors are written in that protocol's format."""
-    if path.startswith("/api/2.1/unity-catalog/iceberg/"):
-        return "iceberg"   # Unity Catalog's Delta tables read as Iceberg (api/iceberg/uniform.py)
-    if path.startswith("/api/2.1/unity-catalog"):
-        return "delta"
-    if path.startswith("/api/coordinator/"):
-        return "coordinator"
-    if path == "/v1/table" or path.startswith(("/v1/namespace/", "/v1/table/", "/v1/transaction/")):
-        return "lance"
-    if path.startswith("/v1/"):
-        return "iceberg"
-    return "service"
-
-
 # A JSON answer given in parts (Iceberg's metadata between its envelope) is sent part by part from this size on,
 # instead of being joined: joining copies megabytes, while each extra part costs a send (~20 us) however small.
 STREAM_PARTS_FROM = 256 * 1024

@@ -14,7 +14,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 from uuid import UUID
 
-from quart import Blueprint, Response, current_app, redirect, render_template, request
+from quart import Blueprint, Response, redirect, render_template, request
 
 from coordinator import console
 from coordinator.auth import Principal, Privilege, Resource
@@ -22,6 +22,7 @@ from coordinator.errors import TooManyRequests, Unauthorized, Unavailable
 
 from .access import public
 from .common import json_response
+from .context import current_coordinator
 from .oauth import source_address
 
 bp = Blueprint("console", __name__, url_prefix="/ui", template_folder="templates")
@@ -30,13 +31,9 @@ COOKIE = "coordinator_console_token"
 HISTORY_PAGE = 20
 
 
-def _coordinator():
-    return current_app.config["COORDINATOR"]
-
-
 def _caller() -> tuple[Principal | None, bool]:
     """(the cookie's principal, whether the caller may look): with authentication off, everyone may."""
-    authority = _coordinator().authority
+    authority = current_coordinator().authority
     if authority is None:
         return None, True
     token = request.cookies.get(COOKIE)
@@ -64,7 +61,7 @@ def _to_login() -> Response:
 
 async def _page(template: str, principal: Principal | None, **context) -> str:
     return await render_template(f"console/{template}", who=principal.name if principal else None,
-                                 auth_on=_coordinator().authority is not None, **context)
+                                 auth_on=current_coordinator().authority is not None, **context)
 
 
 @bp.get("/")
@@ -73,9 +70,9 @@ async def home():
     principal, allowed = _caller()
     if not allowed:
         return _to_login()
-    coordinator = _coordinator()
-    catalogs = await console.catalogs(coordinator.store, _may_read(principal))
-    warehouses = console.warehouses(coordinator.warehouses, _may_see(principal), catalogs)
+    coordinator = current_coordinator()
+    catalogs = await console.catalogs(coordinator.store, coordinator.formats, _may_read(principal))
+    warehouses = console.warehouses(coordinator.warehouses, coordinator.formats, _may_see(principal), catalogs)
     return await _page("home.html", principal, warehouses=warehouses, catalogs=catalogs)
 
 
@@ -86,12 +83,13 @@ async def table(id: str):  # noqa: A002  (`id`: the route parameter name every g
     principal, allowed = _caller()
     if not allowed:
         return _to_login()
-    store = _coordinator().store
+    coordinator = current_coordinator()
+    store = coordinator.store
     try:
         uuid = UUID(table_id)
     except ValueError:
         uuid = None
-    entry = await console.table(store, uuid, _may_read(principal)) if uuid is not None else None
+    entry = await console.table(store, coordinator.formats, uuid, _may_read(principal)) if uuid is not None else None
     if entry is None:
         return await _page("missing.html", principal, table_id=table_id), 404
     before = request.args.get("before", type=int)
@@ -108,13 +106,13 @@ async def stats() -> Response:
     _, allowed = _caller()
     if not allowed:
         return _to_login()  # as every console page: the console's sign-in is its own, not a bearer token's
-    return json_response(_coordinator().metrics.snapshot())
+    return json_response(current_coordinator().metrics.snapshot())
 
 
 @bp.route("/login", methods=["GET", "POST"])
 @public
 async def login():
-    authority = _coordinator().authority
+    authority = current_coordinator().authority
     if authority is None:
         return redirect("/ui/")
     error = None
@@ -143,7 +141,7 @@ async def login():
 
 def _scheme() -> str:
     """How clients reach the service: https behind a TLS-ending proxy (`tls_proxy`), else as this request came."""
-    return "https" if _coordinator().config.tls_proxy else request.scheme
+    return "https" if current_coordinator().config.tls_proxy else request.scheme
 
 
 def _from_own_origin() -> bool:

@@ -2,24 +2,26 @@
 
 A streaming writer commits to its tables over and over, and Quart's machinery around each request (its request
 and context objects, two tasks, signals, hooks, its response conversion) costs about as much CPU as everything
-else the HTTP layer does for a commit (loadtest/README.md, "Where a commit's CPU goes"). Here, for the routes a
-protocol module lists in its `DIRECT` table (each protocol's commit; Lance's reads of the latest version, which
-pylance makes for each commit), the ordinary request is served by the same code as the Quart route's (the route's
-access policy, view and answer, the app's error translation, metrics and log line) without that machinery.
+else the HTTP layer does for a commit (loadtest/README.md, "Where a commit's CPU goes"). A route declares that it is
+served so with `@direct(...)` under its route decorators (each protocol's commit; Lance's reads of the latest
+version, which pylance makes for each commit): its one handler, `view(coordinator, req, body)`, is both the Quart
+view those decorators register and, for an ordinary request, what runs here, with the same access policy, the
+blueprint's same before-request check (`@before_request(bp)`), the app's error translation, metrics and log line,
+and without that machinery.
 
 Ordinary: a GET or POST the route takes, a query string that is UTF-8 throughout, no Content-Length or one of
-at most DIRECT_MAX_BODY (no Transfer-Encoding), and whatever the route asks besides (Iceberg: no
+at most DIRECT_MAX_BODY (no Transfer-Encoding), and whatever the route asks besides (`takes`; Iceberg: no
 Idempotency-Key). Anything else goes to Quart untouched, and so does a body that grows past DIRECT_MAX_BODY as it
 arrives (over HTTP/2 a body need not announce its length), with what arrived replayed.
 
 Nothing of the body is received before the caller is authenticated, and nothing of it is parsed that the route's
 access policy does not read before the caller's grants are checked: a policy that needs only the path is checked
-before the body is received at all; one that reads part of the body (`DirectRoute.part`: a commit's table id)
-gets only that part validated. A request that fails before its view runs (its credential and grants, a NUL in
-its path, its body's JSON or model, the blueprint's before-request check) goes to Quart, with what it sent
-replayed: so every such refusal is Quart's own, in the same words and order. What the view raises is answered
-here by the app's error translation, as Quart's error handler would: the view may have handed a commit to its
-table's actor, which must not be done twice.
+before the body is received at all; one that reads part of the body (`part`: a commit's table id) gets only that
+part validated. A request that fails before its view runs (its credential and grants, a NUL in its path, its
+body's JSON or model, the blueprint's before-request check) goes to Quart, with what it sent replayed: so every
+such refusal is Quart's own, in the same words and order. What the view raises is answered here by the app's error
+translation, as Quart's error handler would: the view may have handed a commit to its table's actor, which must not
+be done twice.
 
 Unlike Quart's, the view here is not cancelled when the client disconnects while it runs: the commit it handed to
 its table's actor goes on either way, and its answer (and log line) is then written to a closed connection.
@@ -27,6 +29,8 @@ its table's actor goes on either way, and its answer (and log line) is then writ
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -35,7 +39,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import trio
-from quart import Response
+from quart import Blueprint, Response, g, request
 from quart.utils import encode_headers
 from werkzeug.datastructures import ImmutableMultiDict
 from werkzeug.exceptions import HTTPException, InternalServerError
@@ -44,9 +48,10 @@ from coordinator.actor import COMMITTED
 from coordinator.errors import CoordinatorError
 from storage.errors import StorageError
 
-from .access import Needs, caller
+from .access import POLICIES, Needs, caller
 from .common import body_json, body_timeout, refuse_nul
 from .request_log import next_request_id
+from .context import current_coordinator
 from .transport import drain_unread
 
 DIRECT_MAX_BODY = 1024 * 1024   # larger bodies (rare for a commit) are read by Quart, under its lingering limit
@@ -55,17 +60,74 @@ HANDLED = (HTTPException, CoordinatorError, StorageError)   # what the app's err
 
 @dataclass(frozen=True)
 class DirectRoute:
-    """A route served directly: how its body is read, and what its Quart route runs, as functions of the
-    coordinator, the request and the body as read."""
+    """A route served directly (`direct`): how its body is read, its access policy and its view, as functions of
+    the coordinator, the request and the body as read."""
 
     read: Callable[[DirectRequest], Any] | None   # the body as the route's view reads it (None: it reads none)
     # Its access policy (api/access.py), of the coordinator, the request and the part of the body it reads.
     needs: Callable[[Any, DirectRequest, Any], Awaitable[Needs]]
     view: Callable[[Any, DirectRequest, Any], Awaitable[Response]]
-    before: Callable[[Any, DirectRequest], Awaitable[None]] | None = None   # its blueprint's before-request hook
     takes: Callable[[DirectRequest], bool] | None = None                   # False: this request goes to Quart
     # The part of the body the policy reads, as it reads it (None: the policy reads only the path).
     part: Callable[[DirectRequest], Any] | None = None
+
+    def body(self, req: DirectRequest, part: Any) -> Any:
+        """The body as the view reads it, once the policy read `part` of it (the whole, for a policy that reads
+        all of a small body)."""
+        if self.read is None:
+            return None
+        return part if part is not None and self.read is self.part else self.read(req)
+
+
+# The routes declared with `direct`, by their Quart view; the blueprints' before-request checks declared with
+# `before_request`, by blueprint name. api/app.py finds them through the app's own route table.
+SERVED: dict[Callable[..., Any], DirectRoute] = {}
+BEFORE: dict[str, Callable[[Any, DirectRequest], Awaitable[None]]] = {}
+
+
+def direct(*, needs: Callable[[Any, DirectRequest, Any], Awaitable[Needs]],
+           read: Callable[[DirectRequest], Any] | None = None, part: Callable[[DirectRequest], Any] | None = None,
+           takes: Callable[[DirectRequest], bool] | None = None):
+    """Declares a route served straight from ASGI for an ordinary request (this module), by its one handler
+    `view(coordinator, req, body)`: put it under the route decorators, which register the Quart view it returns
+    for every other request. `needs(coordinator, req, part)` is its access policy on both paths (`part`: what
+    `part(req)` read of the body, None when it reads none); `read(req)`: the body as the view takes it."""
+    def wrap(handler):
+        route = DirectRoute(read, needs, handler, takes, part)
+
+        async def policy(**_: Any) -> Needs:
+            req = await quart_request(body=part is not None)
+            return await needs(current_coordinator(), req, part(req) if part is not None else None)
+
+        @functools.wraps(handler)
+        async def view(**_: Any) -> Response:
+            req = await quart_request(body=True)
+            return await handler(current_coordinator(), req,
+                                 route.body(req, part(req) if part is not None and read is part else None))
+        POLICIES[view] = policy
+        SERVED[view] = route
+        return view
+    return wrap
+
+
+def before_request(bp: Blueprint):
+    """Declares blueprint `bp`'s before-request check `check(coordinator, req)` once, for Quart's requests and
+    the direct routes'."""
+    def wrap(check):
+        async def hook() -> None:
+            await check(current_coordinator(), await quart_request(body=False))
+        bp.before_request(hook)
+        BEFORE[bp.name] = check
+        return check
+    return wrap
+
+
+def served(view_functions: dict[str, Callable[..., Any]]) -> dict[str, DirectRoute]:
+    """The direct routes of an app's route table (`view_functions`), by endpoint: each declared with `direct`,
+    under whatever its route decorators wrapped it in."""
+    return {endpoint: SERVED[inspect.unwrap(view, stop=lambda f: f in SERVED)]
+            for endpoint, view in view_functions.items()
+            if inspect.unwrap(view, stop=lambda f: f in SERVED) in SERVED}
 
 
 class Headers(dict):
@@ -83,9 +145,10 @@ class DirectRequest:
     """What the shared code reads of a request (api/access.py, api/request_log.py, the error translations, the
     routes' policies and views): its method, path, headers, route arguments, query parameters and body."""
 
-    __slots__ = ("method", "path", "raw_path", "query_string", "headers", "view_args", "args", "body", "_json")
+    __slots__ = ("method", "path", "raw_path", "query_string", "headers", "view_args", "args", "body",
+                 "idempotency_key", "_json")
 
-    def __init__(self, scope: dict, headers: Headers, view_args: dict[str, str], args: ImmutableMultiDict) -> None:
+    def __init__(self, scope: dict, headers: Any, view_args: dict[str, str], args: Any) -> None:
         self.method = scope["method"]
         self.path = scope["path"]
         self.raw_path = scope.get("raw_path") or b""
@@ -93,7 +156,10 @@ class DirectRequest:
         self.headers = headers
         self.view_args = view_args
         self.args = args
-        self.body = b""
+        self.body: bytes | None = None   # not received yet
+        # The request's Idempotency-Key, bound to its route (api/idempotency.py): None on the direct path, which
+        # takes no request with one.
+        self.idempotency_key = None
         self._json = _UNPARSED
 
     def json(self) -> Any:
@@ -105,6 +171,20 @@ class DirectRequest:
 
 
 _UNPARSED = object()
+
+
+async def quart_request(body: bool) -> DirectRequest:
+    """The Quart request being served as a direct route's code reads it (its body received if `body`), once per
+    request."""
+    ctx = g._get_current_object()
+    req = ctx.get("direct_request")
+    if req is None:
+        quart = request._get_current_object()
+        req = ctx.direct_request = DirectRequest(quart.scope, quart.headers, quart.view_args or {}, quart.args)
+    req.idempotency_key = ctx.get("idempotency_key")
+    if body and req.body is None:
+        req.body = await request.get_data()
+    return req
 
 
 class DirectRoutes:
@@ -121,7 +201,7 @@ class DirectRoutes:
         self.response_timeout_s = app.config["RESPONSE_TIMEOUT"]   # Quart's bound on sending an answer
         self._urls = None
 
-    def route(self, scope: dict) -> tuple[DirectRoute, str, DirectRequest] | None:
+    def route(self, scope: dict) -> tuple[DirectRoute, Any, DirectRequest] | None:
         """The direct route an ordinary request goes to, its rule and the request; None: Quart's."""
         if scope["type"] != "http" or scope["method"] not in ("POST", "GET"):
             return None
@@ -149,7 +229,7 @@ class DirectRoutes:
         req = DirectRequest(scope, headers, args, query)
         if route.takes is not None and not route.takes(req):
             return None
-        return route, rule.rule, req
+        return route, rule, req
 
     async def serve(self, taken, scope: dict, receive, send) -> None:
         route, rule, req = taken
@@ -181,42 +261,41 @@ class DirectRoutes:
             response = self.error_answer(body_timeout(self.body_timeout_s), req)
             if scope.get("http_version") in ("1.0", "1.1"):
                 response.headers["Connection"] = "close"   # (its body unread: hypercorn closes the connection)
-            await self._answer(send, req, response, request_id, started, rule)
+            await self._answer(send, req, response, request_id, started, rule.rule)
             return drain_unread(receive)
         req.body = b"".join(m.get("body", b"") for m in received)
         try:
-            body = await self._checked(route, req, principal)
+            body = await self._checked(route, rule.endpoint, req, principal)
         except Exception:  # noqa: BLE001 - refused before the view: Quart refuses it, in its own words and order
             return await self.quart(scope, _replaying(received, receive), send)
         try:
             response = await route.view(self.coordinator, req, body)
         except BaseException as exc:  # noqa: BLE001 - as Quart's error handling, which lets trio's Cancelled through
             response = self._error(exc, req)
-        await self._answer(send, req, response, request_id, started, rule)
+        await self._answer(send, req, response, request_id, started, rule.rule)
 
     def _caller(self, req: DirectRequest):
         """The app's before-request checks that need no body: the NUL check, and the caller's credential (None:
         authentication is off)."""
         refuse_nul(req.path, req.query_string)
         authority = self.coordinator.authority
-        return caller(authority, req) if authority is not None else None
+        return caller(authority, req, self.app.protocols.key_header(req.path)) if authority is not None else None
 
     async def _check(self, route: DirectRoute, req: DirectRequest, principal, part: Any) -> None:
         if principal is not None:
             self.coordinator.authority.check(principal, await route.needs(self.coordinator, req, part))
 
-    async def _checked(self, route: DirectRoute, req: DirectRequest, principal) -> Any:
+    async def _checked(self, route: DirectRoute, endpoint: str, req: DirectRequest, principal) -> Any:
         """What Quart does before the view once the body is in (the access check of a policy that reads the body,
         the blueprint's before-request hook), and the body as the view reads it. What fails here, Quart words."""
         part = None
         if route.part is not None and principal is not None:
             part = route.part(req)
             await self._check(route, req, principal, part)
-        if route.before is not None:
-            await route.before(self.coordinator, req)
-        if route.read is None:
-            return None
-        return part if part is not None and route.read is route.part else route.read(req)
+        before = BEFORE.get(endpoint.partition(".")[0])
+        if before is not None:
+            await before(self.coordinator, req)
+        return route.body(req, part)
 
     def _error(self, exc: BaseException, req: DirectRequest) -> Response:
         """The view's exception answered as Quart answers it: a handled one (in a group, its first handled part)

@@ -14,13 +14,14 @@ service's), with Retry-After.
 
 from __future__ import annotations
 
-from quart import Blueprint, Response, current_app, g, request
+from quart import Blueprint, Response, g, request
 
 from coordinator.errors import BadRequest
 from coordinator.feed import scope_of
 
 from .access import authenticated, guard
 from .common import json_response
+from .context import current_coordinator
 
 bp = Blueprint("events", __name__, url_prefix="/api/coordinator/v1")
 
@@ -39,7 +40,7 @@ def _number(name: str, default: float, kind: type) -> float:
 @guard(authenticated)
 async def events() -> Response:
     principal = g.get("principal")
-    feed = current_app.config["COORDINATOR"].feed
+    feed = current_coordinator().feed
     return json_response(await feed.read(request.args.get("after"), limit=int(_number("limit", 100, int)),
                                          wait_s=_number("wait", 0.0, float), formats=request.args.getlist("format"),
                                          tables=request.args.getlist("table"), scope=scope_of(principal),

@@ -18,12 +18,13 @@ import base64
 import binascii
 from urllib.parse import unquote_plus
 
-from quart import Blueprint, Response, current_app, request
+from quart import Blueprint, Response, request
 
 from coordinator.errors import CoordinatorError, TooManyRequests, Unauthorized, Unavailable
 
 from .access import public
 from .common import json_response
+from .context import current_coordinator
 
 bp = Blueprint("oauth", __name__)
 
@@ -41,7 +42,7 @@ def source_address() -> str | None:
     """The address a request came from, which failed secret checks are counted by (coordinator/auth.py Throttle):
     the connection's peer, or behind a TLS-ending proxy (`tls_proxy`) the last address of X-Forwarded-For, the one
     the proxy says connected to it (any before it are the client's own word)."""
-    if current_app.config["COORDINATOR"].config.tls_proxy:
+    if current_coordinator().config.tls_proxy:
         forwarded = request.headers.get("X-Forwarded-For", "").rpartition(",")[2].strip()
         if forwarded:
             return forwarded
@@ -64,7 +65,7 @@ def _basic_credentials() -> tuple[str, str] | None:
 @bp.post("/api/2.1/unity-catalog/iceberg/v1/oauth/tokens")   # where clients of that mount ask (api/iceberg/uniform.py)
 @public
 async def tokens() -> Response:
-    authority = current_app.config["COORDINATOR"].authority
+    authority = current_coordinator().authority
     if authority is None:
         return oauth_error(400, "invalid_request", "this server has no authentication configured: connect "
                                                    "without credentials")

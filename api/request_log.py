@@ -17,7 +17,7 @@ from typing import Any
 import jwt
 from quart import Response
 
-from coordinator.actor import COMMITTED
+from coordinator.mailbox import COMMITTED
 from coordinator.auth import CALLER
 
 log = logging.getLogger("coordinator.http")

@@ -26,10 +26,13 @@ import trio
 from hypercorn.trio import serve as hypercorn_serve
 
 from coordinator.config import Config, ConfigError
+from coordinator.format import Formats
 from coordinator.service import Coordinator
 
 from .app import create_app
 from .dependencies import check_tested_versions
+from .protocol import Protocols
+from .protocols import PROTOCOLS
 from .transport import ConnectionLimit, ServerConfig, use_transport
 
 log = logging.getLogger(__name__)
@@ -132,9 +135,9 @@ def observe_connections(metrics, limit: ConnectionLimit) -> None:
 
 
 async def serve_coordinator(coordinator: Coordinator, *, shutdown: trio.Event | None = None,
-                            task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Run the actors and the HTTP server until `shutdown` is set (or forever)."""
-    app = create_app(coordinator)
+                            protocols: Protocols = PROTOCOLS, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Run the actors and the HTTP server, speaking `protocols`, until `shutdown` is set (or forever)."""
+    app = create_app(coordinator, protocols)
     use_transport()
     hc = hypercorn_config(coordinator.config)
     observe_connections(coordinator.metrics, hc.connections)
@@ -206,9 +209,10 @@ def serve(config: Config) -> None:
 
 
 class EmbeddedService:
-    """Runs the service in a background thread on a free port; a context manager yielding its base URL."""
+    """Runs the service in a background thread on a free port; a context manager yielding its base URL.
+    `protocols`: the protocols it speaks, and so the formats it serves (by default the service's own)."""
 
-    def __init__(self, config: Config | None = None, **overrides):
+    def __init__(self, config: Config | None = None, *, protocols: Protocols = PROTOCOLS, **overrides):
         self._tmp: str | None = None
         if config is None:
             if "data_dir" not in overrides:
@@ -218,7 +222,8 @@ class EmbeddedService:
             overrides.setdefault("port", 0)
             config = Config(**overrides)
         self.config = config
-        self.coordinator = Coordinator(config)
+        self.protocols = protocols
+        self.coordinator = Coordinator(config, Formats(tuple(p.format for p in protocols)))
         self.base_url: str | None = None
         self._thread: threading.Thread | None = None
         self._token: trio.lowlevel.TrioToken | None = None
@@ -249,7 +254,7 @@ class EmbeddedService:
             self._shutdown = trio.Event()
             async with trio.open_nursery() as nursery:
                 binds = await nursery.start(lambda task_status: serve_coordinator(
-                    self.coordinator, shutdown=self._shutdown, task_status=task_status))
+                    self.coordinator, shutdown=self._shutdown, protocols=self.protocols, task_status=task_status))
                 self.base_url = binds[0]
                 self._ready.set()
         try:

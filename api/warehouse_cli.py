@@ -52,7 +52,7 @@ def _storage(args) -> dict:
     return storage
 
 
-def _call(args, method: str, path: str, body: dict | None = None) -> tuple[int, dict | None]:
+def call_api(args, method: str, path: str, body: dict | None = None) -> tuple[int, dict | None]:
     url = args.url.rstrip("/") + "/api/coordinator/v1" + path
     headers = {"Content-Type": "application/json"} if body is not None else {}
     if args.token:
@@ -71,22 +71,30 @@ def _call(args, method: str, path: str, body: dict | None = None) -> tuple[int, 
             return exc.code, {"error": {"message": raw.decode(errors="replace")}}
 
 
-def run_warehouse_command(args) -> int:
+def answered(args, method: str, path: str, body: dict | None = None) -> dict | None:
+    """The service's answer to the call, or None once what went wrong is printed (unreachable, refused)."""
     try:
-        if args.action == "create":
-            status, answer = _call(args, "POST", "/warehouses",
-                                   {"name": args.name, "location": args.location, "storage": _storage(args)})
-        elif args.action == "list":
-            status, answer = _call(args, "GET", "/warehouses")
-        else:
-            status, answer = _call(args, "DELETE", f"/warehouses/{urllib.request.quote(args.name, safe='')}")
+        status, answer = call_api(args, method, path, body)
     except (urllib.error.URLError, OSError) as exc:
         print(f"coordinator: cannot reach {args.url} ({exc}); is `coordinator serve` running there? "
               f"(--url to point elsewhere)", file=sys.stderr)
-        return 1
+        return None
     if status >= 400:
         message = (answer or {}).get("error", {}).get("message", f"HTTP {status}")
         print(f"coordinator: {message}", file=sys.stderr)
+        return None
+    return answer or {}
+
+
+def run_warehouse_command(args) -> int:
+    if args.action == "create":
+        answer = answered(args, "POST", "/warehouses",
+                          {"name": args.name, "location": args.location, "storage": _storage(args)})
+    elif args.action == "list":
+        answer = answered(args, "GET", "/warehouses")
+    else:
+        answer = answered(args, "DELETE", f"/warehouses/{urllib.request.quote(args.name, safe='')}")
+    if answer is None:
         return 1
     if args.action == "list":
         for w in answer["warehouses"]:

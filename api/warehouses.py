@@ -12,12 +12,13 @@ files go and with which credentials. Errors are the service's own (`{"error": {"
 
 from __future__ import annotations
 
-from quart import Blueprint, Response, current_app
+from quart import Blueprint, Response
 
 from coordinator.auth import Privilege
 
 from .access import guard
 from .common import empty_response, json_response, read_json
+from .context import current_coordinator
 
 bp = Blueprint("warehouses", __name__, url_prefix="/api/coordinator/v1")
 
@@ -27,7 +28,7 @@ def _admin(**_) -> list:
 
 
 def _warehouses():
-    return current_app.config["COORDINATOR"].warehouses
+    return current_coordinator().warehouses
 
 
 @bp.post("/warehouses")

@@ -17,7 +17,7 @@ written. The actor knows its registry only as a `Host`: it does not import it.
 
 from __future__ import annotations
 
-import contextvars
+import enum
 import logging
 import math
 import time
@@ -31,14 +31,15 @@ import trio
 from storage.errors import StorageError
 from storage.files import file_write
 from storage.interface import Files, Store
-from storage.records import TableRow, TableWrite
+from storage.records import TableRow
 
-from . import commit, events
-from .commit import Commit, Part, written_row
+from . import commit
+from .commit import Commit, Part, table_part, written_row
 from .config import Config
 from .decision import Decision, Proposal
 from .errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, DuplicateRequest, NoSuchTable, NotFound,
                      NotOwner, OutcomeUnknown, Unavailable, Unpublished, from_storage)
+from .mailbox import COMMITTED, Participant, Reply, Request
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,8 @@ RECENT_KEYS = 64  # Idempotency-Keys remembered per table actor (see TableActor.
 # A commit refused for what it asked (not for the store's state): the table's memory is still right, no reload.
 REFUSALS = (CommitConflict, BadRequest, NotFound, AlreadyExists)
 
-# The commit the current request's task was last told applied: (format, table name, version). Set by `Reply.wait`
-# in the requester's task, so the HTTP layer can log what a request committed.
-COMMITTED: contextvars.ContextVar[tuple[str, str, int] | None] = contextvars.ContextVar("committed", default=None)
+# COMMITTED (coordinator/mailbox.py) is also read from here, by api/direct.py.
+__all__ = ["COMMITTED", "Host", "Life", "TableActor", "display_name"]
 
 
 class Host(Protocol):
@@ -67,75 +67,6 @@ class Host(Protocol):
     def written(self, table_id: UUID, fmt: str, state: Any) -> None: ...
     def observe_batch(self, size: int) -> None: ...
     def observe_commit(self, fmt: str, outcome: str, seconds: float | None) -> None: ...
-
-
-class Reply:
-    """A one-shot answer slot the requester awaits."""
-
-    __slots__ = ("_event", "value", "error", "committed")
-
-    def __init__(self) -> None:
-        self._event = trio.Event()
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.committed: tuple[str, str, int] | None = None  # set with the value of an applied commit
-
-    def set(self, value: Any) -> None:
-        if not self._event.is_set():
-            self.value = value
-            self._event.set()
-
-    def fail(self, error: BaseException) -> None:
-        if not self._event.is_set():
-            # The requester raises it afresh; the actor's frames in its traceback would only be kept alive.
-            self.error = error.with_traceback(None)
-            self._event.set()
-
-    async def wait(self) -> Any:
-        await self._event.wait()
-        error = self.error
-        if error is None:
-            if self.committed is not None:
-                COMMITTED.set(self.committed)
-            return self.value
-        # Raised once, then let go: an error kept here (or in this frame) would tie a reference cycle through
-        # its traceback, and every rejected commit (409s come by the thousand) would wait for the cyclic GC.
-        self.error = None
-        try:
-            raise error
-        finally:
-            del error
-
-
-@dataclass
-class Request:
-    proposal: Proposal
-    reply: Reply = field(default_factory=Reply)
-    arrived: float = field(default_factory=time.perf_counter)  # for the commit-latency histogram
-
-
-class Verdict:
-    """The transaction's outcome as seen by one participant: applied, or not (with the error to raise). Applied
-    with an Unpublished error: its published files are not written yet."""
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.applied = False
-        self.error: CoordinatorError | None = None
-
-    def decide(self, applied: bool, error: CoordinatorError | None = None) -> None:
-        if not self.event.is_set():
-            self.applied, self.error = applied, error
-            self.event.set()
-
-
-@dataclass
-class Participant:
-    """Sent to an actor's mailbox. The actor answers its reply with (the proposal's reply, its commit `Part`) once
-    its part is decided, then waits for `verdict` before serving anything else."""
-
-    proposal: Proposal
-    verdict: Verdict = field(default_factory=Verdict)
 
 
 @dataclass
@@ -164,23 +95,60 @@ class _Segment:
         return [r for r, _ in self.decisions] + [r for r, _ in self.readers] + [r for r, _ in self.duplicates]
 
 
+class Life(enum.Enum):
+    """Where an actor's table is in its life, as the actor alone moves it."""
+
+    UNLOADED = "unloaded"   # nothing in memory: the next request loads the table's row from the store
+    SERVING = "serving"     # the row and its state in memory, as last durably written
+    GONE = "gone"           # dropped, or never existed: every request hears so, then the actor retires
+    MOVED = "moved"         # the shard's lease moved to another member: requests hear NotOwner, the actor retires
+
+
 class TableActor:
     def __init__(self, registry: Host, table_id: UUID, mailbox_size: int, epoch: int | None = None):
         self.registry = registry
         self.table_id = table_id
         self.epoch = epoch                 # the shard lease's epoch this actor serves under (None: no cluster)
         self.send, self.receive = trio.open_memory_channel[Request](mailbox_size)
+        self.life = Life.UNLOADED
         self.row: TableRow | None = None   # as last durably written
         self.state: Any = None             # format state matching `row`
-        self.loaded = False
-        self.loaded_at = 0.0          # monotonic time of the last load from the store
-        self.gone = False                  # table dropped or never existed (or moved: then retire)
-        self.moved = False                 # the shard's lease moved: this actor retires, answering NotOwner
+        self.loaded_at = 0.0               # monotonic time of the last load from the store
         self.batches = 0
         self.last_batch_size = 0
         # Idempotency-Keys of the table's latest changes. Requests with one key are serialized by the member
         # that receives them; this catches the same key arriving through two members at once (scale-out).
         self.recent_keys: OrderedDict[Any, None] = OrderedDict()
+
+    @property
+    def loaded(self) -> bool:
+        return self.life in (Life.SERVING, Life.GONE)
+
+    @property
+    def gone(self) -> bool:
+        return self.life in (Life.GONE, Life.MOVED)
+
+    # -- what the registry may tell it ------------------------------------------------------------------------
+
+    def start_from(self, row: TableRow, state: Any) -> None:
+        """The table's row and state are known without reading the store (kept while it was idle, or just
+        created here): served from them, unless something is in memory already."""
+        if self.life is Life.UNLOADED:
+            self.row, self.state, self.life = row, state, Life.SERVING
+
+    def forget_if_gone(self) -> None:
+        """The table this actor found gone may exist again (another member created it): read it afresh."""
+        if self.life is Life.GONE:
+            self.unload()
+
+    def unload(self) -> None:
+        """Forget the in-memory state: the next request reads the table from the store first."""
+        if self.life is not Life.MOVED:
+            self.life = Life.UNLOADED
+
+    def at_rest(self) -> tuple[TableRow, Any] | None:
+        """The row and state a retiring actor leaves to be kept while the table is idle (None: nothing worth it)."""
+        return (self.row, self.state) if self.life is Life.SERVING and self.row is not None else None
 
     # -- requester side --------------------------------------------------------------------------------------
 
@@ -215,92 +183,111 @@ class TableActor:
             if self.registry.retire(self):
                 return
 
-    async def _ensure_loaded(self) -> None:
-        if self.loaded:
-            return
-        row = await self.registry.store.get_table(self.table_id)
-        if row is None:
-            self.row, self.state, self.gone = None, None, True
-        else:
-            self.state = await self.registry.load_state(row)
-            self.row, self.gone = row, False
-        self.loaded, self.loaded_at = True, time.monotonic()
-
     async def _serve(self, batch: list[Request]) -> None:
+        """Decide the batch in arrival order, the accepted changes of consecutive requests written together (a
+        segment), and answer each once what it depends on is durable."""
         self.batches += 1
         self.last_batch_size = len(batch)
+        if not await self._ready(batch):
+            return
+        seg = _Segment(self.state)
+        for req in batch:
+            seg = await self._serve_one(req, seg)
+        await self._settle(seg)
+
+    async def _ready(self, batch: list[Request]) -> bool:
+        """Whether this actor may decide the batch: it still holds its shard's lease, and its table is loaded.
+        If not, every request of the batch hears why."""
         if not self.registry.serving(self):
             # The shard's lease lapsed or moved: whatever we hold in memory may be stale. Nothing is decided here
             # any more; the requester (or its client) retries at the current owner.
-            self.gone = self.moved = True
+            self.life = Life.MOVED
             for req in batch:
                 req.reply.fail(self._gone_error())
-            return
+            return False
         try:
             await self._ensure_loaded()
         except (CoordinatorError, StorageError) as exc:
             exc = from_storage(exc)
             for req in batch:
                 req.reply.fail(exc if isinstance(exc, Unavailable) else Unavailable(f"cannot load table: {exc}"))
-            return
+            return False
         except Exception as exc:
             log.exception("loading table %s failed", self.table_id)
             for req in batch:
                 req.reply.fail(Unavailable(f"cannot load table {self.table_id}: {exc}"))
+            return False
+        return True
+
+    async def _ensure_loaded(self) -> None:
+        if self.life is not Life.UNLOADED:
             return
-        seg = _Segment(self.state)
-        for req in batch:
-            if isinstance(req.proposal, Participant):
-                # A multi-table transaction: settle what came before it, then hold the table for it.
-                await self._settle(seg)
-                await self._take_part(req)
-                seg = _Segment(self.state)
-                continue
+        row = await self.registry.store.get_table(self.table_id)
+        if row is None:
+            self.row, self.state, self.life = None, None, Life.GONE
+        else:
+            self.state = await self.registry.load_state(row)
+            self.row, self.life = row, Life.SERVING
+        self.loaded_at = time.monotonic()
+
+    async def _serve_one(self, req: Request, seg: _Segment) -> _Segment:
+        """Decide one request against the segment's state; the segment the next request is decided in."""
+        if isinstance(req.proposal, Participant):
+            # A multi-table transaction: settle what came before it, then hold the table for it.
+            await self._settle(seg)
+            await self._take_part(req)
+            return _Segment(self.state)
+        if self.gone:
+            req.reply.fail(self._gone_error())
+            return seg
+        if self._answered_as_duplicate(req, _key_of(req.proposal), seg):
+            return seg
+        decision = self._decide(req.proposal, req.reply, seg.state)
+        if decision is None:
+            self._count_refusal(req)
+            return seg
+        if decision.idempotency is not None and self._answered_as_duplicate(req, decision.idempotency.key, seg):
+            return seg
+        if not decision.writes:
+            if seg.empty:
+                req.reply.set(decision.reply)
+            else:
+                seg.readers.append((req, decision.reply))   # answered once what it read is durable
+            return seg
+        if not decision.is_simple:
+            return await self._write_alone(req, decision, seg)
+        seg.add(req, decision)
+        return seg
+
+    def _answered_as_duplicate(self, req: Request, key: Any, seg: _Segment) -> bool:
+        """Whether `req` carries an Idempotency-Key (`key`) that applied already, and is answered as a duplicate:
+        a request whose key applied is a duplicate before it is anything else. Decided again, its requirements
+        would fail against the state it made itself (two members forwarding one retried commit at once), and the
+        client would be told "conflict" about its own applied commit."""
+        if key is None:
+            return False
+        if key in self.recent_keys:   # applied, and durable
+            req.reply.fail(DuplicateRequest(key))
+            return True
+        if key in seg.keys:   # applied in this segment: answered once it is durable
+            seg.duplicates.append((req, key))
+            return True
+        return False
+
+    async def _write_alone(self, req: Request, decision: Decision, seg: _Segment) -> _Segment:
+        """Drops and renames are written on their own, against the durable state: what came before is written
+        first, and the request decided again after it."""
+        if not seg.empty:
+            seg = await self._settle(seg)
             if self.gone:
                 req.reply.fail(self._gone_error())
-                continue
-            # A request whose key already applied is a duplicate before it is anything else: decided again, its
-            # requirements would fail against the state it made itself (two members forwarding one retried
-            # commit at once), and the client would be told "conflict" about its own applied commit.
-            key = _key_of(req.proposal)
-            if key is not None and key in self.recent_keys:
-                req.reply.fail(DuplicateRequest(key))
-                continue
-            if key is not None and key in seg.keys:
-                seg.duplicates.append((req, key))
-                continue
+                return seg
             decision = self._decide(req.proposal, req.reply, seg.state)
             if decision is None:
                 self._count_refusal(req)
-                continue
-            if decision.idempotency is not None:
-                key = decision.idempotency.key
-                if key in self.recent_keys:  # applied, and durable
-                    req.reply.fail(DuplicateRequest(key))
-                    continue
-                if key in seg.keys:
-                    seg.duplicates.append((req, key))  # applied in this segment: answered once it is durable
-                    continue
-            if not decision.writes:
-                if seg.empty:
-                    req.reply.set(decision.reply)
-                else:
-                    seg.readers.append((req, decision.reply))
-                continue
-            if not decision.is_simple and not seg.empty:
-                # Drops and renames are written on their own, against the durable state.
-                seg = await self._settle(seg)
-                if self.gone:
-                    req.reply.fail(self._gone_error())
-                    continue
-                decision = self._decide(req.proposal, req.reply, seg.state)
-                if decision is None:
-                    self._count_refusal(req)
-                    continue
-            seg.add(req, decision)
-            if not decision.is_simple:
-                seg = await self._settle(seg)
-        await self._settle(seg)
+                return seg
+        seg.add(req, decision)
+        return await self._settle(seg)
 
     async def _settle(self, seg: _Segment) -> _Segment:
         """Write the segment's changes, if any; the next segment starts from the durable state."""
@@ -317,7 +304,7 @@ class TableActor:
         if decision is None:
             self._count_refusal(req, participant.proposal)
             return
-        part = self._part([decision])
+        part = table_part(self.row, self.epoch, [decision], self.registry.securable(self.row.format))
         req.reply.set((decision.reply, part))
         # Hold the table: nothing else is decided until the commit's single write has an outcome.
         with trio.CancelScope(shield=True):
@@ -335,7 +322,7 @@ class TableActor:
             # At most one such reload per RELOAD_INTERVAL_S: a reload reads the store and probes the table's files,
             # and any writer could otherwise make the table reload on every request.
             if exc.reload and time.monotonic() - self.loaded_at > RELOAD_INTERVAL_S:
-                self.loaded = False
+                self.unload()
         except Exception as exc:
             # Input the rules did not anticipate. Nothing was applied, so say so rather than "state unknown".
             log.exception("commit rule failed on table %s", self.table_id)
@@ -376,34 +363,10 @@ class TableActor:
         while len(self.recent_keys) > RECENT_KEYS:
             self.recent_keys.popitem(last=False)
 
-    def _part(self, decisions: list[Decision]) -> Part:
-        """The decisions' changes as this table's part of a commit: one compare-and-set of its row."""
-        row = self.row
-        w = TableWrite(table_id=self.table_id, expected_version=row.row_version,
-                       epoch=row.epoch if self.epoch is None else self.epoch, bump=len(decisions))
-        part = Part(w)
-        name = (row.catalog, row.namespace, row.name)
-        for d in decisions:
-            if d.rename is not None:
-                name = d.rename
-            if d.changes:   # one commit per request, named as that request leaves the table
-                w.events.extend(events.records(self.table_id, name, d.changes))
-            if d.row_state is not None:
-                w.state = d.row_state
-            w.log.extend(d.log)
-            w.log_delete.extend(d.log_delete)
-            w.delete = w.delete or d.delete
-            w.rename = d.rename or w.rename
-            w.relocate = d.relocate or w.relocate
-            w.purge = d.purge or w.purge
-            part.files.extend(d.files)
-            part.published.extend(d.published)
-        return part
-
     async def _flush(self, seg: _Segment) -> None:
         """Write the segment as a commit of this one table, then answer everyone waiting for it."""
         decisions = [d for _, d in seg.decisions]
-        part = self._part(decisions)
+        part = table_part(self.row, self.epoch, decisions, self.registry.securable(self.row.format))
         receipts = [d.idempotency for d in decisions if d.idempotency is not None] \
             + [d.marker for d in decisions if d.marker is not None]
         if not self.registry.serving(self):
@@ -448,7 +411,7 @@ class TableActor:
                 # here; its next owner loads it from the store. Moved, not dropped: the requesters are told to
                 # retry at the new owner, never "does not exist".
                 self.registry.lease_lost(self)
-                self.gone = self.moved = True
+                self.life = Life.MOVED
                 return self._gone_error()
             if not isinstance(error, REFUSALS):
                 await self._reload()   # the write failed or its outcome is unknown: believe only the store
@@ -456,7 +419,7 @@ class TableActor:
         self.registry.observe_batch(len(decisions))
         self.row = written_row(self.row, part.write)
         self.state = decisions[-1].state
-        self.gone = part.write.delete
+        self.life = Life.GONE if part.write.delete else Life.SERVING
         self._remember_keys(decisions)
         if isinstance(error, Unpublished) and not await self._restore(part.published):
             # Applied, but a published file is still missing: nobody hears success yet, and no clean-up runs (it
@@ -481,18 +444,18 @@ class TableActor:
                     return True
             except Exception as exc:
                 log.error("table %s: cannot check restored files: %s", self.table_id, exc)
-            self.loaded = False
+            self.unload()
             return False
 
     def _gone_error(self) -> CoordinatorError:
-        if self.moved:
+        if self.life is Life.MOVED:
             return NotOwner(f"table {self.table_id} moved to another member; nothing applied, retry",
                             retry_after_s=self.registry.config.retry_after_s)
         return NoSuchTable("Table does not exist")
 
     async def _reload(self) -> None:
         """Forget the in-memory state and read the table from the store before serving again."""
-        self.loaded = False
+        self.unload()
         try:
             await self._ensure_loaded()
         except Exception as exc:

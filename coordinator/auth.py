@@ -5,9 +5,11 @@ schema) is its names; a table's (or view's) path is its container's path and the
 equal to a container's name, so that a table and a namespace of the same dotted name (`sales.orders`) are two
 securables, neither within the other:
 
-    ("iceberg", prefix, *namespace levels, Table(name))    Iceberg; the catalog with no prefix is ""
-    ("delta", catalog, schema, Table(name))                Unity Catalog
-    ("lance", *namespace levels, Table(name))              Lance Namespace
+    (format, catalog, *namespace levels, Table(name))    a format whose tables have a catalog
+    (format, *namespace levels, Table(name))             one whose tables have none
+
+Each format's `Grants` (its declaration, coordinator/format.py) says which it is and how deep its tables lie: Iceberg's catalog is
+its prefix ("" for none), Unity Catalog's a catalog with one level of schemas, Lance has no catalog.
 
 A grant on a container covers everything below it (privileges are inherited downward); a grant on a table covers
 that table only. The auth file (TOML) names clients, their hashed secrets and roles, and what each role is
@@ -37,22 +39,20 @@ import enum
 import functools
 import hashlib
 import hmac
-import ipaddress
-import math
 import secrets
 import time
 import tomllib
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable, Mapping
 from urllib.parse import unquote
 
 import jwt
-import trio
 
 from .config import ConfigError
-from .errors import Forbidden, InvalidClient, TooManyRequests, Unauthorized, Unavailable
+from .errors import Forbidden, InvalidClient, Unauthorized
+from .throttle import Throttle, source_key
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,17 @@ class Table:
 
 
 Resource = tuple[str | Table, ...]
-FORMATS = ("iceberg", "delta", "lance")
+
+
+@dataclass(frozen=True)
+class Grants:
+    """Where a format's tables sit in the paths that grants name (its `Format.grants`): a table's securable is the
+    format's name, its catalog (if `catalog`), its namespace levels, and its name as a `Table`."""
+
+    shape: str             # a table's path as the auth file spells it, e.g. "delta/<catalog>/<schema>/<name>"
+    table_depth: int       # a table's path has at least this many segments, the format's name included ...
+    exact: bool = False    # ... or exactly as many: then no container's path is that long
+    catalog: bool = True   # its paths name the table's catalog after the format's name (Lance's have no catalog)
 
 
 def table_securable(container: Resource, name: str) -> Resource:
@@ -157,29 +167,26 @@ def parse_path(on: str) -> Resource:
     return tuple(unquote(s) for s in on.split("/"))
 
 
-# Where a table's name sits in each format's path: at least this many segments, the format's own name included
-# (Iceberg: format, prefix, a namespace level, the name; Unity Catalog exactly that many: catalog and schema).
-_TABLE_DEPTH = {"iceberg": 4, "delta": 4, "lance": 2}
-TABLE_SHAPES = "iceberg/<prefix>/<namespace levels>/<name>, delta/<catalog>/<schema>/<name>, lance/<namespace levels>/<name>"
-
-
-def parse_grant(spec: Any) -> Resource:
-    """The securable a grant of the auth file names: a container (`on`: a path, or "*") or a table (`table`)."""
+def parse_grant(spec: Any, formats: Mapping[str, Grants] | None) -> Resource:
+    """The securable a grant of the auth file names: a container (`on`: a path, or "*") or a table (`table`), in
+    one of `formats` (by name, where each format's tables sit)."""
     if not isinstance(spec, dict) or ("on" in spec) == ("table" in spec):
         raise ValueError("a grant names a container (`on`) or a table (`table`), one of the two")
     raw = spec.get("on", spec.get("table"))
     if not isinstance(raw, str) or not raw:
         raise ValueError("the path must be a non-empty string")
     path = parse_path(raw)
-    if path and path[0] not in FORMATS:
-        raise ValueError(f"a path starts with the format ({', '.join(FORMATS)}) or is \"*\", got {raw!r}")
+    known = formats or {}
+    shape = known.get(path[0]) if path else None
+    if path and shape is None:
+        raise ValueError(f"a path starts with the format ({', '.join(known)}) or is \"*\", got {raw!r}")
     if "table" in spec:
-        depth = _TABLE_DEPTH[path[0]] if path else 0
-        if not path or len(path) < depth or (path[0] == "delta" and len(path) != depth):
-            raise ValueError(f"table {raw!r} names no table: tables are {TABLE_SHAPES}")
+        if shape is None or len(path) < shape.table_depth or (shape.exact and len(path) != shape.table_depth):
+            raise ValueError(f"table {raw!r} names no table: tables are {', '.join(g.shape for g in known.values())}")
         return table_securable(path[:-1], path[-1])
-    if path and path[0] == "delta" and len(path) >= _TABLE_DEPTH["delta"]:
-        raise ValueError(f"on = {raw!r} is below a Unity Catalog schema: name a table with `table = {raw!r}`")
+    if shape is not None and shape.exact and len(path) >= shape.table_depth:
+        raise ValueError(f"on = {raw!r} is where {path[0]}'s tables are ({shape.shape}), below every container: "
+                         f"name a table with `table = {raw!r}`")
     return path
 
 
@@ -194,7 +201,9 @@ class AuthConfig:
     signing_key: bytes | None = None   # None: the service keeps one in its database (shared by all members)
 
     @classmethod
-    def load(cls, path: str | Path) -> "AuthConfig":
+    def load(cls, path: str | Path, formats: Mapping[str, Grants] | None = None) -> "AuthConfig":
+        """The auth file at `path`; its grants name tables of `formats` (each format's `Grants` by its name; none:
+        only "*", and no table)."""
         try:
             raw = tomllib.loads(Path(path).read_text())
         except FileNotFoundError:
@@ -204,17 +213,18 @@ class AuthConfig:
         except (OSError, UnicodeDecodeError) as exc:  # a directory, no permission, not text
             raise ConfigError(f"cannot read auth file {path} ({exc.__class__.__name__}: "
                               f"{getattr(exc, 'strerror', None) or exc}); check the path and its permissions") from None
-        return cls.from_mapping(raw, source=str(path))
+        return cls.from_mapping(raw, source=str(path), formats=formats)
 
     @classmethod
-    def from_mapping(cls, raw: dict[str, Any], source: str = "auth config") -> "AuthConfig":
+    def from_mapping(cls, raw: dict[str, Any], source: str = "auth config",
+                     formats: Mapping[str, Grants] | None = None) -> "AuthConfig":
         roles: dict[str, tuple[Grant, ...]] = {}
         for role, spec in raw.get("roles", {}).items():
             grants = []
             for i, g in enumerate(spec.get("grants", [])):
                 try:
                     privileges = frozenset(Privilege(p) for p in g["privileges"])
-                    grants.append(Grant(parse_grant(g), privileges))
+                    grants.append(Grant(parse_grant(g, formats), privileges))
                 except (KeyError, ValueError, TypeError) as exc:
                     raise ConfigError(f"{source}: roles.{role}.grants[{i}] needs `on` (a container's path) or "
                                      f"`table` (a table's), and `privileges` (of "
@@ -339,151 +349,6 @@ class Authority:
         for privilege, resource in needs:
             if not principal.may(privilege, resource):
                 raise Forbidden(f"{principal.name} lacks {privilege.value} on {format_path(resource)}")
-
-
-class Throttle:
-    """The secret checks of the public token endpoints (scrypt: ~50 ms of a core each, on purpose), bounded so that
-    nobody can queue unbounded work or guess fast, and so that only a client itself can spend what it may do.
-
-    Who asks is a client id (every id the auth file does not name counts as one, "anonymous") and the address the
-    request came from (`source_key`). Failed checks are counted per address and per id (token buckets), successful
-    ones per id. Before a check runs, it is refused at once (TooManyRequests, with when to retry) if:
-
-    - its id's right secret was proven more than `burst` times at once, then `per_s` a second (only the right
-      secret spends this);
-    - its address has not proven this id's secret in the last PROVEN_S and either the address failed more than
-      `failures_burst` times at once, then `failures_per_s` a second, or the id failed ID_FAILURES_SCALE times as
-      often (more than one address alone can make it fail);
-    - its address has proven this id's secret in the last PROVEN_S, and failed for it as often as one address may:
-      for a client that signed in from an address before, only failures from that very address count.
-
-    At most `queue_max` checks wait for the two hashing threads or run; requests from addresses that have not
-    proven the id they name take at most three quarters of those places, and unknown ids one quarter, and they hash
-    on one of the two threads at a time, so that clients signing in again from where they did before always find
-    room and a free thread. Beyond that: Unavailable.
-
-    Unknown ids are checked against a dummy hash (Authority.client_credentials), so a check takes as long whether
-    or not the id exists. (Client ids are not secret: while many unknown ids are refused, a configured one still
-    answers 401 to a wrong secret.) Buckets are kept for the BUCKETS_MAX addresses and pairs used last: memory is
-    bounded, and cycling through that many addresses to refill one takes as many failures."""
-
-    THREADS = 2
-    BUCKETS_MAX = 4096
-    PROVEN_S = 24 * 3600.0
-    # An id may fail this many times more often than an address: a single address cannot make its id's
-    # failures run out (and so keep a client from signing in from a new address).
-    ID_FAILURES_SCALE = 5
-
-    def __init__(self, per_s: float, burst: int, queue_max: int, failures_per_s: float = 0.2,
-                 failures_burst: int = 20):
-        self.queue_max = queue_max
-        self._successes = _Buckets(per_s, burst)                     # by configured client id
-        self._source_failures = _Buckets(failures_per_s, failures_burst)  # by address
-        self._id_failures = _Buckets(failures_per_s * self.ID_FAILURES_SCALE,
-                                     failures_burst * self.ID_FAILURES_SCALE)  # by id (None: every unknown one)
-        self._pair_failures = _Buckets(failures_per_s, failures_burst)    # by (id, address) that proved it
-        self._proven: dict[tuple[str, str], float] = {}   # (id, address) -> when it last proved the id's secret
-        self._hashing = trio.CapacityLimiter(self.THREADS)
-        # Checks from addresses that have not proven the id they name hash on one thread at a time: the other
-        # stays free for clients signing in again, however many of those wait.
-        self._unproven_hashing = trio.CapacityLimiter(1)
-        self._checking = {"anonymous": 0, "unproven": 0, "proven": 0}   # checks waiting or running, by kind
-
-    async def check(self, client_id: str | None, source: str, verify: Callable[..., bool], *args: Any) -> bool:
-        """`verify(*args)` on a hashing thread, if the rules admit it; `client_id` None for an id the auth file does
-        not name. Returns what `verify` said, and counts it for `client_id` and `source`."""
-        now = time.monotonic()
-        pair = (client_id or "", source)
-        proven = client_id is not None and now - self._proven.get(pair, -math.inf) < self.PROVEN_S
-        if client_id is not None:
-            _refuse_if_empty(self._successes, client_id, now, "too many tokens for this client")
-        if proven:
-            _refuse_if_empty(self._pair_failures, pair, now, "too many failed attempts for this client from this "
-                                                             "address")
-        else:
-            _refuse_if_empty(self._source_failures, source, now, "too many failed attempts from this address")
-            _refuse_if_empty(self._id_failures, client_id, now, "too many failed attempts for this client id")
-        kind = "proven" if proven else "unproven" if client_id is not None else "anonymous"
-        if not self._room(kind):
-            raise Unavailable("too many token requests are waiting for their secret to be checked: retry shortly")
-        # Each check is counted as failed until it succeeds, so that checks running at once cannot fail more
-        # often than the buckets allow.
-        failures = [(self._source_failures, source), (self._id_failures, client_id)] + \
-            ([(self._pair_failures, pair)] if proven else [])
-        for buckets, key in failures:
-            buckets.take(key, now)
-        self._checking[kind] += 1
-        try:
-            if proven:
-                ok = await trio.to_thread.run_sync(verify, *args, limiter=self._hashing)
-            else:
-                async with self._unproven_hashing:
-                    ok = await trio.to_thread.run_sync(verify, *args, limiter=self._hashing)
-        finally:
-            self._checking[kind] -= 1
-        if ok and client_id is not None:
-            now = time.monotonic()
-            for buckets, key in failures:
-                buckets.give_back(key, now)
-            self._successes.take(client_id, now)
-            self._proven.pop(pair, None)
-            self._proven[pair] = now   # the most recently proven: last
-            if len(self._proven) > self.BUCKETS_MAX:
-                del self._proven[next(iter(self._proven))]
-        return ok
-
-    def _room(self, kind: str) -> bool:
-        c, q = self._checking, self.queue_max
-        if sum(c.values()) >= q:
-            return False
-        if kind != "proven" and c["anonymous"] + c["unproven"] >= max(1, q * 3 // 4):
-            return False
-        return kind != "anonymous" or c["anonymous"] < max(1, q // 4)
-
-
-class _Buckets:
-    """Token buckets by key (`burst` tokens, refilled at `per_s`); those used least recently beyond
-    Throttle.BUCKETS_MAX are forgotten (full again)."""
-
-    def __init__(self, per_s: float, burst: float):
-        self.per_s, self.burst = per_s, float(burst)
-        self._tokens: dict[Any, tuple[float, float]] = {}   # key -> (tokens, when counted), oldest first
-
-    def wait_s(self, key: Any, now: float) -> float:
-        """0 while `key` has a token, else how long until it has one again."""
-        tokens, at = self._tokens.get(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - at) * self.per_s)
-        return 0.0 if tokens >= 1 else (1 - tokens) / self.per_s
-
-    def take(self, key: Any, now: float, tokens_taken: float = 1.0) -> None:
-        tokens, at = self._tokens.pop(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - at) * self.per_s)
-        self._tokens[key] = (min(self.burst, tokens - tokens_taken), now)   # now the most recently used: last
-        if len(self._tokens) > Throttle.BUCKETS_MAX:
-            del self._tokens[next(iter(self._tokens))]
-
-    def give_back(self, key: Any, now: float) -> None:
-        self.take(key, now, -1.0)
-
-
-def _refuse_if_empty(buckets: _Buckets, key: Any, now: float, what: str) -> None:
-    wait = buckets.wait_s(key, now)
-    if wait:
-        raise TooManyRequests(f"{what}: retry in {math.ceil(wait)} s", retry_after_s=math.ceil(wait))
-
-
-def source_key(address: str | None) -> str:
-    """What failures are counted by for a request from `address`: the address itself, or for IPv6 its /64 (one
-    host's usual share; an IPv4 address mapped into IPv6 counts as itself)."""
-    try:
-        ip = ipaddress.ip_address((address or "").strip("[]"))
-    except ValueError:
-        return address or "unknown"
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
-    return str(ip)
 
 
 def format_path(resource: Resource) -> str:

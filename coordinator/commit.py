@@ -38,6 +38,8 @@ from storage.files import FileWrite, file_write
 from storage.interface import Files, TableRows
 from storage.records import IdempotencyRecord, Refusal, TableRow, TableWrite, WriteGroup
 
+from . import events
+from .decision import Decision
 from .errors import (CoordinatorError, LocationTaken, NoSuchNamespace, NotOwner, TableExists, Unavailable, Unpublished,
                      ViewExists, from_storage)
 from .name_limits import check_table_key
@@ -57,6 +59,32 @@ class Part:
     def new(self) -> TableRow | None:
         """The row this part inserts, if it creates its table."""
         return self.write.insert
+
+
+def table_part(row: TableRow, epoch: int | None, decisions: list[Decision], securable: events.Securable) -> Part:
+    """The changes `decisions` made to the table `row`, in order, as its part of a commit: one compare-and-set of
+    its row (fenced with `epoch`, its actor's lease's; None: the row's own), with its log rows, files and events
+    (seen by whoever may read the table's `securable`)."""
+    w = TableWrite(table_id=row.table_id, expected_version=row.row_version,
+                   epoch=row.epoch if epoch is None else epoch, bump=len(decisions))
+    part = Part(w)
+    name = (row.catalog, row.namespace, row.name)
+    for d in decisions:
+        if d.rename is not None:
+            name = d.rename
+        if d.changes:   # one commit per request, named as that request leaves the table
+            w.events.extend(events.records(row.table_id, name, d.changes, securable))
+        if d.row_state is not None:
+            w.state = d.row_state
+        w.log.extend(d.log)
+        w.log_delete.extend(d.log_delete)
+        w.delete = w.delete or d.delete
+        w.rename = d.rename or w.rename
+        w.relocate = d.relocate or w.relocate
+        w.purge = d.purge or w.purge
+        part.files.extend(d.files)
+        part.published.extend(d.published)
+    return part
 
 
 @dataclass

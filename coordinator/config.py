@@ -92,6 +92,18 @@ class Config:
     uniform_max_metadata_bytes: int = 8 << 20
     uniform_cache_bytes: int = 64 << 20
 
+    # Table maintenance (coordinator/maintenance, docs/maintenance.md). Iceberg snapshot expiry runs on tables with
+    # `maintenance.expire-snapshots.enabled=true`, or on every table without that property when this is on; at
+    # most once per `maintenance_interval_s` per table, after a writer's commit leaves the table over its limits.
+    # The files only expired snapshots referenced are deleted `maintenance_delete_grace_s` after the expiry, when
+    # no reader can still be planning with them.
+    maintenance_expire_snapshots: bool = False
+    maintenance_interval_s: float = 10.0
+    maintenance_delete_grace_s: float = 60.0
+    # Delta: the service publishes each ratified commit to `_delta_log/<v>.json` itself (backfill), on tables with
+    # `maintenance.publish-commits.enabled=true`, or on every catalog-managed table without it when this is on.
+    maintenance_publish_delta: bool = False
+
     # Metrics reports (Iceberg's `POST .../tables/{table}/metrics`, Unity Catalog's `/delta/metrics`): kept for
     # observability, never read on the commit path, and bounded, since a client that may only read a table may
     # send them: a larger report is refused (400), a table keeps its newest `metrics_reports_per_table`, and a

@@ -16,11 +16,10 @@ from uuid import UUID
 from storage.interface import Store
 from storage.records import NAMESPACE_SEP, TableRow
 
-from .auth import Resource, table_securable
+from .auth import Resource
+from .format import Formats
 from .warehouses import Warehouses
 
-# (realm in the store, format shown, securable's first level): where each protocol keeps its tables' names.
-REALMS = (("iceberg", "iceberg", "iceberg"), ("uc", "delta", "delta"), ("lance", "lance", "lance"))
 TABLES_MAX = 2000  # per catalog: the tree is an overview, not an export
 TIME_KEYS = ("timestamp", "timestamp_ms", "commit_timestamp", "created_at", "last-updated-ms", "ts")
 # Iceberg's previous metadata file (the entry below names it), Lance's staged manifest (gone once committed)
@@ -61,22 +60,16 @@ class HistoryEntry:
     summary: str
 
 
-def warehouses(known: Warehouses, may_see: Callable[[Resource], bool], shown: list[Catalog]) -> list[Warehouse]:
+def warehouses(known: Warehouses, formats: Formats, may_see: Callable[[Resource], bool],
+               shown: list[Catalog]) -> list[Warehouse]:
     """The warehouses the service writes tables under that the caller uses, the default one first: those whose
-    Iceberg catalog (the warehouse's name is its prefix; the default one's is "") it holds a grant in, and those
-    holding a table it may read (`shown`, from `catalogs`)."""
+    catalog in some format (Iceberg's prefix named after the warehouse; the default one's is "") it holds a grant
+    in, and those holding a table it may read (`shown`, from `catalogs`)."""
     locations = [t.location for c in shown for tables in c.namespaces.values() for t in tables if t.location]
     holding = {w.name for w in map(known.containing, locations) if w is not None}
     return [Warehouse(w.name, w.location) for w in known.all()
-            if w.name in holding or may_see(("iceberg", "" if w is known.default else w.name))]
-
-
-def securable(row: TableRow) -> Resource:
-    """The row's name as grants name it (`api/access.py` policies): format, catalog, namespace levels, name."""
-    levels = row.namespace.split(NAMESPACE_SEP) if row.namespace else []
-    first = next(s for realm, _, s in REALMS if realm == row.realm)
-    catalog = () if row.realm == "lance" else (row.catalog,)
-    return table_securable((first, *catalog, *levels), row.name)
+            if w.name in holding or any(may_see(f.container(catalog)) for f in formats
+                                        if (catalog := f.warehouse_catalog(w.name)) is not None)]
 
 
 def _entry(row: TableRow, fmt: str) -> TableEntry:
@@ -84,26 +77,28 @@ def _entry(row: TableRow, fmt: str) -> TableEntry:
     return TableEntry(row.table_id, fmt, row.catalog, levels, row.name, row.location)
 
 
-async def catalogs(store: Store, may_read: Callable[[Resource], bool]) -> list[Catalog]:
+async def catalogs(store: Store, formats: Formats, may_read: Callable[[Resource], bool]) -> list[Catalog]:
     """Every format's catalogs, namespaces and tables the caller may read, in one tree."""
     out = []
-    for realm, fmt, _ in REALMS:
-        for name in await store.list_catalogs(realm):
-            catalog = Catalog(fmt, name or "default")
-            for row in await store.list_tables(realm, name, None, kind="table", limit=TABLES_MAX):
-                if may_read(securable(row)):
-                    entry = _entry(row, fmt)
+    for fmt in formats:
+        for name in await store.list_catalogs(fmt.realm):
+            catalog = Catalog(fmt.name, name or "default")
+            for row in await store.list_tables(fmt.realm, name, None, kind="table", limit=TABLES_MAX):
+                if may_read(fmt.row_securable(row)):
+                    entry = _entry(row, fmt.name)
                     catalog.namespaces.setdefault(".".join(entry.namespace), []).append(entry)
             if catalog.namespaces:
                 out.append(catalog)
     return out
 
 
-async def table(store: Store, table_id: UUID, may_read: Callable[[Resource], bool]) -> TableEntry | None:
+async def table(store: Store, formats: Formats, table_id: UUID,
+                may_read: Callable[[Resource], bool]) -> TableEntry | None:
     row = await store.get_table(table_id)
-    if row is None or row.kind != "table" or not may_read(securable(row)):
+    fmt = formats.by_realm.get(row.realm) if row is not None else None
+    if fmt is None or row.kind != "table" or not may_read(fmt.row_securable(row)):
         return None
-    return _entry(row, next(fmt for realm, fmt, _ in REALMS if realm == row.realm))
+    return _entry(row, fmt.name)
 
 
 async def history(store: Store, table_id: UUID, *, before: int | None, limit: int

@@ -10,7 +10,7 @@ the feed, a token to resume right after it.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 from uuid import UUID
 
 from storage.records import EventRecord, Position, StoredEvent, split_namespace
@@ -21,7 +21,6 @@ from .errors import BadRequest
 from .keys import new_key, uuid7
 
 SOURCE = "urn:commit-coordinator"
-FORMATS = ("iceberg", "delta", "lance")
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
@@ -30,12 +29,15 @@ def name_parts(catalog: str, namespace: str, name: str) -> list[str]:
     return [*([catalog] if catalog else []), *split_namespace(namespace), name]
 
 
-def securable(fmt: str, catalog: str, namespace: str, name: str) -> Resource:
-    """What a reader must be allowed to read to see an event of table (or view) `name` (coordinator/auth.py's
-    securable paths). Iceberg's catalog (the prefix) is a segment even when it is "", the default catalog; Unity
-    Catalog's is always named, and Lance has none."""
-    catalogs = (catalog,) if fmt == "iceberg" or catalog else ()
-    return table_securable((fmt, *catalogs, *split_namespace(namespace)), name)
+# A table's securable from its (catalog, namespace, name): its format's (coordinator/format.py Format.securable).
+Securable = Callable[[str, str, str], Resource]
+
+
+def named_securable(kind: str) -> Securable:
+    """The securable of a table of a row kind no format declared (tests' own kinds): the kind, the catalog if it
+    is named, the namespace levels, the name."""
+    return lambda catalog, namespace, name: table_securable(
+        (kind, *([catalog] if catalog else []), *split_namespace(namespace)), name)
 
 
 def securable_key(path: Resource) -> str:
@@ -45,15 +47,16 @@ def securable_key(path: Resource) -> str:
     return "/".join(str(part).replace("%", "%25").replace("/", "%2F") for part in path)
 
 
-def records(table_id: UUID, name: tuple[str, str, str], changes: list[Change],
+def records(table_id: UUID, name: tuple[str, str, str], changes: list[Change], securable: Securable,
             commit_id: str | None = None) -> list[EventRecord]:
-    """`changes` of the table `table_id`, named (catalog, namespace, name), as the events of one commit."""
+    """`changes` of the table `table_id`, named (catalog, namespace, name), as the events of one commit; a reader
+    sees them if it may read the table's `securable`."""
     commit_id = commit_id or new_key()
     parts = name_parts(*name)
     subject = ".".join(parts)
     return [EventRecord(uuid7(), c.type, subject, name[0],
                         {**c.data, "table-id": str(table_id), "name": parts, "commit-id": commit_id},
-                        securable_key(securable(c.type.split(".", 1)[0], *name)))
+                        securable_key(securable(*name)))
             for c in changes]
 
 

@@ -34,7 +34,7 @@ from storage.records import EVERYTHING, EventPage, FeedScope, Position, StoredEv
 from .auth import Principal, Privilege, Table
 from .config import Config
 from .errors import BadRequest, EventsExpired, TooManyRequests, Unavailable
-from .events import FORMATS, cloud_event, position, securable_key, token
+from .events import cloud_event, position, securable_key, token
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +115,10 @@ class _Waiter:
 
 
 class Feed:
-    def __init__(self, store: Store, config: Config):
+    def __init__(self, store: Store, config: Config, formats: tuple[str, ...]):
         self.store = store
         self.config = config
+        self.formats = formats   # the names of the formats served: what the `format` filter may name
         self.waiting = 0       # readers in a long-poll, for /metrics
         self._by_client: Counter[str] = Counter()
         # Long-polls that may see something, from before their own read: read by the store's thread to decide
@@ -236,8 +237,8 @@ class Feed:
             raise BadRequest(f"wait must be 0 or more seconds, got {wait_s:g}")
         limit, wait_s = min(limit, MAX_LIMIT), min(wait_s, MAX_WAIT_S)   # more is served at the cap, as pages are
         for fmt in formats or ():
-            if fmt not in FORMATS:
-                raise BadRequest(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+            if fmt not in self.formats:
+                raise BadRequest(f"format must be one of {', '.join(self.formats)}, got {fmt!r}")
         at = position(after) if after is not None else None
         if wait_s == 0:
             page = await self._page(at, limit, formats, tables, scope)

@@ -8,7 +8,7 @@ a count that only grows is a counter, a level is a gauge.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -20,11 +20,10 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # (refused, nothing applied: a bad request, a busy table, an unreachable database); unknown (the database's
 # answer was lost: it may or may not have applied).
 OUTCOMES = ("applied", "conflict", "rejected", "unknown")
-FORMATS = ("iceberg", "delta", "lance")
 # Every label value of a request's series comes from a closed set: a client picks the method token (HTTP allows
 # any token, and h11 takes one of up to 64 KiB) and the path, and each new label value would be a new series kept
 # in memory and in every scrape for the life of the process. The route is the matched rule's pattern (or
-# "unmatched"), the protocol one of api.common.protocol_of's names, the status its class; the method is one of
+# "unmatched"), the protocol one of api/protocol.py `Protocols.of`'s names, the status its class; the method is one of
 # these, or "other".
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
@@ -60,11 +59,32 @@ SAMPLED_HELP = {
     "coordinator_uniform_metadata_cached_bytes": "Bytes of Iceberg metadata files (UniForm) kept in memory to serve "
                                                  "loads, now (at most uniform_cache_bytes)",
     "coordinator_uniform_failures_total": "Conversions to Iceberg that failed and are retried (storage, a worker)",
+    "coordinator_maintenance_expiry_commits_total": "Snapshot expiries the service committed to Iceberg tables",
+    "coordinator_maintenance_snapshots_expired_total": "Iceberg snapshots the service's expiry removed",
+    "coordinator_maintenance_refs_removed_total": "Iceberg branches and tags the service's expiry removed (older "
+                                                  "than their max ref age)",
+    "coordinator_maintenance_expiry_failures_total": "Snapshot expiries that failed (retried after a later commit)",
+    "coordinator_maintenance_expiry_cpu_seconds_total": "CPU seconds the table actors spent deciding the service's "
+                                                        "snapshot expiries (policy, new metadata, its JSON)",
+    "coordinator_maintenance_files_deleted_total": "Files deleted because only expired snapshots referenced them",
+    "coordinator_maintenance_deletion_cpu_seconds_total": "CPU seconds spent finding and deleting the files only "
+                                                          "expired snapshots referenced (worker threads)",
+    "coordinator_maintenance_deletion_failures_total": "Deletions of expired snapshots' files that stopped and are "
+                                                       "resumed later",
+    "coordinator_maintenance_deletions_running": "Deletions of expired snapshots' files under way or waiting out "
+                                                 "their grace, now",
+    "coordinator_maintenance_tables_due": "Tables queued for snapshot expiry, now",
+    "coordinator_maintenance_published_commits_total": "Ratified Delta commits the service published to "
+                                                       "_delta_log/<v>.json itself (or found published)",
+    "coordinator_maintenance_publish_conflicts_total": "Delta versions whose _delta_log/<v>.json held another file "
+                                                       "than the ratified commit (left intact: an alert)",
+    "coordinator_maintenance_publish_failures_total": "Publishing passes that failed (retried after a later commit)",
 }
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, formats: Iterable[str] = ()) -> None:
+        """`formats`: the names of the formats served, whose commit series are exported from the start."""
         self.registry = CollectorRegistry()
         self.request_latency = Histogram(
             "coordinator_request_seconds", "HTTP request time from its headers to its answer, by protocol, "
@@ -86,14 +106,17 @@ class Metrics:
         self.rebased = Counter(
             "coordinator_rebased_commits", "Iceberg appends whose branch had moved on, rebased onto its head by the "
             "table's actor instead of answered 409 (docs/rebasing.md); also counted as applied commits",
-            registry=self.registry)
+            ["format"], registry=self.registry)
         self.commit_batch = Histogram(
             "coordinator_actor_batch_commits", "Commits an actor wrote with one compare-and-set of its table's row",
             buckets=BATCH_BUCKETS, registry=self.registry)
         # Every format and outcome is exported from the start (at 0), so a rate or a dashboard panel has a series
-        # before the first conflict happens.
-        self._commit_counters = {(f, o): self.commits.labels(f, o) for f in FORMATS for o in OUTCOMES}
-        self._commit_latency = {f: self.commit_latency.labels(f) for f in FORMATS}
+        # before the first conflict happens; a format's commits are counted whether or not it was named here.
+        self._formats = tuple(formats)
+        self._commit_counters: dict[tuple[str, str], Any] = {}
+        self._commit_latency: dict[str, Any] = {}
+        for fmt in self._formats:
+            self._commit_series(fmt)
         self._gauges: list[Callable[[], dict[str, float]]] = []
         self._counters: list[Callable[[], dict[str, float]]] = []
         self._latency_by_route: dict[tuple[str, str, int], Any] = {}
@@ -110,11 +133,19 @@ class Metrics:
             child = self._latency_by_route[key] = self.request_latency.labels(protocol, route, f"{key[2]}xx")
         child.observe(seconds)
 
+    def _commit_series(self, fmt: str) -> None:
+        for outcome in OUTCOMES:
+            self._commit_counters[fmt, outcome] = self.commits.labels(fmt, outcome)
+        self._commit_latency[fmt] = self.commit_latency.labels(fmt)
+
     def observe_commit(self, fmt: str, outcome: str, seconds: float | None) -> None:
         """One commit's outcome; `seconds` from reaching its actor to its answer (None: not timed)."""
         counter = self._commit_counters.get((fmt, outcome))
-        if counter is None:
-            return  # a format without commits of its own (views share Iceberg's actors)
+        if counter is None:   # a format not named at the start: its series begin now, its commits are never dropped
+            if fmt not in self._commit_latency:
+                self._commit_series(fmt)
+            counter = self._commit_counters.get((fmt, outcome)) or self.commits.labels(fmt, outcome)
+            self._commit_counters[fmt, outcome] = counter
         counter.inc()
         if seconds is not None:
             self._commit_latency[fmt].observe(seconds)
@@ -150,13 +181,14 @@ class Metrics:
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         """Per format: commits by outcome and the commit-latency sum and count (a console computes rates and
-        means from two snapshots); Iceberg's rebased commits too."""
-        out: dict[str, dict[str, float]] = {f: {} for f in FORMATS}
+        means from two snapshots), and rebased commits for a format that rebases."""
+        out: dict[str, dict[str, float]] = {f: {} for f in self._formats}
         for family in (*self.commits.collect(), *self.commit_latency.collect(), *self.rebased.collect()):
             for sample in family.samples:
                 fmt = sample.labels.get("format")
+                out.setdefault(fmt, {})
                 if sample.name == "coordinator_rebased_commits_total":
-                    out["iceberg"]["rebased"] = sample.value
+                    out[fmt]["rebased"] = sample.value
                 elif sample.name == "coordinator_commits_total":
                     out[fmt][sample.labels["outcome"]] = sample.value
                 elif sample.name == "coordinator_commit_seconds_sum":

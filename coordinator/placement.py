@@ -14,36 +14,39 @@ from storage.files import location_key, path_segment
 from storage.records import join_namespace, split_namespace
 
 from .errors import BadRequest
-
-LANCE_REALM = "lance"               # coordinator/lance/namespaces.py REALM (catalog "")
-ICEBERG_REALM = "iceberg"           # coordinator/iceberg/state.py REALM (catalog: the prefix, "" for none)
-DELTA_MANAGED_DIR = "__unitystorage"   # coordinator/delta/service.py MANAGED_DIR: its managed tables' root
+from .format import Formats
 
 
-async def check_no_namespace_inside(store, warehouse: str, location: str, iceberg_prefix: str | None = None,
-                                    own_root: bool = False) -> None:
-    """Refuse `location` (below `warehouse`) if it is, or holds, an existing namespace's directory.
-    `iceberg_prefix`: the Iceberg catalog prefix of the table being placed ("" for none; None for a Lance table),
-    whose own directory it may lie in; `own_root`: the prefix names a warehouse and `warehouse` is its root, where
-    only its namespaces and the Lance namespaces placed in it have directories."""
+async def check_no_namespace_inside(store, formats: Formats, warehouse: str, location: str,
+                                    own: tuple[str, str] | None = None, own_root: str | None = None) -> None:
+    """Refuse `location` (below `warehouse`) if it is, or holds, an existing namespace's directory, of any format
+    (each format's `Directories` say where its namespaces have them). `own`: the realm and catalog of the table
+    being placed, whose catalog may have a directory of its own there, which the table may lie in (an Iceberg catalog
+    prefix's); `own_root`: `warehouse` is the root of the named warehouse `own_root`, where only the namespaces the
+    formats place in that warehouse have directories."""
     segments = location_key(location)[len(location_key(warehouse)) + 1:].split("/")
-    own = path_segment(iceberg_prefix) + "~" if iceberg_prefix else None
     first = segments[0]
-    if own_root:   # Lance's namespaces of this warehouse share its directories with the prefix's namespaces
-        places = [(LANCE_REALM, "", segments), (ICEBERG_REALM, iceberg_prefix, segments)]
-    elif first == DELTA_MANAGED_DIR or (first.endswith("~") and first != own):
-        raise BadRequest(f"location {location!r} is inside the directory of another Iceberg catalog prefix or of "
-                         f"Unity Catalog's managed tables; choose another location")
-    elif first == own:
-        places = [(ICEBERG_REALM, iceberg_prefix, segments[1:])]
+    placing = [f for f in formats if f.directories is not None]
+    own_format = formats.by_realm[own[0]] if own is not None else None
+    own_directory = (own_format.directories.own_directory(own[1])
+                     if own_format is not None and own_format.directories is not None else None)
+    if own_root is not None:
+        places = [(f, catalog, segments) for f in placing
+                  if (catalog := f.directories.top_catalog(own_root)) is not None]
+    elif own_directory is not None and first == own_directory:
+        places = [(own_format, own[1], segments[1:])]
+    elif any(f.directories.reserves(first) for f in placing):
+        reserved = " or of ".join(f.directories.reserved_for for f in placing if f.directories.reserved_for)
+        raise BadRequest(f"location {location!r} is inside the directory of {reserved}; choose another location")
     else:
-        places = [(LANCE_REALM, "", segments), (ICEBERG_REALM, "", segments)]
-    for realm, catalog, below in places:
+        places = [(f, catalog, segments) for f in placing if (catalog := f.directories.top_catalog(None)) is not None]
+    for fmt, catalog, below in places:
+        realm = fmt.realm
         levels = await _levels_of(store, realm, catalog, below) if below else ()
         if levels is not None and (not levels or await store.get_namespace(realm, catalog, join_namespace(levels))
                                    is not None or await store.list_namespaces(
                                        realm, catalog, join_namespace(levels), limit=1, recursive=True)):
-            named = ".".join(levels) or f"the catalog prefix {iceberg_prefix!r}"
+            named = ".".join(levels) or f"the {fmt.catalog_called} {catalog!r}"
             raise BadRequest(f"location {location!r} is the directory of namespace {named}, or contains a "
                              f"namespace's directory: its tables are placed there; choose another location")
 

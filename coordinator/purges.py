@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 from uuid import UUID
 
@@ -28,10 +29,20 @@ log = logging.getLogger(__name__)
 
 # What a claim that names its table's metadata (`PurgeClaim.metadata_location`) deletes: the files within the
 # location that it reaches, in deletion order (None: it is gone, the deletion had ended). Given by the format that
-# writes such claims: Iceberg names its metadata file (its snapshots, manifests and data files), Lance its
-# `_versions/` directory, a trailing `/` telling it from a file (Lance's own files in the location). A claim that
-# names nothing deletes its location's whole tree.
+# writes such claims (`PurgeListing`): Iceberg names its metadata file (its snapshots, manifests and data files),
+# Lance its `_versions/` directory (Lance's own files in the location). A claim that names nothing deletes its
+# location's whole tree.
 Listing = Callable[[Any, str, str], "list[str] | None"]
+
+
+@dataclass(frozen=True)
+class PurgeListing:
+    """A format's `Listing`, and how its claims are told from another format's by what they name (`claims(named)`:
+    Lance's name a directory, with a trailing `/`; Iceberg's a file): a deletion resumed after a crash lists a
+    claim's files by the one format that claims it (coordinator/registry.py)."""
+
+    claims: Callable[[str], bool]
+    files: Listing
 
 PURGE_RETRY_S = 600  # a failed deletion of a dropped table's files is retried this often
 # How long since a claim was renewed: boot time, which (unlike the monotonic clock) also runs while the host is
@@ -73,7 +84,7 @@ async def delete_own_location(store: Store, files: Files, location: str, owner: 
         log.warning("not deleting %s: another table lives at, above or below it; its files stay", location)
         await store.end_purge(location, owner)
         return False
-    renewal = _Renewal(store, {location: owner}, confirmed_at)
+    renewal = Renewal(store, {location: owner}, confirmed_at)
     failure = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(renewal.run)
@@ -101,7 +112,7 @@ def _delete_listed(files, location: str, named: str, listing: Listing, stop: Cal
     files.delete_listed_sync(location, listing(files, location, named) or [], stop)
 
 
-class _Renewal:
+class Renewal:
     """Keeps claims renewed while their deletions run or wait their turn (a large table on an object store may take
     long), so that `Resumer.resume_forever` here or on another member never starts a second deletion that would
     outlive the claim.
@@ -112,8 +123,11 @@ class _Renewal:
     another member takes claims over. That last is checked against the clock, not by this task, so that a
     process that froze (a paused VM) stops at once when it wakes, before this task has run again."""
 
-    def __init__(self, store, claims: dict[str, UUID | None], renewed_at: float):
+    def __init__(self, store, claims: dict[Any, UUID | None], renewed_at: float, renew=None):
         self.store, self.claims = store, claims   # location -> owner token; `claims` may change while this runs
+        # (claim, owner) -> still ours: a dropped table's location by default; the claims on files of live tables
+        # (coordinator/maintenance) are renewed the same way.
+        self.renew = renew
         self._stop = threading.Event()
         self._valid_until = renewed_at + PURGE_RETRY_S / 2   # `renewed_at`: `_clock()` when sent, before the renewal
 
@@ -127,7 +141,7 @@ class _Renewal:
                 sent = _clock()   # the database stamps the renewal no earlier than this
                 try:
                     for location, owner in list(self.claims.items()):
-                        if not await self.store.renew_purge(location, owner):
+                        if not await (self.renew or self.store.renew_purge)(location, owner):
                             log.warning("the claim on %s was taken over by another member: stopping", location)
                             return
                     self._valid_until = sent + PURGE_RETRY_S / 2
@@ -166,7 +180,7 @@ class Resumer:
     async def resume_forever(self, taken: dict[str, UUID], taken_at: float) -> None:
         """Deletions of dropped tables' locations that did not end (a crash, or a failed deletion: the claim
         stays): those taken over at start-up, then every PURGE_RETRY_S the claims nobody renewed for that long (a
-        running deletion renews its claim, `_Renewal`)."""
+        running deletion renews its claim, `Renewal`)."""
         while True:
             if taken:
                 await self._resume(taken, taken_at)
@@ -176,7 +190,7 @@ class Resumer:
     async def _resume(self, taken: dict[str, UUID], taken_at: float) -> None:
         """Delete the locations of claims taken over, one after another."""
         waiting = dict(taken)   # renewed until their turn: taken over, they are ours alone
-        renewal = _Renewal(self.store, waiting, taken_at)
+        renewal = Renewal(self.store, waiting, taken_at)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(renewal.run)
             for location, owner in taken.items():

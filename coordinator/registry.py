@@ -19,13 +19,15 @@ from storage.files import DeletionStopped
 from storage.interface import Files, Store
 from storage.records import UNFENCED, IdempotencyRecord, LogEntry, TableRow, shard_of
 
-from .actor import Participant, TableActor
+from .actor import TableActor
+from .mailbox import Participant
 from .config import Config
 from .commit import Part
 from .decision import KEEP_STATE, Change, Compaction, NewTable, Proposal
 from .errors import NotOwner, Unavailable
+from .events import Securable, named_securable
 from .metrics import Metrics
-from .purges import Listing, Resumer
+from .purges import PurgeListing, Resumer
 from .transaction import Receipt, transact
 
 log = logging.getLogger(__name__)
@@ -49,12 +51,15 @@ class Registry:
         self.files = files
         self.metrics = metrics
         self.actors: dict[UUID, TableActor] = {}
+        # By the kind of table row (TableRow.format): how its state loads, is kept while idle, and which format's
+        # name it counts under (coordinator/format.py TableKind).
         self.loaders: dict[str, StateLoader] = {}
         self.compactions: dict[str, Compaction] = {}
-        # What a purge claim that names its table's metadata deletes (purges.Listing), by whether it names a
-        # directory (Lance's `_versions/`) or a file (Iceberg's metadata file).
-        self.purge_listings: dict[bool, Listing] = {}
-        self.watchers: dict[str, Callable[[UUID, Any], None]] = {}   # by format: told of each applied write
+        self.format_of: dict[str, str] = {}
+        self.securables: dict[str, Securable] = {}   # a table's securable, for its events' readers
+        # What a purge claim that names its table's metadata deletes, by the format whose claims they are.
+        self.purge_listings: dict[str, PurgeListing] = {}
+        self.watchers: dict[str, list[Callable[[UUID, Any], None]]] = {}   # by format: told of each applied write
         # Tables whose actor went idle, least recently used first. An idle table costs its row and compact state
         # (~2 KB for a small table) instead of a task and parsed state (~20 KB); the least recently used beyond
         # `dormant_tables_max` are forgotten and reload from the store.
@@ -64,21 +69,29 @@ class Registry:
         metrics.add_gauges(self.gauges)
         metrics.add_counters(self.counters)
 
-    def register_format(self, fmt: str, loader: StateLoader, compaction: Compaction | None = None) -> None:
-        """Each format says how to build its in-memory state from a table row, and may say how to keep it
-        compact while the table is idle (by default the state is kept as it is, only the actor's task ends)."""
-        self.loaders[fmt] = loader
-        self.compactions[fmt] = compaction or KEEP_STATE
+    def register_format(self, kind: str, loader: StateLoader, compaction: Compaction | None = None,
+                        fmt: str | None = None, securable: Securable | None = None) -> None:
+        """Each kind of table row (TableRow.format) says how to build its in-memory state from a row, and may say
+        how to keep it compact while the table is idle (by default the state is kept as it is, only the actor's
+        task ends); its commits count under its format's name `fmt` (by default the kind's own), and its events
+        are seen by the readers of its tables' `securable` (by default, named after the kind)."""
+        self.loaders[kind] = loader
+        self.compactions[kind] = compaction or KEEP_STATE
+        self.format_of[kind] = fmt or kind
+        self.securables[kind] = securable or named_securable(kind)
+
+    def securable(self, kind: str) -> Securable:
+        return self.securables.get(kind) or named_securable(kind)
 
     def watch(self, fmt: str, watcher: Callable[[UUID, Any], None]) -> None:
         """`watcher(table_id, state)` after each applied write to a table of `fmt`, with its new state (None once
         dropped), on the member whose actor wrote it. It runs in the actor's task before the write's requesters
         are answered, so it must be cheap and never wait: it may note work to do, and do it elsewhere."""
-        self.watchers[fmt] = watcher
+        self.watchers.setdefault(fmt, []).append(watcher)
 
-    def written(self, table_id: UUID, fmt: str, state: Any) -> None:
-        watcher = self.watchers.get(fmt)
-        if watcher is not None:
+    def written(self, table_id: UUID, kind: str, state: Any) -> None:
+        fmt = self.format_of.get(kind, kind)
+        for watcher in self.watchers.get(fmt, ()):
             try:
                 watcher(table_id, state)
             except Exception:
@@ -88,18 +101,20 @@ class Registry:
         """Whether this member sequences the table now (always, without a cluster)."""
         return self.cluster is None or self.cluster.leases.epoch(shard_of(table_id)) is not None
 
-    def register_purge_listing(self, listing: Listing, names_directory: bool = False) -> None:
+    def register_purge_listing(self, fmt: str, listing: PurgeListing) -> None:
         """A format whose drops claim their files by naming their metadata (Iceberg: its metadata file; Lance: its
-        `_versions/` directory, `names_directory`) says what that reaches, so that a deletion resumed after a
-        crash deletes only that."""
-        self.purge_listings[names_directory] = listing
+        `_versions/` directory) says what that reaches, so that a deletion resumed after a crash deletes only
+        that."""
+        self.purge_listings[fmt] = listing
 
     def purge_listing(self, files: Files, location: str, named: str) -> list[str] | None:
-        """The files a claim naming `named` deletes in `location` (purges.Listing), by the format that names so."""
-        listing = self.purge_listings.get(named.endswith("/"))
-        if listing is None:   # never the whole tree: the location may hold files the table does not own
-            raise DeletionStopped(f"the claim on {location} names {named}, and no format lists its files")
-        return listing(files, location, named)
+        """The files a claim naming `named` deletes in `location` (purges.Listing), by the one format that claims
+        it."""
+        claiming = [listing for listing in self.purge_listings.values() if listing.claims(named)]
+        if len(claiming) != 1:   # never the whole tree: the location may hold files the table does not own
+            raise DeletionStopped(f"the claim on {location} names {named}, and "
+                                  f"{'no format lists' if not claiming else 'several formats would list'} its files")
+        return claiming[0].files(files, location, named)
 
     async def load_state(self, row: TableRow) -> Any:
         return await self.loaders[row.format](row)
@@ -127,9 +142,8 @@ class Registry:
             actor = TableActor(self, table_id, self.config.mailbox_size, epoch=epoch)
             dormant = self.dormant.pop(table_id, None)
             if dormant is not None and dormant.epoch == epoch:  # same lease: nobody else can have written since
-                actor.row = dormant.row
-                actor.state = self.compactions[dormant.row.format].expand(dormant.row, dormant.compact)
-                actor.loaded = True
+                row = dormant.row
+                actor.start_from(row, self.compactions[row.format].expand(row, dormant.compact))
             self.actors[table_id] = actor
             self._nursery.start_soon(actor.run, name=f"table-actor:{table_id}")
         return actor
@@ -195,12 +209,14 @@ class Registry:
         return True
 
     def _hibernate(self, actor: TableActor) -> None:
-        if not actor.loaded or actor.gone or actor.row is None or self.config.dormant_tables_max <= 0:
+        resting = actor.at_rest()
+        if resting is None or self.config.dormant_tables_max <= 0:
             return
-        kept = self.compactions[actor.row.format].compact(actor.state)
+        row, state = resting
+        kept = self.compactions[row.format].compact(state)
         if kept is None:   # a state the format would rather read again (e.g. from a file that may be restored)
             return
-        self.dormant[actor.table_id] = Dormant(actor.row, kept, actor.epoch)
+        self.dormant[actor.table_id] = Dormant(row, kept, actor.epoch)
         while len(self.dormant) > self.config.dormant_tables_max:
             self.dormant.popitem(last=False)
 
@@ -220,8 +236,8 @@ class Registry:
     def observe_batch(self, size: int) -> None:
         self.metrics.observe_batch(size)
 
-    def observe_commit(self, fmt: str, outcome: str, seconds: float | None) -> None:
-        self.metrics.observe_commit(fmt, outcome, seconds)
+    def observe_commit(self, kind: str, outcome: str, seconds: float | None) -> None:
+        self.metrics.observe_commit(self.format_of.get(kind, kind), outcome, seconds)
 
     # -- creation: a table that does not exist yet has no actor; its row is inserted by the writer ------------
 
@@ -247,15 +263,14 @@ class Registry:
             actor = self.owner(row.table_id)
         except NotOwner:
             return  # the lease lapsed just now: the next owner loads the row
-        if not actor.loaded:
-            actor.row, actor.state, actor.loaded, actor.gone = row, state, True, False
+        actor.start_from(row, state)
 
     def forget(self, table_id: UUID) -> None:
         """Drop a loaded actor's state (a peer created the table in a transaction): it reloads on next use."""
         self.dormant.pop(table_id, None)
         actor = self.actors.get(table_id)
-        if actor is not None and actor.gone:
-            actor.loaded = False
+        if actor is not None:
+            actor.forget_if_gone()
 
     # -- metrics ---------------------------------------------------------------------------------------------
 

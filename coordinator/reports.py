@@ -4,6 +4,7 @@ Catalog's `/delta/metrics`), kept beside the table for observability and never r
 A client that may only read a table may send them, so what they take is bounded (`Config`): a report of more
 than `metrics_report_max_bytes` (as JSON) is refused, a table keeps only its newest `metrics_reports_per_table`
 of each format, and each report is deleted `metrics_report_retain_s` after it came (the service's expiry loop).
+Each format keeps its reports in a table of its own (`Format.reports`).
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ from typing import Any
 
 import orjson
 
+from storage.records import ReportTable
+
 from .errors import BadRequest
 
 
-async def keep_iceberg_report(store, config, table_id, report: dict[str, Any]) -> None:
-    """An Iceberg scan or commit report of the table `table_id` (an Iceberg table's, or a Delta table's read as
-    Iceberg), within the bounds above."""
+async def keep(store, config, table: ReportTable, table_id, key: str | int, report: dict[str, Any]) -> None:
+    """A report of the table `table_id`, under `key` (its kind, or its commit's version), within the bounds
+    above."""
     check_size(report, config.metrics_report_max_bytes)
-    await store.add_iceberg_report(table_id, report["report-type"], report, config.metrics_reports_per_table)
+    await store.add_report(table, table_id, key, report, config.metrics_reports_per_table)
 
 
 def check_size(report: Any, max_bytes: int) -> None:

@@ -24,7 +24,7 @@ from storage.interface import Files, Store
 from storage.records import IdempotencyRecord, TableRow, TableWrite
 
 from . import commit, events
-from .actor import Participant
+from .mailbox import Participant
 from .commit import Commit, Part, written_row
 from .decision import NewTable, Proposal
 from .errors import BadRequest, CoordinatorError, Unpublished
@@ -39,6 +39,7 @@ class Owners(Protocol):
 
     async def prepare(self, table_id: UUID, participant: Participant) -> tuple[Any, Part]: ...
     def insert_epoch(self, table_id: UUID) -> int: ...
+    def securable(self, kind: str) -> events.Securable: ...
     def created(self, new: NewTable, row: TableRow, *, complete: bool) -> None: ...
 
 
@@ -79,7 +80,8 @@ async def transact(owners: Owners, parts: list[tuple[UUID, Proposal]], *, create
                                      epoch=owners.insert_epoch(c.row.table_id), state=c.row_state, bump=1,
                                      log=list(c.log), insert=c.row,
                                      events=events.records(c.row.table_id, (c.row.catalog, c.row.namespace,
-                                                                            c.row.name), c.changes, commit_id)),
+                                                                            c.row.name), c.changes,
+                                                           owners.securable(c.row.format), commit_id)),
                           list(c.files), list(c.published))
                      for c in creates]
         if callable(idempotency):

@@ -21,7 +21,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from storage import warehouses as rows
-from storage.files import is_within, location_key
+from storage.files import FileIO, is_within, location_key
+from storage.interface import Store
+from storage.records import WarehouseUse
+
+from .config import Config
 
 from .errors import AlreadyExists, BadRequest, NotEmpty, NotFound
 
@@ -121,20 +125,20 @@ class Warehouses:
     from memory costs nothing. In a cluster other members create and drop warehouses too, so a name is looked up
     in the database (`resolve`) before a request under it is served."""
 
-    def __init__(self, coordinator):
-        self.c = coordinator
-        config = coordinator.config
+    def __init__(self, config: Config, store: Store, files: FileIO, uses: list[WarehouseUse]):
+        """`uses`: what the formats served place in a warehouse (their `Format.warehouses`)."""
+        self.config, self.store, self.files, self.uses = config, store, files, uses
         self.default = Warehouse(DEFAULT, config.warehouse_uri.rstrip("/"),
                                  {k: v for k, v in config.s3_options.items()})
         self._named: dict[str, Warehouse] = {}
 
     async def load(self) -> None:
         self._set({name: Warehouse(name, location, storage)
-                   for name, location, storage in await rows.list_warehouses(self.c.store)})
+                   for name, location, storage in await rows.list_warehouses(self.store)})
 
     def _set(self, named: dict[str, Warehouse]) -> None:
         self._named = named
-        self.c.files.set_roots({w.location: w.s3_options() for w in named.values()})
+        self.files.set_roots({w.location: w.s3_options() for w in named.values()})
 
     def named(self, name: str) -> Warehouse | None:
         """The named (non-default) warehouse `name` as last known in memory."""
@@ -142,9 +146,9 @@ class Warehouses:
 
     async def resolve(self, name: str) -> Warehouse | None:
         """`name` as the database has it now (in a cluster; alone, memory is the database's copy)."""
-        if not self.c.config.cluster:
+        if not self.config.cluster:
             return self._named.get(name)
-        row = await rows.get_warehouse(self.c.store, name)
+        row = await rows.get_warehouse(self.store, name)
         known = self._named.get(name)
         fresh = Warehouse(*row) if row is not None else None
         if fresh != known:
@@ -160,7 +164,7 @@ class Warehouses:
         """A warehouse by its name or exactly its location (Iceberg's `warehouse` setting), else NoSuchWarehouse."""
         if name_or_location == DEFAULT:
             return self.default
-        if self.c.config.cluster:
+        if self.config.cluster:
             await self.load()
         if name_or_location in self._named:
             return self._named[name_or_location]
@@ -216,15 +220,16 @@ class Warehouses:
             raise WarehouseExists(f"warehouse {DEFAULT!r} is the service's own root ({self.default.location})")
         if name in RESERVED_NAMES:
             raise BadRequest(f"name {name!r} is reserved: /v1/{name}/... is another route; choose another name")
-        if await self.c.store.list_namespaces("iceberg", name, None, limit=1):
-            raise WarehouseExists(f"{name!r} is already an Iceberg catalog prefix with namespaces in the default "
-                                  f"warehouse; choose another name")
+        for use in self.uses:
+            if use.catalog and await self.store.list_namespaces(use.realm, name, None, limit=1):
+                raise WarehouseExists(f"{name!r} is already {use.called} with namespaces in the default warehouse; "
+                                      f"choose another name")
         await self.load()
         for other in (self.default, *self._named.values()):
             if is_within(other.location, location) or is_within(location, other.location):
                 raise BadRequest(f"location {location} overlaps warehouse {other.name!r} at {other.location}: "
                                  f"each warehouse needs a root of its own")
-        if await self.c.store.location_taken(location, below=True):
+        if await self.store.location_taken(location, below=True):
             raise BadRequest(f"location {location} is at, above or within an existing table's location")
         storage = settings.model_dump(exclude_none=True, exclude_defaults=False)
         warehouse = Warehouse(name, location, storage)
@@ -232,7 +237,7 @@ class Warehouses:
             warehouse.s3_options()   # a profile that does not exist is refused now, not at the first write
         except Exception as exc:
             raise BadRequest(f"the storage settings cannot be used: {exc}") from None
-        if not await rows.insert_warehouse(self.c.store, name, location, storage):
+        if not await rows.insert_warehouse(self.store, name, location, storage):
             raise WarehouseExists(f"warehouse {name!r} already exists, or another warehouse has location {location}")
         self._set({**self._named, name: warehouse})
         return warehouse
@@ -241,8 +246,8 @@ class Warehouses:
         if name == DEFAULT:
             raise BadRequest(f"warehouse {DEFAULT!r} is the service's own root and cannot be dropped")
         w = await self.get(name)
-        if await rows.holds_anything(self.c.store, name, w.location):
+        if await rows.holds_anything(self.store, name, w.location, self.uses):
             raise WarehouseNotEmpty(f"warehouse {name!r} still holds namespaces or tables; drop them first")
-        if not await rows.delete_warehouse(self.c.store, name):
+        if not await rows.delete_warehouse(self.store, name):
             raise NoSuchWarehouse(f"warehouse {name!r} does not exist")
         self._set({k: v for k, v in self._named.items() if k != name})

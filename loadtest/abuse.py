@@ -245,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=float, default=20.0, help="seconds measured without, and with, each attack")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds an attack runs before its window starts")
     ap.add_argument("--rate", type=float, default=10.0, help="the steady writer's commits/s")
+    ap.add_argument("--no-pin", action="store_true", help="leave the service on every core, beside the attacks")
     ap.add_argument("--code", type=Path, help="run the service from this checkout instead (e.g. an older main, to "
                     "see what each attack did to it); the load generator and the attacks stay this checkout's")
     ap.add_argument("--json", type=Path, help="also write the rows to this file")
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("prlimit (util-linux) is needed to run the service under a 1,024-descriptor limit")
 
     cores = sorted(os.sched_getaffinity(0))
-    pinned = len(cores) >= 2
+    pinned = len(cores) >= 2 and not args.no_pin
     if pinned:   # PostgreSQL and the attacks inherit this process's cores; the service gets the first alone
         os.sched_setaffinity(0, cores[1:])
     tmp = Path(tempfile.mkdtemp(prefix="abuse-"))

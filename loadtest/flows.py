@@ -7,7 +7,8 @@
   `POST /delta/preview/commits`; every `BACKFILL_EVERY` versions, report the backfill
   (`latest_backfilled_version`); on 409 read `latest_table_version` and retry, on 429 backfill and retry.
   `delta-uniform`: the same on tables the service converts to Iceberg (UniForm), whose staged commits and
-  backfilled copies it reads, so they are written.
+  backfilled copies it reads, so they are written. `delta-v1`: the same through the Delta API v1.0 (updateTable
+  with add-commit, set-latest-backfilled-version), as delta-spark 4.3 commits.
 * Lance (external manifest store): `version/list` limit 1 (descending) for the latest version, stage a
   manifest, `version/create` at latest+1; on 409 wait as lance does, list again and retry; on any other error
   describe the table.
@@ -450,6 +451,7 @@ async def remove_client_file(uri: str) -> None:
 class DeltaTable:
     table_id: str
     uri: str
+    path: str = ""   # its Delta API v1.0 path (`/delta/v1/catalogs/<c>/schemas/<s>/tables/<name>`)
 
 
 def delta_commit_body(table: DeltaTable, version: int, size: int = 2048, name: str | None = None) -> dict:
@@ -481,21 +483,27 @@ class DeltaWriter(Writer):
         """The commit request for the staged commit file of `version` (not written: the service does not read it)."""
         return delta_commit_body(self.table, version)
 
+    def backfill_request(self, version: int) -> tuple[str, dict]:
+        """Where the report that versions <= `version` are published is sent, and its body."""
+        return f"{UC}/delta/preview/commits", {**self._ident, "latest_backfilled_version": version}
+
     async def backfill(self, version: int) -> None:
         """The writer published versions <= `version` as `_delta_log/<v>.json` (skipped here) and says so."""
         await self.publish(version)
-        status, body = await self.request("POST", f"{UC}/delta/preview/commits",
-                                          {**self._ident, "latest_backfilled_version": version})
+        status, body = await self.request("POST", *self.backfill_request(version))
         if status == 200:
             self.stats.writes += 1
         else:
             self.stats.error(status, body)
 
+    async def commit_request(self, version: int) -> tuple[str, dict]:
+        """Where the commit of `version` is sent, and its body."""
+        return f"{UC}/delta/preview/commits", await self.staged_commit(version)
+
     async def commit(self, deadline: float) -> bool:
         while time.perf_counter() < deadline:
             v = self.last + 1
-            status, body = await self.request("POST", f"{UC}/delta/preview/commits", await self.staged_commit(v),
-                                              commit=True)
+            status, body = await self.request("POST", *await self.commit_request(v), commit=True)
             if status == 200:
                 self.last = v
                 self.acked(v)
@@ -581,7 +589,8 @@ class DeltaFlow(Flow):
                 "data_source_format": "DELTA", "columns": DELTA_COLUMNS, "storage_location": location,
                 "properties": {**delta_properties(staging["id"]), **(UNIFORM_PROPERTIES if self.uniform else {})}})
             info = orjson.loads(_check(s, b, f"creating Delta table {name}"))
-            return DeltaTable(info["table_id"], info["storage_location"])
+            return DeltaTable(info["table_id"], info["storage_location"],
+                              f"{UC}/delta/v1/catalogs/{self.catalog}/schemas/{tag}/tables/{name}")
         return await parallel(base, list(range(count)), create)
 
     def writer(self, base: str, table: DeltaTable, stats: Stats) -> DeltaWriter:
@@ -590,6 +599,48 @@ class DeltaFlow(Flow):
     def sample_request(self, table: int = 0) -> tuple[str, Any]:
         t = DeltaTable(str(uuid.uuid4()), f"file:///tmp/warehouse/bench/{uuid.uuid4()}")   # a table of its own
         return f"{UC}/delta/preview/commits", delta_commit_body(t, 7)
+
+
+def delta_v1_commit_body(table: DeltaTable, version: int) -> dict:
+    """updateTable (Delta API v1.0): add-commit of the staged commit of `version`."""
+    now = int(time.time() * 1000)
+    updates = [{"action": "add-commit", "commit": {
+        "version": version, "timestamp": now, "file-name": f"{version:020d}.{uuid.uuid4()}.json", "file-size": 2048,
+        "file-modification-timestamp": now}}]
+    return {"requirements": [{"type": "assert-table-uuid", "uuid": table.table_id}], "updates": updates}
+
+
+class DeltaV1Writer(DeltaWriter):
+    """The Delta flow through the Delta API v1.0, as delta-spark 4.3 commits: loadTable for the latest version,
+    updateTable with add-commit (its answer is the table after it), and every BACKFILL_EVERY versions the backfill
+    reported in a request of its own (set-latest-backfilled-version), as the preview flow reports it: the same
+    requests per commit, so their CPU compares request for request."""
+
+    async def refresh(self) -> None:
+        status, body = await self.request("GET", self.table.path)
+        _check(status, body, f"loading Delta table {self.table.path}")
+        self.last = orjson.loads(body)["latest-table-version"]
+
+    def backfill_request(self, version: int) -> tuple[str, dict]:
+        return self.table.path, {"requirements": [{"type": "assert-table-uuid", "uuid": self.table.table_id}],
+                                 "updates": [{"action": "set-latest-backfilled-version",
+                                              "latest-published-version": version}]}
+
+    async def commit_request(self, version: int) -> tuple[str, dict]:
+        return self.table.path, delta_v1_commit_body(self.table, version)
+
+
+class DeltaV1Flow(DeltaFlow):
+    """The Delta flow through the Delta API v1.0 (`/delta/v1`), on tables created as the preview flow's are."""
+
+    name = "delta-v1"
+
+    def writer(self, base: str, table: DeltaTable, stats: Stats) -> DeltaV1Writer:
+        return DeltaV1Writer(base, table, stats)
+
+    def sample_request(self, table: int = 0) -> tuple[str, Any]:
+        t = DeltaTable(str(uuid.uuid4()), "", f"{UC}/delta/v1/catalogs/bench/schemas/s/tables/t{table}")
+        return t.path, delta_v1_commit_body(t, 7)
 
 
 class DeltaUniformFlow(DeltaFlow):
@@ -719,4 +770,4 @@ class LanceFlow(Flow):
 
 
 FLOWS: dict[str, Flow] = {f.name: f for f in (IcebergFlow(), DeltaFlow(), LanceFlow(), IcebergPropsFlow(),
-                                               DeltaUniformFlow())}
+                                               DeltaUniformFlow(), DeltaV1Flow())}

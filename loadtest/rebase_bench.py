@@ -46,7 +46,7 @@ async def rebased_total(base: str) -> float:
     finally:
         await conn.close()
     return next((float(line.split()[-1]) for line in body.decode().splitlines()
-                 if line.startswith("coordinator_rebased_commits_total ")), 0.0)
+                 if line.startswith("coordinator_rebased_commits_total")), 0.0)
 
 
 def measure(base: str, pids: list[int], pg_pid: int | None, cfg: str, rebase: bool, duration_s: float,

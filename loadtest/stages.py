@@ -55,7 +55,7 @@ STAGES = (HTTP, QUART, ROUTING, BODY, PLANNING, ACTOR, FILES, DB, ANSWER, LOGGIN
 RULES: dict[str, str | None] = {
     # the HTTP server, its connections and sockets
     "hypercorn/": HTTP, "h11/": HTTP, "trio/_socket.py": HTTP, "trio/_highlevel_socket.py": HTTP,
-    "api/transport.py": HTTP,                        # TCPServer, KeepAliveTimer
+    "api/transport.py": HTTP, "api/connections.py": HTTP,   # TCPServer, KeepAliveTimer
     # the framework between the server and a view
     "quart/": QUART, "quart_trio/": QUART, "api/transport.py:HTTPConnection": QUART,
     "api/transport.py:LingeringBody": QUART, "api/app.py:App.__call__": QUART,
@@ -66,15 +66,15 @@ RULES: dict[str, str | None] = {
     # which view, and may the caller run it
     "werkzeug/routing/": ROUTING, "quart/routing.py": ROUTING, "quart/app.py:Quart.create_url_adapter": ROUTING,
     "quart/ctx.py:RequestContext.match_request": ROUTING, "api/routing.py": ROUTING, "api/access.py": ROUTING,
-    "coordinator/auth.py": ROUTING, "jwt/": ROUTING, "api/common.py:protocol_of": ROUTING,
+    "coordinator/auth.py": ROUTING, "jwt/": ROUTING, "api/protocol.py:Protocols.of": ROUTING,
     # the body: JSON, the duplicate-key pass, pydantic models (pydantic itself is charged to its caller)
     "api/common.py": BODY, "coordinator/iceberg/models.py": BODY, "coordinator/iceberg/changes.py": BODY,
     "coordinator/delta/models.py": BODY, "coordinator/lance/models.py": BODY, "api/lance/routes.py:_body": BODY,
     "api/lance/routes.py:_read_body": BODY, "api/lance/routes.py:_model_of": BODY,
-    "api/delta.py:_get_commits_of": BODY, "loadtest/bare.py": BODY,
+    "api/delta/routes.py:_get_commits_request": BODY, "loadtest/bare.py": BODY,
     "coordinator/iceberg/rules/requirements.py:parse_requirements": BODY,   # (what the view parses, too)
     "coordinator/iceberg/rules/updates.py:parse_updates": BODY,
-    "api/lance/routes.py:_no_slash_in_the_id": ROUTING, "api/lance/routes.py:no_slash_in_the_id": ROUTING,
+    "api/lance/routes.py:no_slash_in_the_id": ROUTING, "api/direct.py:quart_request": ROUTING,
     # the view and the format's service, up to the table's mailbox
     "api/": PLANNING, "coordinator/service.py": PLANNING, "coordinator/names.py": PLANNING,
     "coordinator/idempotency.py": PLANNING, "coordinator/iceberg/service.py": PLANNING,
@@ -97,8 +97,9 @@ RULES: dict[str, str | None] = {
     "coordinator/iceberg/models.py:answer_json": ANSWER, "coordinator/lance/state.py:TableVersion.to_spec": ANSWER,
     "api/lance/routes.py:version_response": ANSWER, "api/app.py:create_app.<locals>._error": ANSWER,
     "api/app.py:error_answer": ANSWER,
-    "api/iceberg/errors.py": ANSWER, "api/lance/errors.py": ANSWER, "api/delta.py:error_response": ANSWER,
-    "api/delta.py:uc_error": ANSWER, "api/commits.py:error_response": ANSWER,
+    "api/iceberg/errors.py": ANSWER, "api/lance/errors.py": ANSWER, "api/delta/errors.py": ANSWER,
+    "api/error_map.py": ANSWER,
+    "api/commits.py:error_response": ANSWER,
     # one log line and the metrics per request
     "logging/": LOGGING, "api/request_log.py": LOGGING, "api/server.py:JsonFormatter": LOGGING,
     "api/app.py:create_app.<locals>._finish": LOGGING, "api/app.py:create_app.<locals>.finish": LOGGING,

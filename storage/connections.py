@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from importlib import resources
 from typing import Any
 
 import asyncpg
 import orjson
+
+from .libraries import require
 
 # Each process's sessions say whose they are (pg_stat_activity): an embedded database is stopped on a graceful exit
 # only when no other process's sessions use it (storage/embedded.py).
@@ -28,6 +31,21 @@ CONNECTION_ERRORS = (OSError, ConnectionError, asyncpg.InterfaceError, asyncpg.P
 #    in an error state until the socket's close is read; the next operation then fails this way, unsent.
 # Any other InternalClientError (say, a reply it could not parse) may come after the server ran the statement.
 _UNSENT_INTERNAL = ("cannot switch to ", "not connected")
+
+
+def unsent_texts_missing(source: str | None = None) -> list[str]:
+    """The texts `sent_nothing` reads that asyncpg's protocol (`source`: its coreproto.pyx, which asyncpg's
+    wheels ship beside the compiled module) no longer raises: a release that rewords them would turn "never sent"
+    into "outcome unknown" (5xx) for every commit that meets a dead connection."""
+    if source is None:
+        try:
+            source = resources.files("asyncpg.protocol").joinpath("coreproto.pyx").read_text()
+        except OSError:
+            return ["asyncpg/protocol/coreproto.pyx (the source its error texts are read from)"]
+    return [f"the error text {text!r}" for text in _UNSENT_INTERNAL if f"'{text}" not in source]
+
+
+require("asyncpg", "storage/connections.py (which errors say a statement was never sent)", unsent_texts_missing())
 
 
 def sent_nothing(exc: BaseException) -> bool:

@@ -21,6 +21,10 @@ POINTS = (
     "group-commit-mid",   # a group commit's transaction (three or more tables) has executed its rows, not committed
     "before-publish",     # the transaction committed; Lance's final manifest is not yet in place
     "before-reply",       # the commit is durable (rows and files); nobody has been answered yet
+    # The service's own snapshot expiry (coordinator/maintenance):
+    "expiry-claimed",     # the claim on what expired snapshots' files may leave is recorded; no expiry committed
+    "expiry-committed",   # the expiry is durable; the deletion of what only its snapshots referenced has not begun
+    "mid-deletion",       # that deletion deleted the content files, not yet the manifests and manifest lists
 )
 
 

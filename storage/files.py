@@ -28,7 +28,7 @@ from .errors import FileMissing, FileRefused, FileTaken, FileUnavailable
 from .grouped import GroupedCall
 # The names other layers import from here: the file IO, its file-write tuple, and the location helpers.
 from .localfs import (NOT_A_FILE, DeletionStopped, FileWrite, _descend, _opened_beneath, _read_at_most,
-                      _remove_tree, _unlink_beneath, file_write, write_durably)
+                      _remove_tree, _unlink_beneath, file_write, put_if_absent, write_durably)
 from .paths import (is_below, is_within, join, local_path, location_key, path_segment, to_local_path,
                     unsafe_location)
 from .worker import WorkerThread
@@ -113,6 +113,22 @@ class FileIO:
         instead of two per file. One caller's failure is its own: the others' files are still written."""
         if files:
             await self._writes(files)
+
+    def put_if_absent_sync(self, directory: str, files: list[tuple[str, bytes]], within: str) -> tuple[int, bool]:
+        """Create the files `(name, data)` in `directory`, in order, each only where no file is yet, durably: how
+        many now hold their data (written, or already), and whether the next held other bytes (left intact, and
+        none after it written: nothing is ever written over). Blocking."""
+        path = local_path(directory)
+        if path is not None:
+            return put_if_absent(path, files, local_path(within))
+        done = 0
+        for name, data in files:
+            try:
+                self._put_object(join(directory, name), data)
+            except FileTaken:
+                return done, True
+            done += 1
+        return done, False
 
     async def read_durable(self, uri: str, within: str) -> bytes:
         """`read`, and the file made durable first: a client's staged file that a commit will adopt may never

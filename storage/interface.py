@@ -6,8 +6,8 @@ its parameters); another store, e.g. on a PostgreSQL-compatible distributed data
 Types are `storage.records` dataclasses and builtins only. Errors are `storage.errors` classes only: every store
 method may raise StoreUnavailable (the database could not be reached: known not applied, safe to retry).
 
-Namespaces and tables live in realms ("iceberg", "uc", "lance"...) and catalogs; a namespace is a path of levels
-joined by `records.NAMESPACE_SEP`.
+Namespaces and tables live in realms (one or more a format: coordinator/format.py) and catalogs; a namespace is a
+path of levels joined by `records.NAMESPACE_SEP`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any, Callable, Protocol
 from uuid import UUID
 
 from .localfs import FileWrite
-from .records import (EVERYTHING, EventPage, FeedScope, IdempotencyRecord, LeaseRound, LogEntry, Position, TableRow,
-                      WriteGroup, WriteResult)
+from .records import (EVERYTHING, EventPage, FeedScope, FileDeletion, IdempotencyRecord, LeaseRound, LogEntry,
+                      Position, ReportTable, TableRow, WriteGroup, WriteResult)
 
 
 class TableRows(Protocol):
@@ -62,18 +62,16 @@ class TableRows(Protocol):
         """How many entries below version `below` lie in one of the [start, end) `ranges` (end < 0: through the
         latest) and in none of the `excluding` ranges."""
 
-    # Metric reports kept beside a table (format-named for now), each table's newest `keep` of each kind.
-    async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict, keep: int) -> None:
-        """Keep an Iceberg metrics report, and the table's newest `keep` (this one among them)."""
+    # Metric reports kept beside a table, in its format's table of them (`ReportTable`).
+    async def add_report(self, table: ReportTable, table_id: UUID, key: str | int, report: dict, keep: int) -> None:
+        """Keep a metrics report under `key` (`ReportTable.key`), and the table's newest `keep` (this one among
+        them); only while the table's row exists if `table.while_table_exists`."""
 
-    async def add_delta_report(self, table_id: UUID, commit_version: int, report: dict, keep: int) -> None:
-        """Keep a Delta commit report, only while the table's row exists, and the table's newest `keep`."""
+    async def delete_reports(self, table: ReportTable, table_id: UUID) -> None:
+        """Forget a table's reports."""
 
-    async def delete_delta_reports(self, table_id: UUID) -> None:
-        """Forget a table's Delta commit reports."""
-
-    async def purge_reports(self, older_than_s: float) -> int:
-        """Forget every report older than `older_than_s`; returns how many."""
+    async def purge_reports(self, tables: list[ReportTable], older_than_s: float) -> int:
+        """Forget every report in `tables` older than `older_than_s`; returns how many."""
 
 
 class Namespaces(Protocol):
@@ -139,6 +137,27 @@ class PurgeClaims(Protocol):
         """End `owner`'s claim: the location is free for a new table."""
 
 
+class FileDeletions(Protocol):
+    """Claims on files of live tables that only expired snapshots referenced (`records.FileDeletion`), held until
+    the files are deleted (storage/deletions.py). Only a claim's owner renews or ends it."""
+
+    async def record(self, claim: FileDeletion) -> None:
+        """Record a claim (before the expiry commit that makes its files unreferenced)."""
+
+    async def pending(self, older_than_s: float = 0) -> list[FileDeletion]:
+        """Claims nobody renewed for `older_than_s`, oldest first."""
+
+    async def take_over(self, claim_id: UUID, older_than_s: float) -> UUID | None:
+        """Atomically take over a claim nobody renewed for `older_than_s`: the new owner token for exactly one
+        caller (of any member), None for the others."""
+
+    async def renew(self, claim_id: UUID, owner: UUID) -> bool:
+        """Renew the claim; False if it is no longer `owner`'s."""
+
+    async def end(self, claim_id: UUID, owner: UUID) -> None:
+        """End `owner`'s claim: its files are deleted (or kept for good)."""
+
+
 class Leases(Protocol):
     """The cluster's shard leases and member rows, by the database's clock only (storage/leases.py)."""
 
@@ -179,6 +198,7 @@ class Store(TableRows, Namespaces, IdempotencyRecords, PurgeClaims, Protocol):
 
     leases: Leases
     events: Events
+    deletions: FileDeletions
     # Called on the store's own thread whenever new events may be readable (the feed sets it to wake readers).
     on_events: Callable[[], None] | None
 

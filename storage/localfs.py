@@ -431,3 +431,53 @@ def _fsync_dir(path: Path | str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def put_if_absent(directory: str, files: list[tuple[str, bytes]], within: str) -> tuple[int, bool]:
+    """Create the files `(name, data)` in `directory` (a full path in the place `within`, reached without following
+    a link below it), in order, each only where no file is yet, and durably: how many of them now hold their data
+    (written here, or held it already), and whether the next one held other bytes (left intact, and none after
+    it written). Atomic per file: a temp file is written and fsynced, then linked to its name, which fails if the
+    name exists, so nothing is ever written over. The temp files are fsynced before any is linked (on ext4 the
+    first fsync commits the journal for all), and the directory once after the links."""
+    opened: list[int] = []
+    temps: list[str] = []
+    try:
+        dir_fd = _directory(directory, within, opened)
+        for name, data in files:
+            tmp = f".{name}.{uuid.uuid4().hex}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=dir_fd)
+            temps.append(tmp)
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        done, refused = 0, False
+        for (name, data), tmp in zip(files, temps):
+            try:
+                os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+            except FileExistsError:
+                if not _holds(name, data, dir_fd):
+                    refused = True
+                    break
+            done += 1
+        os.fsync(dir_fd)
+        return done, refused
+    finally:
+        for tmp in temps:
+            _quietly(functools.partial(os.unlink, dir_fd=dir_fd), tmp)
+        for fd in opened:
+            os.close(fd)
+
+
+def _holds(name: str, data: bytes, dir_fd: int) -> bool:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        return stat.S_ISREG(st.st_mode) and st.st_size == len(data) and os.pread(fd, len(data) + 1, 0) == data
+    finally:
+        os.close(fd)

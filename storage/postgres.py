@@ -19,11 +19,13 @@ from .connections import APPLICATION_NAME, CONNECTION_ERRORS, connection_setup, 
 from .events import EventLog, listen
 from .errors import (DatabaseUnreachable, NamespaceExists, NamespaceMissing, NamespaceNotEmpty, NamespaceRefilled, OutcomeLost,
                      StoreUnavailable)
+from .deletions import DeletionClaims
 from .leases import LeaseStore
 from .owner import OwnerLock
 from .paths import location_key
 from .queries import location_in_use, put_idempotency
-from .records import NAMESPACE_SEP, IdempotencyRecord, LogEntry, TableRow, WriteGroup, WriteResult
+from .records import (NAMESPACE_SEP, IdempotencyRecord, LogEntry, ReportTable, TableRow, WriteGroup,
+                      WriteResult)
 from .schema import key_locations, migrate
 from .writer import GroupCommitWriter
 
@@ -51,9 +53,6 @@ def without_password(dsn: str) -> str:
         return dsn
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return urlunsplit(parts._replace(netloc=netloc))
-
-
-REPORT_TABLES = ("iceberg_metric_reports", "delta_commit_metrics")
 
 
 async def _keep_newest_reports(con: asyncpg.Connection, table: str, table_id: UUID, keep: int) -> None:
@@ -84,6 +83,7 @@ class PostgresStore:
         # Alone, this process owns the database; fenced, it shares it with cluster members only.
         self.owner = OwnerLock(dsn, shared=fenced, timeout_s=timeout_s)
         self.leases = LeaseStore(self._call)   # the cluster's shard leases and member rows
+        self.deletions = DeletionClaims(self._call)   # claims on live tables' files (snapshot expiry)
         self.events = EventLog(lambda fn: self._call(fn, pool=self.feed_pool),   # the commit feed
                                lambda fn: self._call(fn, pool=self.feed_shared_pool))
         # Called on the storage thread whenever new events may be readable: a flush here applied something, or
@@ -402,33 +402,26 @@ class PostgresStore:
             table_id, below, [s for s, _ in ranges], [e for _, e in ranges], [s for s, _ in excluding],
             [e for _, e in excluding]))
 
-    async def add_iceberg_report(self, table_id: UUID, report_type: str, report: dict, keep: int) -> None:
+    async def add_report(self, table: ReportTable, table_id: UUID, key: str | int, report: dict, keep: int) -> None:
+        # (the table and column names are a format's declaration, never a client's word)
+        exists = " WHERE EXISTS (SELECT 1 FROM tables WHERE table_id = $1)" if table.while_table_exists else ""
+
         async def q(con):
             async with con.transaction():
-                await con.execute("INSERT INTO iceberg_metric_reports (table_id, report_type, report)"
-                                  " VALUES ($1,$2,$3)", table_id, report_type, report)
-                await _keep_newest_reports(con, "iceberg_metric_reports", table_id, keep)
+                await con.execute(f"INSERT INTO {table.name} (table_id, {table.key}, report) SELECT $1, $2, $3"
+                                  f"{exists}", table_id, key, report)
+                await _keep_newest_reports(con, table.name, table_id, keep)
         await self._call(q)
 
-    async def add_delta_report(self, table_id: UUID, commit_version: int, report: dict, keep: int) -> None:
-        """Kept only while the table exists (a report racing a drop is dropped with it)."""
-        async def q(con):
-            async with con.transaction():
-                await con.execute(
-                    "INSERT INTO delta_commit_metrics (table_id, commit_version, report) SELECT $1, $2, $3"
-                    " WHERE EXISTS (SELECT 1 FROM tables WHERE table_id = $1)", table_id, commit_version, report)
-                await _keep_newest_reports(con, "delta_commit_metrics", table_id, keep)
-        await self._call(q)
+    async def delete_reports(self, table: ReportTable, table_id: UUID) -> None:
+        await self._call(lambda con: con.execute(f"DELETE FROM {table.name} WHERE table_id=$1", table_id))
 
-    async def delete_delta_reports(self, table_id: UUID) -> None:
-        await self._call(lambda con: con.execute("DELETE FROM delta_commit_metrics WHERE table_id=$1", table_id))
-
-    async def purge_reports(self, older_than_s: float) -> int:
+    async def purge_reports(self, tables: list[ReportTable], older_than_s: float) -> int:
         async def q(con):
             deleted = 0
-            for table in REPORT_TABLES:
-                status = await con.execute(f"DELETE FROM {table} WHERE created_at < now() - make_interval(secs => $1)",
-                                           older_than_s)
+            for table in tables:
+                status = await con.execute(f"DELETE FROM {table.name} WHERE created_at < now() - make_interval(secs"
+                                           f" => $1)", older_than_s)
                 deleted += int(status.split()[-1])
             return deleted
         return await self._call(q)

@@ -33,11 +33,11 @@ def split_namespace(path: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class TableRow:
     table_id: UUID
-    realm: str              # "iceberg" | "uc" | "lance": which protocol's universe the name lives in
+    realm: str              # which protocol's universe the name lives in (its format's realm)
     catalog: str            # Iceberg prefix, Unity Catalog catalog name, "" for Lance
     namespace: str          # levels joined by NAMESPACE_SEP
     name: str
-    format: str             # "iceberg" | "iceberg-view" | "delta" | "lance"
+    format: str             # the kind of row, one of its format's (coordinator/format.py TableKind)
     location: str | None
     row_version: int = 0
     epoch: int = 0
@@ -48,6 +48,31 @@ class TableRow:
     def cursor(self) -> str:
         """A listing's position after this row, for `list_tables(after=...)` (a page token's content)."""
         return self.namespace + chr(30) + self.name
+
+
+@dataclass(frozen=True)
+class ReportTable:
+    """Where one format's metrics reports are kept (a table of its own, made by a migration, with `table_id`,
+    `report`, `seq` and `created_at`): the column the report's key goes in (its kind, or its commit's version), and
+    whether a report is kept only while its table's row exists (one racing a drop is dropped with it)."""
+
+    name: str
+    key: str
+    while_table_exists: bool = False
+
+
+@dataclass(frozen=True)
+class WarehouseUse:
+    """What a format places in a warehouse, by its namespace rows of `realm`: those of the catalog named after the
+    warehouse (`catalog`; such a catalog is `called` so, and a warehouse may not take the name of one that already
+    has namespaces elsewhere), those whose property `named_by` names it, or those whose property `root_within` is a
+    path within the warehouse's root. A warehouse is not dropped while one is there."""
+
+    realm: str
+    catalog: bool = False
+    called: str = ""
+    named_by: str | None = None
+    root_within: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +117,19 @@ class PurgeClaim:
     # inserted (another claim holds the place) never takes that claim for its own.
     owner: UUID
     metadata_location: str | None = None   # only the files this Iceberg metadata reaches (None: all)
+
+
+@dataclass(frozen=True)
+class FileDeletion:
+    """A claim on files of a live table that only expired snapshots referenced (table `file_deletions`): recorded
+    before the expiry commit, held until the files are deleted. The deletion finds the files from the expired
+    snapshots' manifest lists, checking each against the table's snapshots of that moment."""
+
+    claim_id: UUID
+    table_id: UUID
+    location: str                 # nothing outside it is deleted
+    manifest_lists: list[str]     # the expired snapshots'
+    owner: UUID                   # only the claim's owner renews or ends it; a take-over gives a fresh one
 
 
 @dataclass

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .records import WarehouseUse
+
 WarehouseRow = tuple[str, str, dict[str, Any]]   # (name, location, storage settings)
 
 
@@ -40,14 +42,28 @@ async def delete_warehouse(store, name: str) -> bool:
         "DELETE FROM warehouses WHERE name = $1 RETURNING true", name)) is not None
 
 
-async def holds_anything(store, name: str, location: str) -> bool:
-    """Whether any table lives within `location`, or anything is placed in the warehouse: an Iceberg catalog
-    prefix named after it, a Lance namespace whose `warehouse` property names it, a Unity Catalog catalog whose
-    storage_root lies in it."""
+async def holds_anything(store, name: str, location: str, uses: list[WarehouseUse]) -> bool:
+    """Whether any table lives within `location`, or anything is placed in the warehouse `name` in one of the ways
+    the formats `uses` it (a catalog named after it, a namespace whose property names it or whose property is a
+    root within it)."""
     if await store.location_taken(location, below=True):
         return True
+    args: list[Any] = []
+
+    def arg(value: Any) -> str:
+        args.append(value)
+        return f"${len(args)}::text"
+    found = []
+    for use in uses:
+        realm = f"realm = {arg(use.realm)}"
+        if use.catalog:
+            found.append(f"({realm} AND catalog = {arg(name)})")
+        if use.named_by is not None:
+            found.append(f"({realm} AND properties->>{arg(use.named_by)} = {arg(name)})")
+        if use.root_within is not None:
+            key, root = f"properties->>{arg(use.root_within)}", arg(location.rstrip("/"))
+            found.append(f"({realm} AND ({key} = {root} OR starts_with({key}, {root} || '/')))")
+    if not found:
+        return False
     return bool(await store.with_connection(lambda con: con.fetchval(
-        "SELECT EXISTS (SELECT 1 FROM namespaces WHERE (realm = 'iceberg' AND catalog = $1)"
-        " OR (realm = 'lance' AND properties->>'warehouse' = $1)"
-        " OR (realm = 'uc-catalog' AND (properties->>'storage_root' = $2"
-        "     OR starts_with(properties->>'storage_root', $2 || '/'))))", name, location.rstrip("/"))))
+        f"SELECT EXISTS (SELECT 1 FROM namespaces WHERE {' OR '.join(found)})", *args)))

@@ -15,7 +15,7 @@ import pytest
 
 from api.access import POLICIES, PUBLIC, authenticated
 from api.app import create_app
-from api.common import protocol_of
+from api.protocols import PROTOCOLS
 from api.server import EmbeddedService
 from coordinator.auth import (AuthConfig, Grant, Principal, Privilege, format_path, hash_secret, parse_path,
                               verify_secret)
@@ -120,7 +120,8 @@ def test_cli_refuses_to_expose_without_auth(tmp_path):
 # -- every route is guarded ----------------------------------------------------------------------------------------
 
 _PLACEHOLDERS = {"prefix": "wh", "namespace": "db", "table": "t", "view": "v", "id": "db$t", "name": "main",
-                 "full_name": "main.s.t", "rest": "x/y", "operation": "nope"}
+                 "full_name": "main.s.t", "rest": "x/y", "operation": "nope", "catalog": "main", "schema": "s",
+                 "table_id": "5f115e00-a7b0-47ed-bccb-0850122f3e13"}
 
 
 def _routes():
@@ -144,8 +145,11 @@ def _assert_protocol_error(path: str, r: httpx.Response, status: int) -> None:
     body = r.json() if r.request.method != "HEAD" else None
     if body is None:
         return
-    protocol = protocol_of(path)
-    if protocol == "delta":
+    protocol = PROTOCOLS.of(path)
+    if path.startswith("/api/2.1/unity-catalog/delta/v1/"):   # the Delta API v1.0's own error model
+        assert body["error"]["code"] == status and body["error"]["type"] == {
+            401: "NotAuthorizedException", 403: "PermissionDeniedException"}[status], body
+    elif protocol == "delta":
         assert body["error_code"] == {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED"}[status], body
     elif protocol == "lance":
         assert body["code"] == {401: 16, 403: 15}[status], body
@@ -391,6 +395,42 @@ def test_delta_commit_by_table_id_is_authorized_on_the_tables_name(secured, toke
     writer = httpx.Client(base_url=secured + PREFIX, headers=bearer(tokens["writer"]))
     r = writer.post("/delta/preview/commits", json={**body, "table_id": str(uuid.uuid4())})
     _assert_protocol_error("/api/2.1/unity-catalog/delta/preview/commits", r, 403)
+
+
+def test_delta_v1_checks_grants_by_path_before_any_body_and_staging_tables_are_their_creators(secured, tokens):
+    """Delta API v1.0: every route's grants are named by its path, so they are checked before a body is read (a
+    malformed body from a reader is 403, not 400); a staging table's credentials and its finalizing are its
+    creator's only (the spec), whatever else they may do."""
+    from tests.delta.conftest import FIRST, first_commit, write_log_file
+    v1 = "/api/2.1/unity-catalog/delta/v1/catalogs/main/schemas/s"
+    admin = UC(secured)
+    admin.http.headers.update(bearer(tokens["admin"]))
+    admin.setup_schema("main", "s")
+    writer = httpx.Client(base_url=secured, headers=bearer(tokens["writer"]), timeout=30)
+    st = writer.post(f"{v1}/staging-tables", json={"name": "t"})
+    assert st.status_code == 200, st.text
+    st = st.json()
+    other = httpx.Client(base_url=secured, headers=bearer(tokens["admin"]), timeout=30)
+    path = f"/api/2.1/unity-catalog/delta/v1/staging-tables/{st['table-id']}/credentials"
+    _assert_protocol_error(path, other.get(path), 403)
+    assert writer.get(path).status_code == 200
+    write_log_file(st["location"], FIRST, first_commit(st["table-id"]))
+    create = {"name": "t", "location": st["location"], "table-type": "MANAGED", "protocol": st["required-protocol"],
+              "columns": {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True,
+                                                        "metadata": {}}]},
+              "properties": st["required-properties"], "last-commit-timestamp-ms": int(time.time() * 1000)}
+    _assert_protocol_error(f"{v1}/tables", other.post(f"{v1}/tables", json=create), 403)
+    r = writer.post(f"{v1}/tables", json=create)
+    assert r.status_code == 200, r.text
+    reader = httpx.Client(base_url=secured, headers=bearer(tokens["reader"]), timeout=30)
+    assert reader.get(f"{v1}/tables/t").status_code == 200
+    for method, suffix in (("POST", ""), ("POST", "/rename"), ("POST", "/metrics"), ("DELETE", "")):
+        r = reader.request(method, f"{v1}/tables/t{suffix}", content=b"{not json")
+        _assert_protocol_error(f"{v1}/tables/t{suffix}", r, 403)
+    _assert_protocol_error(f"{v1}/tables/t", httpx.post(secured + f"{v1}/tables/t", content=b"{not json"), 401)
+    nobody = httpx.Client(base_url=secured, headers=bearer(tokens["nobody"]), timeout=30)
+    r = nobody.head(f"{v1}/tables/t")
+    assert r.status_code == 403 and r.content == b""
 
 
 ICEBERG_CREATE_CHANGE = {"requirements": [{"type": "assert-create"}], "updates": [

@@ -438,13 +438,29 @@ class RebasingWriter(IcebergWriter):
 
 class DeltaWriter(Writer):
     """Ratifies version latest + 1 as `<version>.<commit id>.json`, reporting older versions as published. A retry
-    of the same commit is a no-op 200 if it was ratified, a 409 if another writer took the version."""
+    of the same commit is a no-op 200 if it was ratified, a 409 if another writer took the version. Every other
+    version goes through the Delta API v1.0 (updateTable: add-commit and set-latest-backfilled-version), the rest
+    through the preview API: one table, one history."""
 
     fmt = "delta"
 
     def __init__(self, *args, table_info: dict, **kwargs):
         super().__init__(*args, **kwargs)
         self.q = {"table_id": table_info["table_id"], "table_uri": table_info["storage_location"]}
+        self.v1_path = (f"{PREFIX}/delta/v1/catalogs/{table_info['catalog_name']}/schemas/"
+                        f"{table_info['schema_name']}/tables/{table_info['name']}")
+
+    def post(self, body: dict, key: str) -> httpx.Response:
+        ci = body["commit_info"]
+        if ci["version"] % 2:
+            return self.http.post(PREFIX + "/delta/commit", json=body)
+        commit = {"version": ci["version"], "timestamp": ci["timestamp"], "file-name": ci["file_name"],
+                  "file-size": ci["file_size"], "file-modification-timestamp": ci["file_modification_timestamp"]}
+        return self.http.post(self.v1_path, json={
+            "requirements": [{"type": "assert-table-uuid", "uuid": self.q["table_id"]}],
+            "updates": [{"action": "add-commit", "commit": commit},
+                        {"action": "set-latest-backfilled-version",
+                         "latest-published-version": body["latest_published_version"]}]})
 
     def prepare(self, cid: str) -> tuple[dict, int] | None:
         got = self.read(lambda: self.http.get(PREFIX + "/delta/commits", params=self.q))
@@ -454,9 +470,6 @@ class DeltaWriter(Writer):
         v = latest + 1
         return {**self.q, "commit_info": commit_info(v, f"{v:020d}.{cid}.json"),
                 "latest_published_version": max(0, latest - DELTA_PUBLISH_LAG)}, v
-
-    def post(self, body: dict, key: str) -> httpx.Response:
-        return self.http.post(PREFIX + "/delta/commit", json=body)
 
     def part(self, body: dict) -> dict:
         return {"format": "delta", **body}

@@ -35,8 +35,8 @@ def test_a_segment_is_a_safe_directory_name(name):
 
 def test_a_prefix_and_a_namespace_level_are_different_directories():
     catalog = IcebergService.__new__(IcebergService)
-    catalog.c = SimpleNamespace(config=SimpleNamespace(warehouse_uri="file:///wh"))
-    catalog.c.warehouses = Warehouses(SimpleNamespace(config=Config(warehouse="/wh"), files=FileIO()))
+    catalog.services = SimpleNamespace(config=SimpleNamespace(warehouse_uri="file:///wh"),
+                                       warehouses=Warehouses(Config(warehouse="/wh"), None, FileIO(), []))
     with_prefix = catalog.namespace_dir(TableIdent("x", ("n",), "t"))
     without = catalog.namespace_dir(TableIdent("", ("x", "n"), "t"))
     assert with_prefix != without and not with_prefix.startswith(without) and not without.startswith(with_prefix)

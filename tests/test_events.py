@@ -408,6 +408,7 @@ def test_the_writer_inserts_events_only_for_rows_that_applied(database_url, fenc
     import uuid
 
     from coordinator.events import records
+    from coordinator.iceberg.format import ICEBERG
     from coordinator.decision import Change
     from storage.postgres import PostgresStore
     from storage.records import TableRow, TableWrite, WriteGroup
@@ -422,7 +423,8 @@ def test_the_writer_inserts_events_only_for_rows_that_applied(database_url, fenc
         epoch = 1 if fenced else 0
 
         def event(table_id, name, what):
-            return records(table_id, ("", "", name), [Change(f"iceberg.table.{what}", {"format": "iceberg"})])
+            return records(table_id, ("", "", name), [Change(f"iceberg.table.{what}", {"format": "iceberg"})],
+                           ICEBERG.securable)
 
         def flush(*writes: TableWrite):
             async def go():

@@ -18,13 +18,19 @@ import pytest
 
 from api.server import EmbeddedService
 from coordinator.auth import Grant, Principal, Privilege, Table, parse_grant
-from coordinator.events import securable, securable_key
+from coordinator.events import securable_key
+from coordinator.formats import FORMATS
 from coordinator.feed import scope_of
 from storage.events import EventLog
 from storage.postgres import migrate
 from storage.records import EVERYTHING, join_namespace
 from tests.conftest import _psql, _with_db
 from tests.support import fetch_token, sql, write_auth_file
+
+
+def securable(fmt: str, catalog: str, namespace: str, name: str):
+    """A table's securable as its format declares it: what its events are seen by."""
+    return FORMATS.by_name[fmt].securable(catalog, namespace, name)
 
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [{"id": 1, "name": "id", "type": "long", "required": False}]}
 EVENTS = "/api/coordinator/v1/events"
@@ -118,7 +124,7 @@ def test_a_waiting_reader_is_given_at_most_its_limit_and_resumes_right_after(sec
 
 def principal(*grants: tuple[str, list[str]] | dict) -> Principal:
     specs = [g if isinstance(g, dict) else {"on": g[0], "privileges": g[1]} for g in grants]
-    return Principal("p", (), tuple(Grant(parse_grant(s), frozenset(Privilege(p) for p in s["privileges"]))
+    return Principal("p", (), tuple(Grant(parse_grant(s, FORMATS.grants), frozenset(Privilege(p) for p in s["privileges"]))
                                     for s in specs))
 
 

@@ -30,6 +30,7 @@ import itertools
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import httpx
@@ -48,6 +49,7 @@ from tests.support import fetch_token, write_auth_file
 
 from .delta.conftest import COLUMNS, FIRST, first_commit, table_properties, write_log_file
 
+DELTA_V1_SPEC = Path(__file__).parent / "delta" / "unity-catalog-delta-open-api.yaml"
 EXAMPLES = int(os.environ.get("COORDINATOR_FUZZ_EXAMPLES", "5"))
 COVERAGE_CASES = int(os.environ.get("COORDINATOR_FUZZ_COVERAGE_CASES", "30"))
 UC = "/api/2.1/unity-catalog"
@@ -96,6 +98,19 @@ def lance_error_format(ctx, response, case) -> None:
     assert isinstance(body["error"], str) and isinstance(body["code"], int), f"ErrorResponse types: {body}"
     assert LANCE_STATUS.get(body["code"]) == response.status_code, (
         f"code {body['code']} maps to {LANCE_STATUS.get(body['code'])}, answered {response.status_code}")
+
+
+# delta.yaml's `DeltaErrorType`.
+DELTA_V1_TYPES = frozenset(yaml.safe_load(DELTA_V1_SPEC.read_text())["components"]["schemas"]["DeltaErrorType"]["enum"])
+
+
+def delta_v1_error_format(ctx, response, case) -> None:
+    """Unity Catalog's Delta API v1.0 `DeltaErrorResponse`: `{"error": {"type", "code", "message"}}`, the type one
+    of `DeltaErrorType`, the code the HTTP status."""
+    iceberg_error_format(ctx, response, case)   # the same envelope as Iceberg's
+    body = _error_body(response, case)
+    if body is not None:
+        assert body["error"]["type"] in DELTA_V1_TYPES, f"not a DeltaErrorType: {body['error']['type']}"
 
 
 def uc_error_format(ctx, response, case) -> None:
@@ -158,6 +173,20 @@ def seed_delta(http: httpx.Client) -> dict[str, str]:
     return {"name": "fuzzcat", "full_name": "fuzzcat.fuzzschema.fuzztable"}
 
 
+def seed_delta_v1(http: httpx.Client) -> dict[str, str]:
+    """A managed table created through the Delta API v1.0, and a staging table (its credentials' path)."""
+    seed_delta(http)
+    v1 = f"{UC}/delta/v1/catalogs/fuzzcat/schemas/fuzzschema"
+    st = _ok(http.post(f"{v1}/staging-tables", json={"name": "fuzzv1"}))
+    write_log_file(st["location"], FIRST, first_commit(st["table-id"]))
+    _ok(http.post(f"{v1}/tables", json={
+        "name": "fuzzv1", "location": st["location"], "table-type": "MANAGED", "protocol": st["required-protocol"],
+        "columns": {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]},
+        "properties": st["required-properties"], "last-commit-timestamp-ms": int(time.time() * 1000)}))
+    staging = _ok(http.post(f"{v1}/staging-tables", json={"name": "fuzzstaged"}))
+    return {"catalog": "fuzzcat", "schema": "fuzzschema", "table": "fuzzv1", "table_id": staging["table-id"]}
+
+
 def _ok(r: httpx.Response) -> Any:
     assert r.status_code == 200, r.text
     return r.json()
@@ -172,6 +201,7 @@ class Protocol:
     serves: Callable[[str, str, httpx.Client], bool]
     fixed: dict[str, str] = field(default_factory=dict)   # path parameters every case uses
     aimed_headers: dict[str, str] = field(default_factory=dict)   # headers of the cases aimed at the seed
+    spec: Path | None = None   # its OpenAPI document, when the service does not serve it (/openapi/<name>.yaml)
 
 
 def _iceberg_serves(method: str, path: str, http: httpx.Client) -> bool:
@@ -188,6 +218,9 @@ PROTOCOLS = {
                       lambda method, path, http: (method, path) in LANCE_SERVED,
                       aimed_headers={"Authorization": "Bearer fuzz", "x-api-key": "fuzz"}),
     "delta": Protocol("delta", UC, uc_error_format, seed_delta, lambda method, path, http: True),
+    # Unity Catalog's Delta API v1.0: the spec's delta.yaml, all of it served.
+    "delta-v1": Protocol("delta-v1", UC, delta_v1_error_format, seed_delta_v1, lambda method, path, http: True,
+                         spec=DELTA_V1_SPEC),
 }
 
 
@@ -223,7 +256,8 @@ def _order(op) -> tuple[int, str]:
 def fuzz(protocol: Protocol, base_url: str, http: httpx.Client, seeded: dict[str, str],
          tokens: list[str] | None = None, share: float = 1.0) -> Tally:
     """`share`: the part of COVERAGE_CASES and EXAMPLES to run for each operation."""
-    schema = schemathesis.openapi.from_dict(yaml.safe_load(http.get(f"/openapi/{protocol.name}.yaml").text))
+    document = protocol.spec.read_text() if protocol.spec else http.get(f"/openapi/{protocol.name}.yaml").text
+    schema = schemathesis.openapi.from_dict(yaml.safe_load(document))
     operations = sorted((r.ok() for r in schema.get_all_operations()), key=_order)
     operations = [op for op in operations if protocol.serves(op.method.upper(), op.path, http)]
     tally = Tally(operations=len(operations))

@@ -21,6 +21,7 @@ import pytest
 import storage.errors
 from api.server import EmbeddedService
 from coordinator.auth import AuthConfig
+from coordinator.formats import FORMATS
 from coordinator.config import ConfigError
 from tests.delta.conftest import COLUMNS, PREFIX, UC
 from tests.support import fetch_token, sql, write_auth_file
@@ -216,7 +217,7 @@ def test_the_auth_file_says_what_each_grant_names(tmp_path):
     def load(grant: str) -> None:
         path = tmp_path / "auth.toml"
         path.write_text(f'[roles.r]\ngrants = [{grant}]\n')
-        AuthConfig.load(path)
+        AuthConfig.load(path, FORMATS.grants)
     load('{ table = "iceberg//ns/t", privileges = ["read"] }')
     load('{ table = "delta/c/s/t", privileges = ["read"] }')
     load('{ table = "lance/t", privileges = ["read"] }')

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from coordinator.auth import Throttle, source_key
+from coordinator.throttle import Throttle, source_key
 from coordinator.errors import TooManyRequests, Unavailable
 
 RIGHT, WRONG = "right", "wrong"

@@ -7,45 +7,37 @@ import orjson
 from quart import Response
 from werkzeug.exceptions import HTTPException
 
-from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, CoordinatorError, Forbidden, NoSuchCatalog,
+from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, Forbidden, NoSuchCatalog,
                                 NoSuchNamespace, NoSuchRoute, NoSuchView, NotEmpty, NotFound, OutcomeUnknown,
                                 TooManyRequests, Unauthorized, Unavailable, Unprocessable, Unsupported, from_storage)
 
 from coordinator.warehouses import NoSuchWarehouse
 
 from ..common import framework_error_message, json_response
+from ..error_map import ErrorMap
 
 # The spec's error type for each class, the most specific first: the first class an error is an instance of wins.
-ERROR_TYPES: list[tuple[type[CoordinatorError], str]] = [
-    (NoSuchNamespace, "NoSuchNamespaceException"),
-    (NoSuchView, "NoSuchViewException"),
-    (NoSuchRoute, "NotFoundException"),
-    (NoSuchWarehouse, "NotFoundException"),
-    (NoSuchCatalog, "NotFoundException"),   # a Unity Catalog catalog, read as Iceberg (api/iceberg/uniform.py)
-    (NotFound, "NoSuchTableException"),
-    (NotEmpty, "NamespaceNotEmptyException"),
-    (AlreadyExists, "AlreadyExistsException"),
-    (CommitConflict, "CommitFailedException"),
-    (Unavailable, "ServiceUnavailableException"),
-    (OutcomeUnknown, "CommitStateUnknownException"),
-    (Unauthorized, "NotAuthorizedException"),
-    (Forbidden, "ForbiddenException"),
-    (TooManyRequests, "TooManyRequestsException"),
-    (Unprocessable, "UnprocessableEntityException"),
-    (Unsupported, "UnsupportedOperationException"),
-]
-# The spec's status for an error type where it is not the class's usual one: an operation the server does not
-# serve is 406 (Not Acceptable, "UnsupportedOperationResponse").
-STATUSES = {"UnsupportedOperationException": 406}
-
-
-def error_type(exc: CoordinatorError) -> str:
-    for cls, error_type in ERROR_TYPES:
-        if isinstance(exc, cls):
-            return error_type
-    if exc.status >= 500:   # a fault (e.g. a peer member's, over the channel): not the client's bad request
-        return "InternalServerError"
-    return "BadRequestException"
+# Its status is the class's own, but for an operation the server does not serve: 406 (Not Acceptable, the spec's
+# "UnsupportedOperationResponse").
+ERRORS: ErrorMap[str] = ErrorMap(
+    rows=((NoSuchNamespace, None, "NoSuchNamespaceException"),
+          (NoSuchView, None, "NoSuchViewException"),
+          (NoSuchRoute, None, "NotFoundException"),
+          (NoSuchWarehouse, None, "NotFoundException"),
+          (NoSuchCatalog, None, "NotFoundException"),   # a Unity Catalog catalog, read as Iceberg (uniform.py)
+          (NotFound, None, "NoSuchTableException"),
+          (NotEmpty, None, "NamespaceNotEmptyException"),
+          (AlreadyExists, None, "AlreadyExistsException"),
+          (CommitConflict, None, "CommitFailedException"),
+          (Unavailable, None, "ServiceUnavailableException"),
+          (OutcomeUnknown, None, "CommitStateUnknownException"),
+          (Unauthorized, None, "NotAuthorizedException"),
+          (Forbidden, None, "ForbiddenException"),
+          (TooManyRequests, None, "TooManyRequestsException"),
+          (Unprocessable, None, "UnprocessableEntityException"),
+          (Unsupported, 406, "UnsupportedOperationException")),
+    fault=(None, "InternalServerError"),   # (e.g. a peer member's, over the channel): not the client's bad request
+    otherwise=(None, "BadRequestException"))
 
 
 def error_response(exc: BaseException, req) -> Response:
@@ -56,8 +48,7 @@ def error_response(exc: BaseException, req) -> Response:
     if isinstance(exc, HTTPException):
         return _http_error_response(exc, req)
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
-    kind = error_type(exc)
-    status = STATUSES.get(kind, exc.status)
+    status, kind = ERRORS(exc)
     body = orjson.dumps({"error": {"message": exc.message, "type": kind, "code": status}})
     return json_response(body, status, headers)
 

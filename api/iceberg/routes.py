@@ -6,221 +6,37 @@ errors are answered by `errors.py`.
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from quart import Blueprint, Response, request
 
-from pydantic import BaseModel, ConfigDict, Field
-from quart import Blueprint, Response, current_app, has_request_context, request
-
-from coordinator.auth import Privilege, Resource, table_securable
 from coordinator.errors import BadRequest
 from coordinator.iceberg import parse_requirements, parse_updates
+from coordinator.iceberg.format import ICEBERG
 from coordinator.iceberg.models import (COMMIT_TABLE_ROUTE, CommitTableRequest, CommitTransactionRequest,
                                         CommitViewRequest, CreateNamespaceRequest, CreateTableRequest,
                                         CreateViewRequest, RegisterTableRequest, RenameTableRequest,
-                                        ReportMetricsRequest, TableIdentifier, UpdateNamespacePropertiesRequest,
-                                        commit_result, load_result, staged_result)
+                                        ReportMetricsRequest, UpdateNamespacePropertiesRequest, commit_result,
+                                        staged_result)
 from coordinator.iceberg.rules import parse_view_requirements, parse_view_updates
-from coordinator.iceberg.state import IcebergTable, TableIdent
-from coordinator.idempotency import LIFETIME_S, IdempotencyKey
+from coordinator.iceberg.state import TableIdent
+from coordinator.idempotency import LIFETIME_S
 from coordinator.warehouses import DEFAULT as DEFAULT_WAREHOUSE
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
 from ..common import (CommitPart, empty_response, fields_of, json_fields, json_model, json_response, parse_model,
-                      query_flag, read_fields, read_json, read_model)
-from ..direct import DirectRoute
+                      query_flag, read_json, read_model)
+from ..direct import before_request, direct
+from ..context import current_coordinator
 from . import uniform
 from .endpoints import ENDPOINTS, config_defaults
-from .errors import error_type
+from .errors import ERRORS
 from .idempotency import idempotent, request_key as _key
-
-bp = Blueprint("iceberg", __name__)
-
-NAMESPACE_SEPARATOR = "\x1f"
-# Prefixes that would make Iceberg's `/v1/{prefix}/...` collide with Lance's `/v1/namespace/...`, `/v1/table/...`.
-RESERVED_PREFIXES = {"namespace", "table", "transaction", "config", "oauth"}
-
-
-# -- helpers -------------------------------------------------------------------------------------------------
-
-
-def _uniform() -> bool:
-    """The request reads Unity Catalog's Delta tables as Iceberg (`uniform.py`'s mount), not this catalog. A direct
-    route (api/direct.py) has no Quart request: it serves only this catalog's own routes."""
-    return has_request_context() and request.blueprint == uniform.bp.name
-
-
-def _catalog():
-    coordinator = current_app.config["COORDINATOR"]
-    return coordinator.uniform if _uniform() else coordinator.iceberg
-
-
-def _prefix(prefix: str) -> str:
-    if prefix in RESERVED_PREFIXES and not _uniform():   # (the mount's prefixes are `catalogs/<UC catalog>`)
-        raise BadRequest(f"prefix {prefix!r} is reserved")
-    return prefix
-
-
-def _namespace(raw: str) -> tuple[str, ...]:
-    levels = tuple(raw.split(NAMESPACE_SEPARATOR))
-    if not raw or any(not level for level in levels):
-        raise BadRequest(f"invalid namespace: {raw!r}")
-    return levels
-
-
-def _ident(prefix: str, namespace: str, table: str) -> TableIdent:
-    return TableIdent(_prefix(prefix), _namespace(namespace), table)
-
-
-def _body_ident(prefix: str, identifier: TableIdentifier) -> TableIdent:
-    """A `TableIdentifier` of a request body (rename, transaction)."""
-    return TableIdent(_prefix(prefix), tuple(identifier.namespace), identifier.name)
-
-
-def _check_body_identifier(identifier: TableIdentifier | None, ident: TableIdent, kind: str) -> None:
-    """A commit body may name its table or view too; then it must be the one in the path."""
-    if identifier is not None and (tuple(identifier.namespace), identifier.name) != (ident.namespace, ident.name):
-        raise BadRequest(f"identifier in the body does not match the {kind} in the path")
-
-
-# -- access: what each route needs (api/access.py enforces it) -------------------------------------------------
-
-
-def _securable(prefix: str, namespace: tuple[str, ...] = ()) -> Resource:
-    """A catalog's (no namespace) or a namespace's securable. Read through the Unity Catalog mount, the tables are
-    Delta tables: the same grants as the Delta table's reach them."""
-    return ("delta" if _uniform() else "iceberg", _prefix(prefix), *namespace)
-
-
-def _object_securable(prefix: str, namespace: tuple[str, ...], name: str) -> Resource:
-    """A table's or view's securable (views and tables share their namespace's names)."""
-    return table_securable(_securable(prefix, namespace), name)
-
-
-def _on_namespace(privilege: Privilege):
-    return lambda prefix, namespace: [(privilege, _securable(prefix, _namespace(namespace)))]
-
-
-def _on_object(privilege: Privilege):
-    """The table or view in the route."""
-    return lambda prefix, namespace, table=None, view=None: [
-        (privilege, _object_securable(prefix, _namespace(namespace), table or view))]
-
-
-def _list_namespaces_needs(prefix: str) -> Needs:
-    parent = request.args.get("parent")
-    return [(READ, _securable(prefix, _namespace(parent) if parent else ()))]
-
-
-async def _create_namespace_needs(prefix: str) -> Needs:
-    body = await read_fields(CreateNamespaceRequest, "namespace")
-    return [(CREATE, _securable(prefix, tuple(body.namespace[:-1])))]
-
-
-async def _rename_needs(prefix: str) -> Needs:
-    body = await read_model(RenameTableRequest)
-    return [(DROP, _object_securable(prefix, tuple(body.source.namespace), body.source.name)),
-            (CREATE, _securable(prefix, tuple(body.destination.namespace)))]
-
-
-def _change_needs(prefix: str, namespace: tuple[str, ...], name: str, change: "CommitTableRequest") -> Needs:
-    """A change with `assert-create` makes its table (the create transaction after a stage-create): it needs
-    `create` on the namespace, as a plain create does, not `write` on a table that does not exist yet."""
-    if any(isinstance(r, dict) and r.get("type") == "assert-create" for r in change.requirements):
-        return [(CREATE, _securable(prefix, namespace))]
-    return [(WRITE, _object_securable(prefix, namespace, name))]
-
-
-async def _commit_needs(prefix: str, namespace: str, table: str) -> Needs:
-    return _change_needs(prefix, _namespace(namespace), table, await read_fields(CommitTableRequest, "requirements"))
-
-
-class _TransactionTables(BaseModel):
-    """What a multi-table commit's policy reads: each change's table and requirements, not its updates."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-    table_changes: list[fields_of(CommitTableRequest, "identifier", "requirements")] = Field(alias="table-changes")
-
-
-async def _transaction_needs(prefix: str) -> Needs:
-    body = await read_model(_TransactionTables)
-    return [need for c in body.table_changes if c.identifier is not None
-            for need in _change_needs(prefix, tuple(c.identifier.namespace), c.identifier.name, c)]
-
-
-def _page() -> tuple[str | None, int | None]:
-    """`pageToken` and `pageSize`. Without a `pageToken` (an empty one starts paging) the spec asks for every
-    result in one response, whatever `pageSize` says."""
-    size = _page_size()
-    if "pageToken" not in request.args:
-        return None, None
-    return request.args["pageToken"], size
-
-
-def _page_size() -> int | None:
-    raw = request.args.get("pageSize")
-    if raw is None:
-        return None
-    try:
-        size = int(raw)
-    except ValueError:
-        raise BadRequest(f"pageSize must be an integer, got {raw!r}") from None
-    if size < 1:
-        raise BadRequest("pageSize must be >= 1")
-    return min(size, 1000)
-
-
-
-async def _table_now(prefix: str, namespace: str, table: str) -> IcebergTable:
-    return await _catalog().load_table(_ident(prefix, namespace, table))
-
-
-async def _view_now(prefix: str, namespace: str, view: str) -> IcebergTable:
-    return await _catalog().load_view(_ident(prefix, namespace, view))
-
-
-def _created_now(model: type, now: Callable[..., Awaitable[IcebergTable]]) -> Callable[..., Awaitable[IcebergTable]]:
-    """`now` (`_table_now` or `_view_now`) of the object a create request (of `model`) names in its body."""
-    async def created(prefix: str, namespace: str) -> IcebergTable:
-        return await now(prefix, namespace, (await read_model(model)).name)
-    return created
-
-
-def _named(model: type) -> Callable[[], Awaitable[str]]:
-    """The name of the object a create request (of `model`) names in its body."""
-    async def name() -> str:
-        return (await read_model(model)).name
-    return name
-
-
-async def _namespace_named() -> str:
-    return NAMESPACE_SEPARATOR.join((await read_model(CreateNamespaceRequest)).namespace)
-
-
-def _identifier_text(identifier: TableIdentifier) -> str:
-    return NAMESPACE_SEPARATOR.join([*identifier.namespace, identifier.name])
-
-
-async def _renamed() -> str:
-    """A rename's objects, which its body names: source and destination."""
-    body = await read_model(RenameTableRequest)
-    return f"{_identifier_text(body.source)} {_identifier_text(body.destination)}"
-
-
-async def _transaction_named() -> str:
-    """The tables a multi-table commit names in its body."""
-    body = await read_model(CommitTransactionRequest)
-    return " ".join(sorted(_identifier_text(c.identifier) for c in body.table_changes if c.identifier is not None))
-
-
-def _load_response(table: IcebergTable, status: int = 200, etag: str | None = None) -> Response:
-    return json_response(load_result(table.metadata_location, table.metadata_json), status,
-                         {"ETag": etag or table.etag})
-
-
-def _etags(header: str | None) -> set[str]:
-    if not header:
-        return set()
-    return {t.strip().removeprefix("W/") for t in header.split(",")}
+from .requests import (_body_ident, _catalog, _catalog_of, _change_needs, _check_body_identifier,
+                       _create_namespace_needs, _created_now, _etags, _ident, _list_namespaces_needs, _load_response,
+                       _named, _namespace, _namespace_named, _object_securable, _on_namespace, _on_object, _page,
+                       _prefix, _rename_needs, _renamed, _securable, _table_now, _transaction_named,
+                       _transaction_needs, _view_now)
+
+bp = Blueprint(ICEBERG.name, __name__)
 
 
 def routes(rule: str, methods: list[str], reads: bool = False):
@@ -239,14 +55,10 @@ def routes(rule: str, methods: list[str], reads: bool = False):
 # -- config --------------------------------------------------------------------------------------------------
 
 
-@bp.before_request
-async def _know_warehouse() -> None:
-    await know_warehouse(current_app.config["COORDINATOR"], request.view_args)
-
-
-async def know_warehouse(coordinator, view_args: dict | None) -> None:
+@before_request(bp)
+async def know_warehouse(coordinator, req) -> None:
     """A prefix may name a warehouse another cluster member created: look it up before placing anything."""
-    prefix = (view_args or {}).get("prefix")
+    prefix = req.view_args.get("prefix")
     if prefix:
         await coordinator.warehouses.resolve(prefix)
 
@@ -254,7 +66,7 @@ async def know_warehouse(coordinator, view_args: dict | None) -> None:
 @bp.get("/v1/config")
 @guard(authenticated)
 async def get_config() -> Response:
-    coordinator = current_app.config["COORDINATOR"]
+    coordinator = current_coordinator()
     defaults = config_defaults(coordinator)
     # The separator is a /config override (spec, `parent`), where Java and pyiceberg read it: not a top-level key.
     overrides = {"namespace-separator": "%1F"}
@@ -359,24 +171,30 @@ async def register_table(prefix: str, namespace: str) -> Response:
     return _load_response(table)
 
 
+# A table's load, which a writer repeats after a conflict and a streaming engine before each batch, and its commit
+# (without an Idempotency-Key: one with a key is served through Quart, by `idempotent`) are served without Quart's
+# request machinery (api/direct.py); the load through the Unity Catalog mount is Quart's.
+
+
+async def _load_needs(coordinator, req, part) -> Needs:
+    return _on_object(READ)(**req.view_args)
+
+
 @routes("/namespaces/<namespace>/tables/<table>", ["GET", "HEAD"], reads=True)
-@guard(_on_object(READ))
-async def load_table(prefix: str, namespace: str, table: str) -> Response:
-    return await _load(_catalog(), prefix, namespace, table, request.method, request.args, request.headers)
-
-
-async def _load(catalog, prefix: str, namespace: str, table: str, method: str, args, headers) -> Response:
-    ident = _ident(prefix, namespace, table)
-    snapshots = args.get("snapshots", "all")
+@direct(needs=_load_needs, takes=lambda req: not req.path.startswith(uniform.MOUNT))
+async def load_table(coordinator, req, body: None) -> Response:
+    args = req.view_args
+    ident = _ident(args["prefix"], args["namespace"], args["table"])
+    snapshots = req.args.get("snapshots", "all")
     if snapshots not in ("all", "refs"):
         raise BadRequest(f"snapshots must be 'all' or 'refs', got {snapshots!r}")
-    loaded = await catalog.load_table(ident)
-    if method == "HEAD":
+    loaded = await _catalog_of(coordinator).load_table(ident)
+    if req.method == "HEAD":
         return empty_response(204)
     etag = loaded.etag
     if snapshots == "refs":
         etag = etag[:-1] + '-refs"'
-    tags = _etags(headers.get("If-None-Match"))
+    tags = _etags(req.headers.get("If-None-Match"))
     if etag in tags or "*" in tags:   # RFC 9110: `*` matches any current representation
         return empty_response(304, {"ETag": etag})
     if snapshots == "refs":
@@ -384,56 +202,23 @@ async def _load(catalog, prefix: str, namespace: str, table: str, method: str, a
     return _load_response(loaded, etag=etag)
 
 
-@routes("/namespaces/<namespace>/tables/<table>", ["POST"])
-@guard(_commit_needs)
-@idempotent(COMMIT_TABLE_ROUTE, _table_now)
-async def commit_table(prefix: str, namespace: str, table: str) -> Response:
-    return await _commit(_catalog(), prefix, namespace, table, await read_model(CommitTableRequest), _key())
-
-
-async def _commit(catalog, prefix: str, namespace: str, table: str, body: CommitTableRequest,
-                  key: IdempotencyKey | None) -> Response:
-    ident = _ident(prefix, namespace, table)
-    _check_body_identifier(body.identifier, ident, "table")
-    committed = await catalog.commit_table(ident, parse_requirements(body.requirements), parse_updates(body.updates),
-                                           key)
-    return json_response(commit_result(committed.metadata_location, committed.metadata_json),
-                         headers={"ETag": committed.etag})
-
-
-# A table's commit (without an Idempotency-Key: with one, `idempotent` above serves it), and its load, which a
-# writer repeats after a conflict and a streaming engine before each batch, are served without Quart's request
-# machinery (api/direct.py), by the routes' own code.
-
-
-async def _direct_commit_needs(coordinator, req, part) -> Needs:
+async def _commit_needs(coordinator, req, part) -> Needs:
     args = req.view_args
     return _change_needs(args["prefix"], _namespace(args["namespace"]), args["table"], part)
 
 
-async def _direct_commit(coordinator, req, body: CommitTableRequest) -> Response:
+@routes("/namespaces/<namespace>/tables/<table>", ["POST"])
+@idempotent(COMMIT_TABLE_ROUTE, _table_now)
+@direct(needs=_commit_needs, read=json_model(CommitTableRequest), part=json_fields(CommitTableRequest, "requirements"),
+        takes=lambda req: "idempotency-key" not in req.headers)
+async def commit_table(coordinator, req, body: CommitTableRequest) -> Response:
     args = req.view_args
-    return await _commit(coordinator.iceberg, args["prefix"], args["namespace"], args["table"], body, None)
-
-
-async def _direct_load_needs(coordinator, req, body: None) -> Needs:
-    return _on_object(READ)(**req.view_args)
-
-
-async def _direct_load(coordinator, req, body: None) -> Response:
-    return await _load(coordinator.iceberg, **req.view_args, method=req.method, args=req.args, headers=req.headers)
-
-
-async def _direct_know_warehouse(coordinator, req) -> None:
-    await know_warehouse(coordinator, req.view_args)
-
-
-_DIRECT_COMMIT = DirectRoute(json_model(CommitTableRequest), _direct_commit_needs, _direct_commit,
-                             _direct_know_warehouse, takes=lambda req: "idempotency-key" not in req.headers,
-                             part=json_fields(CommitTableRequest, "requirements"))
-_DIRECT_LOAD = DirectRoute(None, _direct_load_needs, _direct_load, _direct_know_warehouse)
-DIRECT = {f"{bp.name}.commit_table": _DIRECT_COMMIT, f"{bp.name}.commit_table_p": _DIRECT_COMMIT,
-          f"{bp.name}.load_table": _DIRECT_LOAD, f"{bp.name}.load_table_p": _DIRECT_LOAD}
+    ident = _ident(args["prefix"], args["namespace"], args["table"])
+    _check_body_identifier(body.identifier, ident, "table")
+    committed = await coordinator.service(ICEBERG).commit_table(
+        ident, parse_requirements(body.requirements), parse_updates(body.updates), req.idempotency_key)
+    return json_response(commit_result(committed.metadata_location, committed.metadata_json),
+                         headers={"ETag": committed.etag})
 
 
 @routes("/transactions/commit", ["POST"])
@@ -569,4 +354,4 @@ def cross_format_part(body: dict) -> CommitPart:
             return await _catalog().plan_commit(ident, parse_requirements(change.requirements),
                                                 parse_updates(change.updates))
         return plan
-    return CommitPart(f"iceberg {ident}", needs, read, lambda exc: (exc.status, error_type(exc)))
+    return CommitPart(f"iceberg {ident}", needs, read, lambda exc: (exc.status, ERRORS(exc)[1]))

@@ -10,12 +10,13 @@ and needing the Delta table's grants. This module adds what differs: the config,
 
 from __future__ import annotations
 
-from quart import Blueprint, Response, current_app, request
+from quart import Blueprint, Response, request
 
 from coordinator.errors import NoSuchRoute, Unsupported
 
 from ..access import authenticated, guard
 from ..common import json_response
+from ..context import current_coordinator
 from .endpoints import READ_ENDPOINTS, config_defaults
 
 MOUNT = "/api/2.1/unity-catalog/iceberg"
@@ -29,7 +30,7 @@ READ_ONLY = ("this Iceberg catalog is read-only: its tables are Delta tables, co
 @bp.get("/v1/config")
 @guard(authenticated)
 async def get_config() -> Response:
-    coordinator = current_app.config["COORDINATOR"]
+    coordinator = current_coordinator()
     prefix = await coordinator.uniform.prefix(request.args.get("warehouse"))
     return json_response({"defaults": config_defaults(coordinator, MOUNT), "overrides": {"prefix": prefix},
                           "endpoints": READ_ENDPOINTS})

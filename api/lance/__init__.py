@@ -1,7 +1,7 @@
-"""The Lance Namespace REST protocol: its routes (`routes.py`, the blueprint `bp`) and its one error translation
-(`errors.py`, `error_response`)."""
+"""The Lance Namespace REST protocol: its routes (`routes.py`, the blueprint `bp`), its one error translation
+(`errors.py`, `error_response`) and its declaration (`protocol.py`, `LANCE`)."""
 
-from .errors import error_response
-from .routes import DIRECT, bp, cross_format_part
+from .errors import ERRORS, error_response
+from .protocol import LANCE
 
-__all__ = ["DIRECT", "bp", "cross_format_part", "error_response"]
+__all__ = ["ERRORS", "LANCE", "error_response"]

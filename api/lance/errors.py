@@ -12,6 +12,7 @@ from coordinator.errors import (AlreadyExists, BadRequest, CommitConflict, Coord
                                 TooManyRequests, Unauthorized, Unavailable, Unpublished, Unsupported, from_storage)
 
 from ..common import json_response
+from ..error_map import ErrorMap
 
 # Spec, "Error Code to HTTP Status Mapping".
 STATUS_OF_CODE = {0: 406, 1: 404, 2: 409, 3: 409, 4: 404, 5: 409, 6: 404, 7: 409, 8: 404, 9: 409, 10: 404,
@@ -19,31 +20,25 @@ STATUS_OF_CODE = {0: 406, 1: 404, 2: 409, 3: 409, 4: 404, 5: 409, 6: 404, 7: 409
                   21: 429, 22: 404, 23: 409}
 
 
-NOT_FOUND_CODES = ((NoSuchNamespace, 1), (NoSuchVersion, 11), (NoSuchTransaction, 10))   # else 4: the table
+def _code(cls: type[CoordinatorError], code: int) -> tuple[type[CoordinatorError], int, int]:
+    return cls, STATUS_OF_CODE[code], code
 
 
-def error_code(exc: CoordinatorError) -> int:
-    if isinstance(exc, Unsupported):
-        return 0
-    if isinstance(exc, NotFound):
-        return next((code for cls, code in NOT_FOUND_CODES if isinstance(exc, cls)), 4)
-    if isinstance(exc, AlreadyExists):
-        return 2 if isinstance(exc, NamespaceExists) else 5
-    if isinstance(exc, NotEmpty):
-        return 3
-    if isinstance(exc, CommitConflict):
-        return 14
-    if isinstance(exc, BadRequest):
-        return 13
-    if isinstance(exc, Unauthorized):
-        return 16
-    if isinstance(exc, Forbidden):
-        return 15
-    if isinstance(exc, TooManyRequests):
-        return 21
-    if isinstance(exc, Unavailable):
-        return 17
-    return 18
+# The spec's code for each class, the most specific first; any other error is 18 (an internal error).
+ERRORS: ErrorMap[int] = ErrorMap(
+    rows=(_code(Unsupported, 0),
+          _code(NoSuchNamespace, 1), _code(NoSuchVersion, 11), _code(NoSuchTransaction, 10),
+          _code(NotFound, 4),   # the table
+          _code(NamespaceExists, 2), _code(AlreadyExists, 5),
+          _code(NotEmpty, 3),
+          _code(CommitConflict, 14),
+          _code(BadRequest, 13),
+          _code(Unauthorized, 16),
+          _code(Forbidden, 15),
+          _code(TooManyRequests, 21),
+          _code(Unavailable, 17)),
+    fault=(STATUS_OF_CODE[18], 18),
+    otherwise=(STATUS_OF_CODE[18], 18))
 
 
 def _detail(exc: CoordinatorError) -> str:
@@ -69,7 +64,7 @@ def error_response(exc: BaseException, req) -> Response:
     if isinstance(exc, HTTPException):
         return _http_error_response(exc, req.path)
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Unavailable) else None
-    return _error(exc.message, error_code(exc), _detail(exc), req.path, headers)
+    return _error(exc.message, ERRORS(exc)[1], _detail(exc), req.path, headers)
 
 
 def _http_error_response(exc: HTTPException, path: str) -> Response:

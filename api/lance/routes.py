@@ -9,264 +9,42 @@ answered by `errors.py`. These routes share `/v1` with Iceberg's, which reserves
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Optional
+from typing import Any
 from urllib.parse import unquote
 
-from pydantic import BaseModel, ConfigDict
-from quart import Blueprint, Response, current_app, request
+from pydantic import BaseModel
+from quart import Blueprint, Response, request
 
-from coordinator.auth import Privilege, Resource, table_securable
-from coordinator.errors import BadRequest, CoordinatorError, NoSuchTransaction, Unsupported
+from coordinator.auth import Privilege
+from coordinator.errors import BadRequest, NoSuchTransaction, Unsupported
 from coordinator.lance import (BatchCommitTablesRequest, BatchCreateTableVersionsRequest,
                                BatchDeleteTableVersionsRequest, CreateNamespaceRequest, CreateTableVersionRequest,
                                DeclareTableRequest, DeregisterTableRequest, DescribeNamespaceRequest,
                                DescribeTableRequest, DescribeTableVersionRequest, DropNamespaceRequest,
-                               DropTableRequest, LanceTable, Page, RegisterTableRequest, TableExistsRequest,
-                               TableVersion)
-from coordinator.lance.models import CreateTableVersionEntry
+                               DropTableRequest, RegisterTableRequest, TableExistsRequest)
+from coordinator.lance.format import LANCE
 
 from ..access import CREATE, DROP, READ, WRITE, Needs, authenticated, guard, listing, visible
-from ..common import CommitPart, empty_response, fields_of, json_response, parse_json, parse_model, parsed_once
-from ..direct import DirectRoute
-from .errors import STATUS_OF_CODE, error_code
+from ..common import CommitPart, empty_response, fields_of, json_response, parse_model
+from ..direct import before_request, direct
+from .errors import ERRORS
+from .requests import (_arg_bool, _batch_commit_needs, _batch_create_needs, _body, _catalog, _creating, _delimiter,
+                       _in_parent, _levels, _limit, _model_of, _namespace_securable, _on_namespace, _on_table, _page,
+                       _same_id, _table, _table_securable, declare_response, removed_response, version_response)
 
 log = logging.getLogger(__name__)
 
-bp = Blueprint("lance", __name__)
-
-DEFAULT_DELIMITER = "$"
-
-@bp.before_request
-async def _no_slash_in_the_id() -> None:
-    no_slash_in_the_id(request.scope.get("raw_path") or b"")
+bp = Blueprint(LANCE.name, __name__)
 
 
-def no_slash_in_the_id(raw_path: bytes) -> None:
+@before_request(bp)
+async def no_slash_in_the_id(coordinator, req) -> None:
     """`/v1/table/a%2Fb/describe`: the path is decoded before routing, so a `/` in an id level would make another
     route (or another id) serve the request. The raw path still tells."""
-    raw = raw_path.split(b"/")
+    raw = req.raw_path.split(b"/")
     if len(raw) > 3 and b"%2f" in raw[3].lower():
         raise BadRequest(f"invalid identifier {unquote(raw[3].decode('latin-1'))!r}: an identifier level may not "
                          f"contain '/'")
-
-
-# -- request plumbing ------------------------------------------------------------------------------------------
-
-
-def _catalog():
-    return current_app.config["COORDINATOR"].lance
-
-
-def _delimiter(args=None) -> str:
-    """The `delimiter` query parameter (of `args`; None: the request's)."""
-    value = (request.args if args is None else args).get("delimiter", DEFAULT_DELIMITER)
-    if not value:
-        raise BadRequest("delimiter must not be empty")
-    return value
-
-
-def _levels(raw: str, delimiter: str | None = None) -> tuple[str, ...]:
-    """An id's levels, joined by `delimiter` (None: the request's `delimiter` parameter)."""
-    delimiter = _delimiter() if delimiter is None else delimiter
-    if raw == delimiter:
-        return ()
-    levels = tuple(raw.split(delimiter))
-    if any(not level for level in levels):
-        raise BadRequest(f"invalid identifier {raw!r}: empty level (delimiter {delimiter!r})")
-    return levels
-
-
-def _table(raw: str, delimiter: str | None = None) -> tuple[str, ...]:
-    levels = _levels(raw, delimiter)
-    if not levels:
-        raise BadRequest("a table identifier cannot be the root namespace")
-    return levels
-
-
-async def _body(model: type[BaseModel], levels: tuple[str, ...] | None = None) -> Any:
-    """The JSON body as `model`, parsed once per request (the batch routes' access policies read it too). A
-    missing body (pylance sends none for some operations) or JSON `null` reads as `{}`. An `id` in the body
-    must agree with the route (spec: "Standard Operations")."""
-    body = await parsed_once(model, lambda: _read_body(model))
-    if levels is not None:
-        _same_id(body, levels)
-    return body
-
-
-def _same_id(body: BaseModel, levels: tuple[str, ...]) -> None:
-    body_id = getattr(body, "id", None)
-    if body_id is not None and tuple(body_id) != levels:
-        raise BadRequest(f"the id in the body {body_id!r} does not match the id in the route {list(levels)!r}")
-
-
-async def _read_body(model: type[BaseModel]) -> Any:
-    return parse_model(model, await parsed_once("lance-body", _read_object))
-
-
-async def _read_object() -> dict[str, Any]:
-    return _object_of(await request.get_data())
-
-
-def _model_of(model: type[BaseModel], data: bytes) -> Any:
-    return parse_model(model, _object_of(data))
-
-
-def _object_of(data: bytes) -> dict[str, Any]:
-    value = parse_json(data) if data.strip() else {}
-    if value is None:
-        value = {}
-    if not isinstance(value, dict):
-        raise BadRequest("request body must be a JSON object")
-    return value
-
-
-# -- access: what each route needs (api/access.py enforces it) -------------------------------------------------
-
-_BATCH_PRIVILEGES = {"declare_table": CREATE, "create_table_version": WRITE, "delete_table_versions": WRITE,
-                     "deregister_table": DROP}
-
-
-def _namespace_securable(levels: tuple[str, ...]) -> Resource:
-    return ("lance", *levels)
-
-
-def _table_securable(ident: tuple[str, ...]) -> Resource:
-    """A table's securable: its namespace's, then its name as a table's (an id of no level names no table, and
-    is refused as such by the route; its securable is then the whole Lance realm)."""
-    return table_securable(_namespace_securable(ident[:-1]), ident[-1]) if ident else ("lance",)
-
-
-def _on_namespace(privilege: Privilege):
-    """The namespace named by the route's id."""
-    return lambda id, **_: [(privilege, _namespace_securable(_levels(id)))]
-
-
-def _on_table(privilege: Privilege):
-    """The table named by the route's id (its levels joined by `delimiter`; None: the request's)."""
-    return lambda id, delimiter=None, **_: [(privilege, _table_securable(_levels(id, delimiter)))]
-
-
-def _in_parent(privilege: Privilege):
-    """The namespace that holds the table or namespace the route's id names (a create's)."""
-    return lambda id, **_: [(privilege, _namespace_securable(_levels(id)[:-1]))]
-
-
-def _creating(model: type[BaseModel], replaces: Callable[[tuple[str, ...]], Resource]):
-    """CREATE in the parent namespace, and with mode overwrite DROP on what `replaces` names (the named namespace
-    or table) too: an overwrite drops what is there (a namespace with its tables and their data; a table's
-    registration)."""
-    async def needs(id: str) -> Needs:
-        levels = _levels(id)
-        out = [(CREATE, _namespace_securable(levels[:-1]))]
-        body = await _body(fields_of(model, "id", "mode"), levels)
-        if (body.mode or "").replace("_", "").lower() == "overwrite":   # as models.parse_mode reads it
-            out.append((DROP, replaces(levels)))
-        return out
-    return needs
-
-
-# What the batch routes' policies read: each entry's or operation's table (and an operation's kind), not the rest.
-_EntryTable = fields_of(CreateTableVersionEntry, "id")
-_DeclaredTable = fields_of(DeclareTableRequest, "id")
-_VersionTable = fields_of(CreateTableVersionRequest, "id")
-_DeletedVersionsTable = fields_of(BatchDeleteTableVersionsRequest, "id")
-_DeregisteredTable = fields_of(DeregisterTableRequest, "id")
-
-
-class _EntryTables(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    entries: list[_EntryTable]
-
-
-class _OperationTable(BaseModel):
-    """An operation that sets more than one kind is refused by the whole model (after); each is checked here."""
-
-    model_config = ConfigDict(extra="ignore")
-    declare_table: Optional[_DeclaredTable] = None
-    create_table_version: Optional[_VersionTable] = None
-    delete_table_versions: Optional[_DeletedVersionsTable] = None
-    deregister_table: Optional[_DeregisteredTable] = None
-
-
-class _OperationTables(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    operations: list[_OperationTable]
-
-
-async def _batch_create_needs() -> Needs:
-    body = await _body(_EntryTables)
-    return [(WRITE, _table_securable(tuple(e.id))) for e in body.entries]
-
-
-async def _batch_commit_needs() -> Needs:
-    body = await _body(_OperationTables)
-    needs = []
-    for op in body.operations:
-        for kind in _BATCH_PRIVILEGES:
-            named = getattr(op, kind)
-            if named is None:
-                continue
-            ident = tuple(named.id or ())
-            if kind == "declare_table":
-                needs.append((CREATE, _namespace_securable(ident[:-1])))
-            else:
-                needs.append((_BATCH_PRIVILEGES[kind], _table_securable(ident)))
-    return needs
-
-
-def _arg_bool(name: str, default: bool | None = None, args=None) -> bool | None:
-    """A boolean query parameter (of `args`; None: the request's)."""
-    raw = (request.args if args is None else args).get(name)
-    if raw is None:
-        return default
-    low = raw.lower()
-    if low in ("true", "1"):
-        return True
-    if low in ("false", "0"):
-        return False
-    raise BadRequest(f"query parameter {name} must be true or false, got {raw!r}")
-
-
-def _arg_int(name: str, minimum: int, args=None) -> int | None:
-    """An integer query parameter (of `args`; None: the request's)."""
-    raw = (request.args if args is None else args).get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"query parameter {name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise BadRequest(f"query parameter {name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _limit(args=None) -> int | None:
-    limit = _arg_int("limit", 1, args)
-    return min(limit, 10_000) if limit is not None else None
-
-
-def _page(key: str, page: Page, items: list[Any]) -> Response:
-    body: dict[str, Any] = {key: items}
-    if page.next_token:
-        body["page_token"] = page.next_token
-    return json_response(body)
-
-
-# -- response shapes (spec names) ------------------------------------------------------------------------------
-
-
-def declare_response(t: LanceTable) -> dict[str, Any]:
-    return {"location": t.location, "storage_options": {}, "properties": dict(t.properties),
-            "managed_versioning": True}
-
-
-def removed_response(t: LanceTable) -> dict[str, Any]:
-    return {"id": t.ident, "location": t.location, "properties": dict(t.properties)}
-
-
-def version_response(v: TableVersion) -> dict[str, Any]:
-    return {"version": v.to_spec()}
 
 
 # -- namespaces --------------------------------------------------------------------------------------------------
@@ -330,7 +108,7 @@ async def list_tables(id: str) -> Response:
 @bp.route("/v1/table", methods=["GET"])
 @bp.route("/v1/table/", methods=["GET"])
 @bp.route("/v1/table/list", methods=["GET"])
-@guard(listing(lambda: [(READ, ("lance",))]))
+@guard(listing(lambda: [(READ, LANCE.container(""))]))
 async def list_all_tables() -> Response:
     delimiter = _delimiter()
     page = await _catalog().list_tables(None, request.args.get("page_token"), _limit(),
@@ -409,51 +187,17 @@ async def drop_table(id: str) -> Response:
 # -- versions ----------------------------------------------------------------------------------------------------
 
 
-@bp.post("/v1/table/<id>/version/create")
-@guard(_on_table(WRITE))
-async def create_table_version(id: str) -> Response:
-    ident = _table(id)
-    return await _create_version(_catalog(), ident, await _body(CreateTableVersionRequest, ident))
-
-
-async def _create_version(catalog, ident: tuple[str, ...], body: CreateTableVersionRequest) -> Response:
-    return json_response(version_response(await catalog.create_table_version(ident, body)))
-
-
-@bp.post("/v1/table/<id>/version/describe")
-@guard(_on_table(READ))
-async def describe_table_version(id: str) -> Response:
-    ident = _table(id)
-    return await _describe_version(_catalog(), ident, await _body(DescribeTableVersionRequest, ident))
-
-
-async def _describe_version(catalog, ident: tuple[str, ...], body: DescribeTableVersionRequest) -> Response:
-    return json_response(version_response(await catalog.describe_table_version(ident, body.version, body.branch)))
-
-
-@bp.route("/v1/table/<id>/version/list", methods=["GET", "POST"])
-@guard(_on_table(READ))
-async def list_table_versions(id: str) -> Response:
-    return await _list_versions(_catalog(), _table(id), request.args)
-
-
-async def _list_versions(catalog, ident: tuple[str, ...], args) -> Response:
-    page = await catalog.list_table_versions(ident, _limit(args), args.get("page_token"),
-                                             _arg_bool("descending", False, args), args.get("branch"))
-    return _page("versions", page, [v.to_spec() for v in page.items])
-
-
 # What a Lance writer asks for each commit (pylance: the latest version, perhaps its manifest, then the new one)
-# is served without Quart's request machinery (api/direct.py), by the routes' own code.
+# is served without Quart's request machinery (api/direct.py).
 
 
-def _direct_on_table(privilege: Privilege):
-    async def needs(coordinator, req, body) -> Needs:
+def _on_the_table(privilege: Privilege):
+    async def needs(coordinator, req, part) -> Needs:
         return _on_table(privilege)(req.view_args["id"], _delimiter(req.args))
     return needs
 
 
-def _direct_table(req, body: BaseModel | None) -> tuple[str, ...]:
+def _the_table(req, body: BaseModel | None) -> tuple[str, ...]:
     """The route's table, as `_table` and `_body` read it (a body naming another id is refused)."""
     ident = _table(req.view_args["id"], _delimiter(req.args))
     if body is not None:
@@ -461,31 +205,33 @@ def _direct_table(req, body: BaseModel | None) -> tuple[str, ...]:
     return ident
 
 
-async def _direct_create_version(coordinator, req, body: CreateTableVersionRequest) -> Response:
-    return await _create_version(coordinator.lance, _direct_table(req, body), body)
-
-
-async def _direct_describe_version(coordinator, req, body: DescribeTableVersionRequest) -> Response:
-    return await _describe_version(coordinator.lance, _direct_table(req, body), body)
-
-
-async def _direct_list_versions(coordinator, req, body: None) -> Response:
-    return await _list_versions(coordinator.lance, _direct_table(req, None), req.args)
-
-
-async def _direct_no_slash_in_the_id(coordinator, req) -> None:
-    no_slash_in_the_id(req.raw_path)
-
-
-def _direct_body(model: type[BaseModel]):
+def _body_as(model: type[BaseModel]):
     return lambda req: _model_of(model, req.body)
 
 
-DIRECT = {f"{bp.name}.{endpoint}": DirectRoute(read, _direct_on_table(privilege), view, _direct_no_slash_in_the_id)
-          for endpoint, read, privilege, view in (
-              ("create_table_version", _direct_body(CreateTableVersionRequest), WRITE, _direct_create_version),
-              ("describe_table_version", _direct_body(DescribeTableVersionRequest), READ, _direct_describe_version),
-              ("list_table_versions", None, READ, _direct_list_versions))}
+@bp.post("/v1/table/<id>/version/create")
+@direct(needs=_on_the_table(WRITE), read=_body_as(CreateTableVersionRequest))
+async def create_table_version(coordinator, req, body: CreateTableVersionRequest) -> Response:
+    version = await coordinator.service(LANCE).create_table_version(_the_table(req, body), body)
+    return json_response(version_response(version))
+
+
+@bp.post("/v1/table/<id>/version/describe")
+@direct(needs=_on_the_table(READ), read=_body_as(DescribeTableVersionRequest))
+async def describe_table_version(coordinator, req, body: DescribeTableVersionRequest) -> Response:
+    version = await coordinator.service(LANCE).describe_table_version(_the_table(req, body), body.version,
+                                                                       body.branch)
+    return json_response(version_response(version))
+
+
+@bp.route("/v1/table/<id>/version/list", methods=["GET", "POST"])
+@direct(needs=_on_the_table(READ))
+async def list_table_versions(coordinator, req, body: None) -> Response:
+    args = req.args
+    page = await coordinator.service(LANCE).list_table_versions(
+        _the_table(req, None), _limit(args), args.get("page_token"), _arg_bool("descending", False, args),
+        args.get("branch"))
+    return _page("versions", page, [v.to_spec() for v in page.items])
 
 
 @bp.post("/v1/table/<id>/version/delete")
@@ -574,7 +320,4 @@ def cross_format_part(body: dict) -> CommitPart:
             return await _catalog().plan_commit(ident, req)
         return plan
 
-    def error(exc: CoordinatorError) -> tuple[int, int]:
-        code = error_code(exc)
-        return STATUS_OF_CODE[code], code
-    return CommitPart(f"lance {'.'.join(ident)}", needs, read, error)
+    return CommitPart(f"lance {'.'.join(ident)}", needs, read, ERRORS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -14,21 +14,24 @@ from .leases import Leases
 from .routing import Router
 from .secret import channel_key
 
+if TYPE_CHECKING:
+    from ..format import Services
+
 log = logging.getLogger(__name__)
 
 
 class Cluster:
-    def __init__(self, coordinator):
-        config = coordinator.config
+    def __init__(self, services: Services):
+        config = services.config
         self.config = config
-        self.registry = coordinator.registry
-        self.store = coordinator.store
+        self.registry = services.registry
+        self.store = services.store
         self.member_id = uuid.uuid4()
         self.leases = Leases(self.store, self.member_id, ttl_s=config.lease_ttl_s, renew_s=config.lease_renew_s,
                              margin_s=config.lease_margin_s)
         self.router = Router(self)
         # What a proposal may refer to that only makes sense in this process: sent by name, resolved at the peer.
-        self.codec = Codec({"files": coordinator.files, "store": coordinator.store})
+        self.codec = Codec({"files": services.files, "store": services.store})
         try:
             self.versions = speaks(config.cluster_channel_version)
         except ValueError as exc:
@@ -45,8 +48,8 @@ class Cluster:
         self._watched: set[tuple[int, uuid.UUID, Any]] = set()
         self.leases.on_round.append(self._abandon_calls_to_former_owners)
         self.registry.cluster = self
-        coordinator.metrics.add_gauges(self.gauges)
-        coordinator.metrics.add_counters(self.counters)
+        services.metrics.add_gauges(self.gauges)
+        services.metrics.add_counters(self.counters)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve the channel, then join: `started` once the first lease pass is done (this member then owns its

@@ -26,7 +26,7 @@ import trio
 
 from storage.records import IdempotencyRecord, TableWrite, shard_of
 
-from ..actor import Participant
+from ..mailbox import Participant
 from ..commit import Part
 from ..decision import Decision, NewTable, Proposal
 from ..errors import AppliedReplyLost, CoordinatorError, NotOwner, OutcomeUnknown, Unavailable, Unpublished

@@ -35,6 +35,7 @@ import pydantic
 from pydantic_core import PydanticUndefined
 
 from storage import files as _files, records as _records
+from storage.libraries import require
 
 from .. import commit as _commit, decision as _decision, errors as _errors, idempotency as _idempotency
 from ..crossable import CROSSABLE, CROSSABLE_METHODS, WIRE_TYPES, crossing, wire_name
@@ -44,6 +45,25 @@ from ..crossable import CROSSABLE, CROSSABLE_METHODS, WIRE_TYPES, crossing, wire
 crossing(_commit, _decision, _errors, _idempotency, _files, _records)
 
 FRAME_HEADER = struct.Struct(">I")  # a frame is its payload's length, then the payload
+
+# A pydantic model crosses as its state, read and set directly in these slots of BaseModel, as its __getstate__ and
+# __setstate__ do (`_model_parts`, `_restore_model`): private to pydantic, which is bounded to the releases that keep
+# them (api/dependencies.py), and checked here at import.
+MODEL_STATE = ("__dict__", "__pydantic_extra__", "__pydantic_fields_set__", "__pydantic_private__")
+
+
+def model_state_missing(slots: tuple[str, ...], state: dict[str, Any]) -> list[str]:
+    """The parts of a model's state that BaseModel (its `slots`, and what `__getstate__` gave: `state`) no longer
+    keeps as this module reads them."""
+    return [f"BaseModel.{name}" for name in MODEL_STATE if name not in slots or name not in state]
+
+
+class _Probe(pydantic.BaseModel):
+    field: int = 0
+
+
+require("pydantic", "coordinator/cluster/wire.py (a model's state, read and set directly)",
+        model_state_missing(pydantic.BaseModel.__slots__, _Probe().__getstate__()))
 
 # msgpack extension type codes. A value with no parts (a UUID, a date) is one extension value. A value made of
 # other values (a tuple, an object's state) is an array headed by an extension value, its head, that says what to

@@ -7,7 +7,7 @@ from __future__ import annotations
 from storage import errors as storage_errors
 from storage.files import join
 
-from ..errors import BadRequest, NotFound, Unavailable
+from ..errors import BadRequest, Unavailable
 from .rules import FIRST_COMMIT_FILE
 
 
@@ -17,7 +17,7 @@ async def read_first_commit(files, location: str) -> bytes:
     log_file = join(location, "_delta_log", FIRST_COMMIT_FILE)
     try:
         return await files.read(log_file, within=location)
-    except (NotFound, storage_errors.FileMissing):
+    except storage_errors.FileMissing:
         raise BadRequest(f"not a Delta table: {log_file} does not exist; write version 0 at the staging "
                          f"location before creating the table") from None
     except storage_errors.FileRefused as exc:   # a FIFO, a link, too large: the client's file, not ours to read

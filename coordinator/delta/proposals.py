@@ -16,8 +16,9 @@ from ..crossable import crossing
 from ..decision import Change, Decision
 from ..name_limits import check_table_key
 from ..purges import delete_own_location
-from . import models as _models, rules, state as _state
+from . import models as _models, publishing, rules, state as _state
 from .models import CommitRequest, GetCommitsRequest, MetricsRequest
+from .rows import FORMAT, REPORTS
 from .rules import FullName
 from .state import DeltaTable, StagingTable, freeze, table_info
 
@@ -35,7 +36,7 @@ async def _forget_dropped(store, files, table_id: uuid.UUID, claim: PurgeClaim |
     "lifecycle (including deletion of files when dropped)" is the catalog's; an EXTERNAL table's files are the
     user's. A managed location is the table's own directory under the managed root (handed out by
     /staging-tables), so nothing else lives below it."""
-    await store.delete_delta_reports(table_id)
+    await store.delete_reports(REPORTS, table_id)
     if claim is not None:
         await delete_own_location(store, files, claim.location, claim.owner)
 
@@ -97,10 +98,12 @@ class Commit:
     request: CommitRequest
     max_unpublished: int
     now_ms: int
+    service_publishes: bool = False   # the service's `maintenance_publish_delta`: see publishing.unpublished_limit
 
     def decide(self, state: Any) -> Decision:
         table = rules.require_table(state, self.request.table_id)
-        new = rules.decide_commit(table, self.request, max_unpublished=self.max_unpublished, now_ms=self.now_ms)
+        limit = publishing.unpublished_limit(table, self.max_unpublished, self.service_publishes)
+        new = rules.decide_commit(table, self.request, max_unpublished=limit, now_ms=self.now_ms)
         if new is table:
             return Decision(table)
         if new.last == table.last:   # a backfill reported: no new version, nothing for the feed
@@ -171,11 +174,11 @@ class Locate:
 def feed_change(what: str, table: DeltaTable) -> Change:
     """The commit feed's `delta.table.<what>`: the table's latest ratified version (null while the catalog
     coordinates none: an EXTERNAL table) and that commit's file."""
-    data: dict[str, Any] = {"format": "delta", "version": table.last if table.last >= 0 else None}
+    data: dict[str, Any] = {"format": FORMAT, "version": table.last if table.last >= 0 else None}
     if table.newest is not None and table.newest["version"] == table.last:
         staged = "_delta_log" if table.last == 0 else "_delta_log/_staged_commits"   # 0.json is published at once
         data["commit-file"] = join(table.location, staged, table.newest["file_name"])
-    return Change(f"delta.table.{what}", data)
+    return Change(f"{FORMAT}.table.{what}", data)
 
 
 # What a Delta request carries to its table's owner in a cluster, and the owner's answers (coordinator/crossable).

@@ -1,13 +1,6 @@
-"""Unity Catalog for Delta: catalogs, schemas, tables, staging, commits, credentials and metrics, as `api/delta.py`
-calls them. Names are resolved here and requests handed to the table actors as proposals (`proposals.py`).
-
-Where things live (all realm-separated from Iceberg and Lance):
-- a catalog is a `namespaces` row (realm "uc-catalog", catalog "", path <name>);
-- a schema is a `namespaces` row (realm "uc", catalog <catalog>, path <schema>);
-- a table is a `tables` row (realm "uc", catalog, namespace <schema>, name), format "delta";
-- a staging table is a `tables` row under a reserved catalog name no UC name can spell, named by its id.
-  `POST /tables` renames that row into place, so the table keeps the staging id (which `0.json` records as
-  `io.unitycatalog.tableId`) and the unique (catalog, schema, name) index is the create's compare-and-set.
+"""Unity Catalog for Delta: catalogs, schemas, tables, staging, commits, credentials and metrics, as `api/delta/`
+calls them. Names resolve to table ids through `coordinator.names`, and requests are handed to the table actors as
+proposals (`proposals.py`). Where things live in the store (all realm-separated from the other formats): `rows.py`.
 
 Every ratified commit is a row of the commit log keyed by version, written in the same statement as the
 table row that advances `last`; the actor keeps the unpublished ones in memory, so GET commits never reads
@@ -19,7 +12,7 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlparse
 
 from storage import errors as storage_errors
@@ -31,8 +24,9 @@ from ..credentials import VENDED_KEYS_TTL_S, vendable_s3_keys
 from ..decision import PlannedPart
 from .. import name_limits, reports
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, CatalogExists, CatalogNotEmpty, CommitConflict,
-                      CoordinatorError, NamespaceExists, NamespaceNotEmpty, NoSuchCatalog, NoSuchNamespace, NoSuchTable,
-                      NotEmpty, NotFound, TableExists, VersionPublished, from_storage)
+                      NamespaceExists, NamespaceNotEmpty, NoSuchCatalog, NoSuchNamespace, NoSuchTable, NotEmpty,
+                      NotFound, TableExists, VersionPublished, from_storage)
+from ..names import Names
 from ..paging import decode_page_token, one_more, page
 from . import rules
 from .columns import column_infos
@@ -43,17 +37,14 @@ from .models import (CommitRequest, CreateCatalog, CreateSchema, CreateStagingTa
 from .proposals import (CheckMetrics, CheckStaging, Commit, CreateFromStaging, DropTable, GetCommits, LoadTable, Locate,
                         feed_change)
 from .rules import FullName
-from .state import DeltaTable, StagingTable, freeze, load_state, owned, table_info
+from .rows import CATALOG_REALM, FORMAT, REALM, REPORTS, STAGING_CATALOG
+from .state import DeltaTable, StagingTable, freeze, owned, table_info
 
-REALM = "uc"
-CATALOG_REALM = "uc-catalog"
-STAGING_CATALOG = "\x1estaging"  # control characters are not allowed in UC names, so no catalog collides
-FORMAT = "delta"
+if TYPE_CHECKING:
+    from ..format import Services
+
 MANAGED_DIR = "__unitystorage"
 # The service has no authentication yet; UC requires owner fields, so they name nobody in particular.
-
-# What a store call may raise while storage moves to its own errors: caught together, read through from_storage.
-STORE_ERRORS = (CoordinatorError, storage_errors.StorageError)
 
 
 def now_ms() -> int:
@@ -105,22 +96,25 @@ def _nothing(reply: object) -> dict:
     return {}
 
 
+def _gone(full: FullName) -> NoSuchTable:
+    return NoSuchTable(f"Table does not exist: {'.'.join(full)}")
+
+
 class DeltaService:
-    def __init__(self, coordinator):
-        self.c = coordinator
-        self.config = coordinator.config
-        self.store = coordinator.store
-        self.registry = coordinator.registry
-        self.files = coordinator.files
-        self._securables: dict[uuid.UUID, Resource] = {}
-        self.registry.register_format(FORMAT, self._load_state)
+    def __init__(self, services: Services):
+        self.services = services
+        self.config = services.config
+        self.store = services.store
+        self.registry = services.registry
+        self.files = services.files
+        self.names: Names[FullName, uuid.UUID] = Names(self.registry, self._find, _gone)
+        # A table's id -> its place for access checks. Only the Delta API v1.0's renameTable changes the name an id
+        # carries, and it forgets the id here (coordinator/delta/v1/service.py).
+        self.securables: Names[uuid.UUID, Resource] = Names(self.registry, self._securable_of, _gone)
 
     @property
     def managed_root(self) -> str:
         return join(self.config.warehouse_uri, MANAGED_DIR, "tables")
-
-    async def _load_state(self, row: TableRow) -> StagingTable | DeltaTable:
-        return await load_state(self.store, row)
 
     # -- catalogs ----------------------------------------------------------------------------------------------
 
@@ -133,7 +127,7 @@ class DeltaService:
             entry["storage_root"] = root
         try:
             await self.store.create_namespace(CATALOG_REALM, "", name, entry)
-        except STORE_ERRORS as exc:
+        except storage_errors.StorageError as exc:
             if isinstance(from_storage(exc), AlreadyExists):
                 raise CatalogExists(f"Catalog already exists: {name}") from None
             raise
@@ -163,7 +157,7 @@ class DeltaService:
             updates["properties"] = body.properties
         try:
             before = await self.store.update_namespace_properties(realm, catalog, name, [], updates)
-        except STORE_ERRORS as exc:
+        except storage_errors.StorageError as exc:
             if isinstance(from_storage(exc), NotFound):
                 return None
             raise
@@ -201,7 +195,7 @@ class DeltaService:
         """Drop a catalog's or schema's row; the store's refusals in UC's terms (`missing`, `refilled`)."""
         try:
             await self.store.drop_namespace(realm, catalog, name, **options)
-        except STORE_ERRORS as exc:
+        except storage_errors.StorageError as exc:
             err = from_storage(exc)
             if isinstance(err, NotFound):
                 raise missing from None
@@ -220,7 +214,7 @@ class DeltaService:
             # The catalog's row is locked until the schema is in: a concurrent catalog delete sees it, or wins.
             await self.store.create_namespace(REALM, body.catalog_name, name, entry,
                                               parent=(CATALOG_REALM, "", body.catalog_name))
-        except STORE_ERRORS as exc:
+        except storage_errors.StorageError as exc:
             err = from_storage(exc)
             if isinstance(err, NotFound):
                 raise NoSuchCatalog(f"Catalog does not exist: {body.catalog_name}") from None
@@ -279,7 +273,7 @@ class DeltaService:
         are written with), spelled as the warehouse spells it."""
         _refuse_unsafe(root)
         root = rules.normalize_uri(root.rstrip("/"))
-        warehouse = self.c.warehouses.containing(root)
+        warehouse = self.services.warehouses.containing(root)
         if warehouse is None:
             raise BadRequest(f"storage_root {root!r} must lie within a warehouse (GET /api/coordinator/v1/"
                              f"warehouses lists them; create one at that location first)")
@@ -294,7 +288,7 @@ class DeltaService:
         table_id = uuid.uuid4()
         location = join(await self._managed_root(body.catalog_name), str(table_id))
         staging = StagingTable(table_id, body.catalog_name, body.schema_name, body.name, location, now_ms(),
-                               schema_id)
+                               schema_id, CALLER.get())
         row = TableRow(table_id=table_id, realm=REALM, catalog=STAGING_CATALOG, namespace="", name=str(table_id),
                        format=FORMAT, location=location)
         await self.registry.create(row, state=staging, row_state=staging.row_state())
@@ -341,6 +335,7 @@ class DeltaService:
         except NoSuchNamespace:
             await self.get_schema(body.catalog_name, body.schema_name)  # the schema may have gone since we looked
             raise
+        self.names.remember(full, table_id)
         return dict(table.info)
 
     async def _create_external(self, body: CreateTable, full: FullName, columns: list[dict]) -> dict[str, Any]:
@@ -353,7 +348,7 @@ class DeltaService:
         if rules.is_within(join(self.config.warehouse_uri, MANAGED_DIR), location):
             raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must not be inside the managed "
                              f"storage root")
-        if self.c.auth is not None:
+        if self.services.auth is not None:
             await self._refuse_in_a_warehouse(location)
         table_id = uuid.uuid4()
         info = table_info(table_id, full, "EXTERNAL", body.data_source_format, columns, location, body.comment,
@@ -364,10 +359,9 @@ class DeltaService:
         try:
             await self.registry.create(row, state=table, row_state=table.row_state(),
                                        changes=[feed_change("created", table)])
-        except STORE_ERRORS as exc:
-            if isinstance(from_storage(exc), NotFound):
-                raise NoSuchNamespace(f"Schema does not exist: {full[0]}.{full[1]}") from None
-            raise
+        except NotFound:   # (the create's only not-found: its schema was dropped meanwhile)
+            raise NoSuchNamespace(f"Schema does not exist: {full[0]}.{full[1]}") from None
+        self.names.remember(full, table_id)
         return dict(table.info)
 
     async def _refuse_in_a_warehouse(self, location: str) -> None:
@@ -376,21 +370,23 @@ class DeltaService:
         though a Delta grant does not reach it. Every warehouse, as the database has them now (in a cluster,
         another member may have just created one)."""
         if self.config.cluster:
-            await self.c.warehouses.load()
-        for w in self.c.warehouses.all():
+            await self.services.warehouses.load()
+        for w in self.services.warehouses.all():
             if rules.is_within(w.location, location) or rules.is_within(location, w.location):
                 raise BadRequest(f"storage_location {location!r} of an EXTERNAL table must lie outside every "
                                  f"warehouse while authentication is on (it overlaps warehouse {w.name!r})")
 
-    async def _resolve(self, full: FullName) -> uuid.UUID:
+    async def _find(self, full: FullName) -> uuid.UUID:
+        """The id of the table named `full`, from the store (`self.names` caches it): NoSuchTable, or the error of
+        the level that is missing."""
         row = await self.store.find_table(REALM, *full)
         if row is None:
             await self.get_schema(full[0], full[1])  # say which level is missing
-            raise NoSuchTable(f"Table does not exist: {'.'.join(full)}")
+            raise _gone(full)
         return row.table_id
 
     async def get_table(self, full: FullName) -> dict[str, Any]:
-        table = await self.registry.submit(await self._resolve(full), LoadTable(full))
+        table = await self.names.submit(full, lambda: LoadTable(full))
         return dict(table.info)
 
     async def list_tables(self, catalog: str, schema: str, page_token: str | None,
@@ -402,36 +398,33 @@ class DeltaService:
         return [dict(r.state["info"]) for r in rows if "info" in r.state], nxt
 
     async def delete_table(self, full: FullName) -> None:
-        table_id = await self._resolve(full)
-        await self.registry.submit(table_id, DropTable(full, self.store, self.files))
+        await self.names.submit(full, lambda: DropTable(full, self.store, self.files))
+        self.names.forget(full)
 
     async def securable(self, raw_table_id: str) -> Resource:
-        """The table's place for access checks: ("delta", catalog, schema, Table(name)). A table's id never changes its
-        name (Unity Catalog has no rename here), so the answer is cached. An unknown id (or another protocol's
-        table's: its name must not show in a Delta answer) is placed at the root: only a Delta-wide grant lets such
-        a request through (to its 404)."""
-        table_id = parse_table_id(raw_table_id)
-        found = self._securables.get(table_id)
-        if found is None:
-            row = await self.store.get_table(table_id)
-            if row is None or row.realm != REALM:  # an Iceberg or Lance table's id is no Delta table: unknown
-                return ("delta",)
-            if row.catalog == STAGING_CATALOG:
-                s = row.state.get("staging", {})
-                found = table_securable(("delta", s.get("catalog_name", ""), s.get("schema_name", "")),
-                                        s.get("name", ""))
-            else:
-                found = table_securable(("delta", row.catalog, row.namespace), row.name)
-            if len(self._securables) >= 100_000:
-                self._securables.clear()
-            self._securables[table_id] = found
-        return found
+        """The table's place for access checks: (FORMAT, catalog, schema, Table(name)), cached (`self.securables`).
+        An unknown id (or another protocol's table's: its name must not show in a Delta answer) is placed at the
+        root, and not remembered: only a Delta-wide grant lets such a request through (to its 404)."""
+        try:
+            return await self.securables.ref(parse_table_id(raw_table_id))
+        except NoSuchTable:
+            return (FORMAT,)
+
+    async def _securable_of(self, table_id: uuid.UUID) -> Resource:
+        row = await self.store.get_table(table_id)
+        if row is None or row.realm != REALM:  # another format's table's id is no Delta table: unknown
+            raise NoSuchTable(f"Table does not exist: {table_id}")
+        if row.catalog == STAGING_CATALOG:
+            s = row.state.get("staging", {})
+            return table_securable((FORMAT, s.get("catalog_name", ""), s.get("schema_name", "")), s.get("name", ""))
+        return table_securable((FORMAT, row.catalog, row.namespace), row.name)
 
     # -- commits -----------------------------------------------------------------------------------------------
 
     async def plan_commit(self, req: CommitRequest) -> PlannedPart:
         """A commit as a part of a commit that spans tables (a cross-format commit): it answers with nothing."""
-        proposal = Commit(req, self.config.delta_max_unpublished_commits, now_ms())
+        proposal = Commit(req, self.config.delta_max_unpublished_commits, now_ms(),
+                          service_publishes=self.config.maintenance_publish_delta)
         return PlannedPart(parse_table_id(req.table_id), proposal, _nothing)
 
     async def commit(self, req: CommitRequest) -> None:
@@ -467,7 +460,7 @@ class DeltaService:
 
     def _s3_keys(self, location: str):
         # Normalized first: Delta's Hadoop client spells the warehouse's s3:// as s3a://.
-        return vendable_s3_keys(self.c.warehouses, self.c.auth is not None, rules.normalize_uri(location))
+        return vendable_s3_keys(self.services.warehouses, self.services.auth is not None, rules.normalize_uri(location))
 
     async def write_metrics(self, req: MetricsRequest) -> None:
         """Keep a commit's metrics (bounded: coordinator/reports.py)."""
@@ -476,10 +469,8 @@ class DeltaService:
         report = req.report.commit_report if req.report is not None else None
         if report is None:
             return
-        payload = report.model_dump(exclude_none=True)
-        reports.check_size(payload, self.config.metrics_report_max_bytes)
-        await self.store.add_delta_report(table_id, report.commit_version, payload,
-                                          self.config.metrics_reports_per_table)
+        await reports.keep(self.store, self.config, REPORTS, table_id, report.commit_version,
+                           report.model_dump(exclude_none=True))
 
 
 def _expiration_ms() -> int:

@@ -2,12 +2,12 @@
 
 A UC table is a `tables` row whose `state` is either `{"staging": ...}` (allocated by `POST /staging-tables`, not yet
 a table) or `{"info", "last", "published"}` (a table: its catalog entry and the commit coordinator's versions). The
-ratified commits not yet published live in the commit log, keyed by version; `load_state` reads them back.
+ratified commits not yet published live in the commit log, keyed by version; `rows.load` reads them back.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping
 from uuid import UUID
@@ -26,11 +26,12 @@ class StagingTable:
     location: str
     created_at: int
     schema_id: str | None = None   # the schema it was allocated in; None in rows written before it was kept
+    created_by: str | None = None  # who allocated it: only they may finalize it (v1.0); None in older rows
 
     def row_state(self) -> dict[str, Any]:
         return {"staging": {"catalog_name": self.catalog_name, "schema_name": self.schema_name,
                             "name": self.name, "location": self.location, "created_at": self.created_at,
-                            "schema_id": self.schema_id}}
+                            "schema_id": self.schema_id, "created_by": self.created_by}}
 
 
 @dataclass(frozen=True)
@@ -100,18 +101,3 @@ def catalog_view(row: TableRow) -> DeltaTable | None:
         return None
     converted = freeze(dict(s["converted"])) if "converted" in s else None
     return DeltaTable(row.table_id, freeze(dict(s["info"])), s["last"], s["published"], (), None, converted)
-
-
-async def load_state(store, row: TableRow) -> StagingTable | DeltaTable:
-    """The state of a table row, with its unpublished commits (and the newest one) read from the commit log."""
-    s = row.state
-    if "staging" in s:
-        st = s["staging"]
-        return StagingTable(row.table_id, st["catalog_name"], st["schema_name"], st["name"], st["location"],
-                            st["created_at"], st.get("schema_id"))
-    last, published = s["last"], s["published"]
-    entries = await store.read_log(row.table_id, start=published) if last >= 0 else []
-    unpublished = tuple(e.payload for e in entries if e.version > published)
-    newest = next((e.payload for e in entries if e.version == last), None)
-    table = catalog_view(row)
-    return replace(table, unpublished=unpublished, newest=newest)

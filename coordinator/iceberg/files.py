@@ -24,7 +24,7 @@ from storage.errors import FileMissing, FileRefused
 from storage.files import NOT_A_FILE, FileIO, is_below, is_within
 from storage.records import TableRow
 
-from coordinator.errors import BadRequest, NotFound
+from coordinator.errors import BadRequest
 
 from .state import IcebergTable, TableIdent, UnreadableTable, expand, ident_of
 
@@ -56,7 +56,7 @@ async def read_table(files: FileIO, row: TableRow) -> IcebergTable | UnreadableT
     except (FileMissing, orjson.JSONDecodeError) as exc:
         log.error("table %s.%s: metadata file %s cannot be read: %s", row.namespace, row.name, location, exc)
         return UnreadableTable(ident_of(row), location,
-                               "missing" if isinstance(exc, (NotFound, FileMissing)) else "not valid JSON")
+                               "missing" if isinstance(exc, FileMissing) else "not valid JSON")
 
 
 async def read_registered(files: FileIO, metadata_location: str, within: str) -> dict[str, Any]:

@@ -31,8 +31,8 @@ from .files import delete_after_commit, gc_enabled, reachable_files, metadata_fi
 from . import changes as _changes, manifest_lists as _manifest_lists, models as _models, state as _state
 from .rules import apply_commit, apply_view_commit, views as _views
 from .rules.catalog import check_moved
-from .state import FORMAT, REALM, VIEW_FORMAT, IcebergTable, TableIdent, UnreadableTable, row_state, \
-    serialize_metadata
+from .rows import FORMAT, REALM, VIEW_FORMAT
+from .state import IcebergTable, TableIdent, UnreadableTable, row_state, serialize_metadata
 
 
 def now_ms() -> int:
@@ -228,8 +228,8 @@ def kind_of(metadata: dict[str, Any]) -> str:
 def feed_change(kind: str, what: str, metadata_location: str, extra: dict[str, Any] | None = None) -> Change:
     """The commit feed's event: `iceberg.table.committed` (or `.view.`, `.created`, ...), with the number in the
     metadata file's name as the version."""
-    return Change(f"iceberg.{kind}.{what}", {"format": "iceberg", "version": max(metadata_version(metadata_location), 0),
-                                            "metadata-location": metadata_location, **(extra or {})})
+    return Change(f"{FORMAT}.{kind}.{what}", {"format": FORMAT, "version": max(metadata_version(metadata_location), 0),
+                                             "metadata-location": metadata_location, **(extra or {})})
 
 
 def main_moved(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

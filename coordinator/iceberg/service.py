@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import replace
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import orjson
 
 from storage.errors import NamespaceMissing
 from storage.files import is_below, is_within, join, path_segment
-from storage.records import NAMESPACE_SEP, TableRow, join_namespace
+from storage.records import NAMESPACE_SEP, join_namespace
 
 from coordinator.credentials import vendable_s3_keys
 from coordinator.decision import PlannedPart
@@ -32,12 +32,16 @@ from coordinator.placement import check_namespace_directory_free, check_no_names
 
 from . import rebase
 from .changes import SetLocationUpdate
-from .files import reachable_files, read_registered, read_table
+from .files import read_registered
 from .models import answer_json
 from .proposals import CommitTable, DropTable, LoadTable, RenameTable, ReplaceView, creation, idempotency_record, now_ms
 from .rules import apply_commit, check_requirements, check_view_requirements, new_table_metadata, new_view_metadata
 from .rules.catalog import check_name, check_namespace, creates_table, format_version, location_refused, name_taken
-from .state import COMPACTION, FORMAT, REALM, VIEW_FORMAT, IcebergTable, TableIdent, UnreadableTable
+from .rows import FORMAT, REALM, REPORTS
+from .state import IcebergTable, TableIdent
+
+if TYPE_CHECKING:
+    from coordinator.format import Services
 
 log = logging.getLogger(__name__)
 
@@ -70,29 +74,23 @@ def storage_credentials(location: str, keys) -> list[dict[str, Any]]:
 
 
 class IcebergService:
-    def __init__(self, coordinator):
-        self.c = coordinator
-        self.store = coordinator.store
-        self.registry = coordinator.registry
-        self.files = coordinator.files
-        self.registry.register_format(FORMAT, self._load_state, COMPACTION)
-        self.registry.register_format(VIEW_FORMAT, self._load_state, COMPACTION)
-        self.registry.register_purge_listing(reachable_files)
+    def __init__(self, services: Services):
+        self.services = services
+        self.store = services.store
+        self.registry = services.registry
+        self.files = services.files
         # (ident, kind) -> table id: a table and a view may not share a name, but a name looked up as one kind
         # must not find the other
         self.names: Names[tuple[TableIdent, str], uuid.UUID] = Names(self.registry, self._find, _gone)
 
     @property
     def warehouse(self) -> str:
-        return self.c.config.warehouse_uri
+        return self.services.config.warehouse_uri
 
     def root(self, catalog: str) -> str:
         """Where a catalog prefix's tables lie: the root of the warehouse it names, else the default warehouse
         (whose prefixes each have a directory there, `namespace_dir`)."""
-        return self.c.warehouses.root(catalog) or self.warehouse
-
-    async def _load_state(self, row: TableRow) -> IcebergTable | UnreadableTable:
-        return await read_table(self.files, row)
+        return self.services.warehouses.root(catalog) or self.warehouse
 
     # -- namespaces --------------------------------------------------------------------------------------------
 
@@ -209,7 +207,7 @@ class IcebergService:
         # Names become directory names only through path_segment: a namespace `..` or a prefix `%2e%2e` must not
         # lead out of the warehouse, and `?` or `#` must not cut the URI short. A prefix's directory ends in `~`,
         # which no namespace level's does: prefix `x` with namespace `n` and namespace `x.n` are two places.
-        own_root = self.c.warehouses.root(ident.catalog)
+        own_root = self.services.warehouses.root(ident.catalog)
         if own_root is not None:   # a warehouse's prefix: its namespaces are the top directories of its root
             return join(own_root, *(path_segment(level) for level in ident.namespace))
         prefix = [path_segment(ident.catalog) + "~"] if ident.catalog else []
@@ -230,7 +228,7 @@ class IcebergService:
         root = self.root(ident.catalog if ident is not None else catalog or "")
         if not is_below(root, location):
             raise location_refused(location, root)
-        if ident is not None and self.c.auth is not None:
+        if ident is not None and self.services.auth is not None:
             own = self.namespace_dir(ident)
             if not is_below(own, location):
                 raise BadRequest(f"location {location!r} must lie inside {own}, the directory of the namespace "
@@ -242,8 +240,9 @@ class IcebergService:
         """A location the client chose: `check_location`, and neither a namespace's directory nor one holding such
         a directory (coordinator/placement.py), where every table placed by default would overlap it."""
         location = self.check_location(location, ident)
-        await check_no_namespace_inside(self.store, self.root(ident.catalog), location, ident.catalog,
-                                        own_root=self.c.warehouses.root(ident.catalog) is not None)
+        own_root = self.services.warehouses.root(ident.catalog) is not None
+        await check_no_namespace_inside(self.store, self.services.formats, self.root(ident.catalog), location,
+                                        own=(REALM, ident.catalog), own_root=ident.catalog if own_root else None)
         return location
 
     async def _check_creatable(self, ident: TableIdent) -> None:
@@ -258,7 +257,7 @@ class IcebergService:
         table_uuid = str(uuid.uuid4())
         owns = not location
         location = await self._check_chosen(location, ident) if location else self.default_location(ident, table_uuid)
-        properties = rebase.with_default(properties, self.c.config.rebase_appends)
+        properties = rebase.with_default(properties, self.services.config.rebase_appends)
         metadata = new_table_metadata(location=location, schema=schema, partition_spec=partition_spec,
                                       sort_order=write_order, properties=properties,
                                       format_version=format_version(properties), table_uuid=table_uuid,
@@ -279,7 +278,7 @@ class IcebergService:
         except AlreadyExists:
             row = await self.store.find_table(REALM, ident.catalog, ident.ns_path, ident.name)
             raise name_taken(row, ident, kind) from None
-        except (NotFound, NamespaceMissing):   # the create's only not-found: its namespace was dropped meanwhile
+        except NotFound:   # the create's only not-found: its namespace was dropped meanwhile
             raise _no_namespace(ident.namespace) from None
         self.names.remember((ident, kind), new.row.table_id)
         return new.state
@@ -322,7 +321,7 @@ class IcebergService:
                 read[needed.part] = await rebase.read_for_rebase(self.files, needed, read.get(needed.part))
                 continue
             if read:
-                self.c.metrics.rebased.inc(len(read))
+                self.services.metrics.rebased.labels(FORMAT).inc(len(read))
             return answer
 
     async def _check_relocation(self, ident: TableIdent, requirements: list, updates: list,
@@ -358,7 +357,7 @@ class IcebergService:
         generated = str(uuid.uuid4())
         metadata = apply_commit(None, requirements, updates, base_location=None, now_ms=now_ms(),
                                 table_uuid=generated)
-        metadata["properties"] = rebase.with_default(metadata["properties"], self.c.config.rebase_appends)
+        metadata["properties"] = rebase.with_default(metadata["properties"], self.services.config.rebase_appends)
         if not metadata.get("location"):
             # Named after the uuid generated here, never one the client assigned: a table dropped without purge
             # may have left its files in the directory named after its own.
@@ -428,14 +427,16 @@ class IcebergService:
 
     async def report_metrics(self, ident: TableIdent, report: dict[str, Any]) -> None:
         """Keep a scan or commit report (bounded: coordinator/reports.py)."""
-        await reports.keep_iceberg_report(self.store, self.c.config, await self._resolve(ident), report)
+        await reports.keep(self.store, self.services.config, REPORTS, await self._resolve(ident), report["report-type"],
+                           report)
 
     async def credentials(self, ident: TableIdent) -> list[dict[str, Any]]:
         """Vended storage credentials: none for local warehouses; the configured static S3 keys for s3://, but only
         while authentication is off. They are the service's own keys to the whole warehouse, so with grants in
         force they would let a reader of one table write or delete every other: clients then bring their own."""
         location = (await self.load_table(ident)).metadata["location"]
-        return storage_credentials(location, vendable_s3_keys(self.c.warehouses, self.c.auth is not None, location))
+        keys = vendable_s3_keys(self.services.warehouses, self.services.auth is not None, location)
+        return storage_credentials(location, keys)
 
     async def drop_table(self, ident: TableIdent, purge: bool, idempotency_key: IdempotencyKey | None = None) -> None:
         await self._submit(ident, lambda: DropTable(ident, purge, self.files, idempotency_key, self.root(ident.catalog),

@@ -1,5 +1,5 @@
 """An Iceberg table's (or view's) in-memory state, as its actor holds it: value types, the serialized metadata
-kept with them, and the table row's form of it (`row_state`, `expand`, the idle `COMPACTION`).
+kept with them, and the table row's form of it (`row_state`, `expand`).
 """
 
 from __future__ import annotations
@@ -13,13 +13,7 @@ import orjson
 
 from storage.records import TableRow, join_namespace, split_namespace
 
-from coordinator.decision import Compaction
 from coordinator.errors import Unavailable
-
-REALM = "iceberg"
-FORMAT = "iceberg"
-VIEW_FORMAT = "iceberg-view"
-
 
 @dataclass(frozen=True)
 class TableIdent:
@@ -189,9 +183,3 @@ class UnreadableTable:
         # (reload: the actor reads the file again before a later request, so a restored file serves at once)
         return Unavailable(f"table {self.ident}'s metadata file {self.metadata_location} cannot be read "
                            f"({self.reason}): restore the file, or drop the table", retry_after_s=30, reload=True)
-
-
-# An idle table keeps only its metadata file's bytes (a tenth of the parsed dict's size); an unreadable one is
-# not kept (None), so that a restored file is read again.
-COMPACTION = Compaction(compact=lambda t: t.metadata_json if isinstance(t, IcebergTable) else None, expand=expand)
-

@@ -21,7 +21,7 @@ import trio
 from storage import errors as storage_errors
 from storage.files import NOT_A_FILE, FileIO, join, local_path, to_local_path
 
-from ..errors import BadRequest, NotFound, from_storage
+from ..errors import from_storage
 from .layout import (NAMING_SCHEMES, VERSIONS_DIR, is_lances, is_staged, manifest_uri, show, staged_ahead,
                      version_of_manifest_name)
 
@@ -38,7 +38,7 @@ async def read_staged(files: FileIO, location: str, uri: str) -> bytes | None:
     version is recorded); None if it does not exist (a link planted there is refused)."""
     try:
         return await files.read_durable(uri, within=location)
-    except (NotFound, storage_errors.FileMissing):
+    except storage_errors.FileMissing:
         return None
     except storage_errors.FileRefused as exc:   # not a file, or reached through a link: the request's fault
         raise from_storage(exc) from None
@@ -165,7 +165,7 @@ async def restore_final_manifests(files: FileIO, state: LanceTable) -> None:
         if v.staging_uri not in (None, v.manifest_uri):   # a final name the client handed in has no copy
             try:
                 data = await files.read(v.staging_uri, within=state.location)
-            except (NotFound, BadRequest, storage_errors.FileMissing, storage_errors.FileRefused):
+            except (storage_errors.FileMissing, storage_errors.FileRefused):
                 pass   # (gone, or not a file: a link, say)
         if data is None or len(data) != v.size or hashlib.sha256(data).hexdigest() != v.sha256:
             log.error("table %s: version %d's manifest %s is missing and %s holds no copy of it",

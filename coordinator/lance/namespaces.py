@@ -1,5 +1,5 @@
-"""Lance namespaces: rows of the shared `namespaces` table in realm "lance" (catalog ""), separate from Iceberg's
-and Unity Catalog's. A cascading drop drops the tables through the service (their actors), then the namespaces.
+"""Lance namespaces: rows of the shared `namespaces` table in Lance's realm (catalog "": rows.py), separate from the
+other formats'. A cascading drop drops the tables through the service (their actors), then the namespaces.
 """
 
 from __future__ import annotations
@@ -13,18 +13,17 @@ from storage.interface import Store
 from storage.records import join_namespace, split_namespace
 
 from .. import name_limits
-from ..errors import (AlreadyExists, BadRequest, CommitConflict, NamespaceExists, NamespaceNotEmpty,
-                      NamespaceRefilled, NoSuchNamespace, NotEmpty, NotFound, from_storage)
+from ..errors import (BadRequest, CommitConflict, NamespaceExists, NamespaceNotEmpty, NamespaceRefilled,
+                      NoSuchNamespace, NotFound, from_storage)
 from ..paging import decode_page_token, one_more, page
 from ..placement import check_namespace_directory_free
 from ..warehouses import DEFAULT as DEFAULT_WAREHOUSE
 from ..warehouses import Warehouses, how_to_create
 from .layout import show
 from .models import Page, parse_mode
+from .rows import CATALOG, REALM
 from .rules import Ident, check_levels
 
-REALM = "lance"
-CATALOG = ""
 WAREHOUSE_PROPERTY = "warehouse"   # a top-level namespace's tables go to this warehouse's root
 CASCADE_ROUNDS = 10   # a cascade drop drops the tables declared while it ran this many times before giving up
 
@@ -115,17 +114,12 @@ class LanceNamespaces:
         return props
 
     async def _store_create_namespace(self, ns: Ident, props: dict[str, str]) -> None:
-        """The store's create, its refusals as the typed errors they mean here: the name is taken, or the parent
-        namespace is gone (storage's own errors through `from_storage`; the untyped domain ones the store raised
-        before it had its own, by what they can only mean here)."""
+        """The store's create, its refusals as the typed errors they mean (`from_storage`): the name is taken, or
+        the parent namespace is gone."""
         try:
             await self.store.create_namespace(REALM, CATALOG, join_namespace(ns), props, parent=_parent(ns))
         except storage_errors.StorageError as exc:
             raise from_storage(exc) from None
-        except AlreadyExists as exc:
-            raise NamespaceExists(exc.message) from None
-        except NotFound as exc:
-            raise NoSuchNamespace(exc.message) from None
 
     async def describe(self, ns: Ident) -> dict[str, str]:
         check_levels(ns, "namespace")
@@ -165,17 +159,13 @@ class LanceNamespaces:
         return props
 
     async def _store_drop_namespace(self, ns: Ident, cascade: bool = False) -> None:
-        """The store's drop, its refusals as the typed errors they mean here (as `_store_create_namespace`)."""
+        """The store's drop, its refusals as the typed errors they mean (`from_storage`): the namespace is gone, or
+        not empty (a cascade refuses only for tables created while it ran: NamespaceRefilled)."""
         try:
             await self.store.drop_namespace(REALM, CATALOG, join_namespace(ns), cascade=cascade)
             self._warehouse_of.pop(ns[0], None)
         except storage_errors.StorageError as exc:
             raise from_storage(exc) from None
-        except NotFound as exc:
-            raise NoSuchNamespace(exc.message) from None
-        except NotEmpty as exc:
-            # (a cascade refuses only for tables created while it ran)
-            raise (NamespaceRefilled if cascade else NamespaceNotEmpty)(exc.message) from None
 
     async def _drop_cascading(self, ns: Ident) -> None:
         """Spec, Cascade: "all tables and child namespaces in the namespace are dropped before the namespace is

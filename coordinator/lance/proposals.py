@@ -28,6 +28,7 @@ from ..purges import purge_after_drop
 from . import models as _models, rules, state as _state
 from .files import own_files
 from .layout import manifest_uri, own_files_claim
+from .rows import FORMAT
 from .state import LanceTable, TableVersion, in_ranges
 
 log = logging.getLogger(__name__)
@@ -248,10 +249,10 @@ def feed_change(what: str, state: LanceTable, version: TableVersion | None = Non
     """The commit feed's `lance.table.<what>`: the version (the table's latest when not given; a declared table's
     is 0) and its manifest."""
     version = version or state.latest
-    data: dict[str, Any] = {"format": "lance", "version": version.version if version else state.high_water}
+    data: dict[str, Any] = {"format": FORMAT, "version": version.version if version else state.high_water}
     if version is not None:
         data["manifest"] = version.manifest_uri
-    return Change(f"lance.table.{what}", data)
+    return Change(f"{FORMAT}.table.{what}", data)
 
 
 # What a Lance request carries to its table's owner in a cluster, and the owner's answers (coordinator/crossable).

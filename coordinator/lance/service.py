@@ -1,6 +1,6 @@
 """The Lance Namespace service: namespaces in PostgreSQL, one table actor per table, versions in its commit log.
 
-Names live in realm "lance" (catalog ""), separate from Iceberg's and Unity Catalog's. Namespaces are rows of
+Names live in Lance's realm (catalog "": rows.py), separate from the other formats'. Namespaces are rows of
 the shared `namespaces` table; a table is a `tables` row whose small state is its properties and version
 high-water mark, and whose versions are its commit-log entries (`coordinator.lance.state.TableVersion`).
 
@@ -15,14 +15,14 @@ import hashlib
 import logging
 import time
 import uuid
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import trio
 
 from storage.files import join, location_key, path_segment
 from storage.records import LogEntry, TableRow, join_namespace, split_namespace
 
-from ..decision import Compaction, NewTable, PlannedPart, Proposal
+from ..decision import NewTable, PlannedPart, Proposal
 from ..errors import (AlreadyExists, AppliedReplyLost, BadRequest, NoSuchNamespace, NoSuchTable, NoSuchVersion,
                       NotFound, Recount, TableExists, Unavailable)
 from ..names import Names
@@ -34,14 +34,17 @@ from . import files as lance_files, rules, state as lance_state
 from .batch import commit_batch
 from .layout import infer_scheme, is_staged, object_path, resolve_path, show
 from .models import CreateTableVersionEntry, CreateTableVersionRequest, Page, parse_mode
-from .namespaces import CATALOG, REALM, LanceNamespaces
+from .namespaces import LanceNamespaces
 from .proposals import CreateVersion, DeleteVersions, ReadTable, RemoveTable, feed_change
+from .rows import CATALOG, FORMAT, REALM
 from .rules import Ident, check_branch, check_table_ident
 from .state import INT64_MAX, LanceTable, TableRef, TableVersion
 
+if TYPE_CHECKING:
+    from ..format import Services
+
 log = logging.getLogger(__name__)
 
-FORMAT = "lance"
 VersionRequest = CreateTableVersionRequest | CreateTableVersionEntry   # a batch entry is read as a request
 
 
@@ -54,44 +57,19 @@ def _table_id(ref: TableRef) -> uuid.UUID:
 
 
 class LanceService:
-    def __init__(self, coordinator):
-        self.c = coordinator
-        self.store = coordinator.store
-        self.registry = coordinator.registry
-        self.files = coordinator.files
-        self.registry.register_format(FORMAT, self._load_state,
-                                      Compaction(compact=LanceTable.dormant, expand=lambda row, state: state))
-        self.registry.register_purge_listing(lance_files.own_files, names_directory=True)
+    def __init__(self, services: Services):
+        self.services = services
+        self.store = services.store
+        self.registry = services.registry
+        self.files = services.files
         # A table's name -> its id and location, cached; a proposal to a table gone meanwhile is handed over once
         # more under the name resolved afresh (it may have been declared again).
         self.names: Names[Ident, TableRef] = Names(self.registry, self._find, _gone, table_id=_table_id)
-        self.namespaces = LanceNamespaces(self.store, coordinator.warehouses, self.warehouse, self.drop_table)
+        self.namespaces = LanceNamespaces(self.store, services.warehouses, self.warehouse, self.drop_table)
 
     @property
     def warehouse(self) -> str:
-        return self.c.config.warehouse_uri
-
-    async def _load_state(self, row: TableRow) -> LanceTable:
-        entries = await self.store.read_log(row.table_id, limit=lance_state.log_entries_to_load(), descending=True)
-        state = lance_state.from_row(row, entries)
-        await lance_files.restore_final_manifests(self.files, state)
-        await self._remove_unrecorded_manifests(row, state)
-        return state
-
-    async def _remove_unrecorded_manifests(self, row: TableRow, state: LanceTable) -> None:
-        """Final manifests above the high-water mark were never recorded (lance_files.unrecorded_manifests). The
-        actor loads before serving and reloads after every failed write, so it removes them here: files for
-        versions above the high-water mark are in our table (a declared location must hold no manifests) and
-        were never acknowledged."""
-        orphans = await lance_files.unrecorded_manifests(self.files, state, self.c.config.lance_unrecorded_grace_s)
-        if not orphans:
-            return
-        # Wait out a transaction that may still be writing this row (a lost connection): its outcome decides
-        # whether these files are orphans. FOR UPDATE blocks until it has committed or rolled back.
-        current = await self.store.settled_row_version(row.table_id)
-        if current != row.row_version:
-            raise Unavailable(f"table {show(state.ident)} changed while it was loading; retry")
-        await lance_files.remove_unrecorded(self.files, state, orphans)
+        return self.services.config.warehouse_uri
 
     # -- namespaces (namespaces.py) ---------------------------------------------------------------------------
 
@@ -180,14 +158,15 @@ class LanceService:
     def check_location(self, location: str, ident: Ident) -> str:
         return rules.check_location(self.namespaces.root(ident[:-1]), location, self.namespace_dir(ident[:-1]),
                                     ident[:-1],
-                                    self.c.auth is not None)
+                                    self.services.auth is not None)
 
     async def check_no_namespace_inside(self, location: str) -> None:
-        warehouse = self.c.warehouses.containing(location)
+        warehouse = self.services.warehouses.containing(location)
         if warehouse is None or warehouse.name == DEFAULT_WAREHOUSE:
-            await check_no_namespace_inside(self.store, self.warehouse, location)
+            await check_no_namespace_inside(self.store, self.services.formats, self.warehouse, location)
         else:
-            await check_no_namespace_inside(self.store, warehouse.location, location, warehouse.name, own_root=True)
+            await check_no_namespace_inside(self.store, self.services.formats, warehouse.location, location,
+                                            own_root=warehouse.name)
 
     async def check_unused(self, location: str) -> None:
         """A declared table starts with no versions, so the location the client chose holds none, nor anyone
@@ -278,7 +257,7 @@ class LanceService:
         async def make(ref: TableRef) -> Proposal:
             # Only what lies in our warehouse is ours to delete; all of it only in the directory the service gave
             # the table (named after its id: nobody's but its own), else only Lance's own files (RemoveTable).
-            if self.c.warehouses.containing(ref.location) is None:
+            if self.services.warehouses.containing(ref.location) is None:
                 return RemoveTable()
             own = location_key(ref.location) == location_key(self.default_location(ident, ref.table_id))
             return RemoveTable(purge=ref.location, files=self.files, store=self.store, own_location=own)

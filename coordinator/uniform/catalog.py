@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
@@ -20,8 +20,10 @@ from coordinator import reports
 from coordinator.credentials import vendable_s3_keys
 from coordinator.delta import DeltaTable
 from coordinator.delta.proposals import LoadTable
+from coordinator.delta.rows import REALM as UC_REALM   # where Unity Catalog's tables live
 from coordinator.delta.state import catalog_view
 from coordinator.errors import BadRequest, NoSuchNamespace, NoSuchTable, Unavailable, Unsupported
+from coordinator.iceberg.rows import REPORTS as ICEBERG_REPORTS
 from coordinator.iceberg.service import storage_credentials
 from coordinator.iceberg.state import IcebergTable, TableIdent
 from coordinator.names import Names
@@ -30,13 +32,16 @@ from coordinator.paging import decode_page_token, page
 from .metadata import Kept, MetadataCache
 from .tables import Served, has_iceberg, served
 
+if TYPE_CHECKING:
+    from coordinator.delta.service import DeltaService
+    from coordinator.format import Services
+
 log = logging.getLogger(__name__)
 
 
 def _gone(full: tuple[str, str, str]) -> NoSuchTable:
     return NoSuchTable(f"Table does not exist: {full[1]}.{full[2]}")
 
-UC_REALM = "uc"             # where coordinator.delta keeps Unity Catalog's tables
 PREFIX_BASE = "catalogs/"   # Unity Catalog OSS: the prefix of catalog `c` is `catalogs/c`
 # Metadata files read from storage and checked at once (a worker thread each, holding the GIL while it parses):
 # what loads of tables whose file is not in memory may hold, whatever their number, is this many files.
@@ -44,21 +49,21 @@ READS_AT_ONCE = 2
 
 
 class UniformCatalog:
-    def __init__(self, coordinator):
-        self.c = coordinator
-        self.store = coordinator.store
-        self.files = coordinator.files
-        self.max_metadata_bytes = coordinator.config.uniform_max_metadata_bytes
+    def __init__(self, services: Services, delta: DeltaService):
+        self.services = services
+        self.delta = delta
+        self.store = services.store
+        self.files = services.files
+        self.max_metadata_bytes = services.config.uniform_max_metadata_bytes
         # The file each table is served from (each is written once: its name is its content), bounded by bytes.
-        self.kept = MetadataCache(coordinator.config.uniform_cache_bytes)
+        self.kept = MetadataCache(services.config.uniform_cache_bytes)
         self._reads = trio.CapacityLimiter(READS_AT_ONCE)
-        coordinator.metrics.add_gauges(lambda: {"coordinator_uniform_metadata_cached_bytes": self.kept.bytes})
+        services.metrics.add_gauges(lambda: {"coordinator_uniform_metadata_cached_bytes": self.kept.bytes})
         # (catalog, schema, table) -> the Delta table's id, cached: readers poll tables
-        self.names: Names[tuple[str, str, str]] = Names(coordinator.registry, self._find, _gone)
-
-    @property
-    def delta(self):
-        return self.c.delta
+        self.names: Names[tuple[str, str, str]] = Names(services.registry, self._find, _gone)
+        # Told of each table loaded here that this member owns: the service's own conversions (converter.py, which
+        # reads this catalog's metadata) queue it if it is behind.
+        self.loaded: Callable[[uuid.UUID, DeltaTable], None] | None = None
 
     # -- config and namespaces ---------------------------------------------------------------------------------
 
@@ -115,8 +120,8 @@ class UniformCatalog:
 
     async def load_table(self, ident: TableIdent) -> IcebergTable:
         table = await self._delta_table(ident)
-        if self.c.converter is not None and self.c.registry.owns(table.table_id):
-            self.c.converter.written(table.table_id, table)   # (a table created on another member, say)
+        if self.loaded is not None and self.services.registry.owns(table.table_id):
+            self.loaded(table.table_id, table)   # (a table created on another member, say)
         return await self._read(ident, table, served(table))
 
     async def metadata_file(self, table_id: uuid.UUID, location: str, within: str) -> bytes:
@@ -176,9 +181,10 @@ class UniformCatalog:
         off (see coordinator.credentials); only for a table the endpoint serves."""
         table = await self._delta_table(ident)
         served(table)
-        keys = vendable_s3_keys(self.c.warehouses, self.c.auth is not None, table.location)
+        keys = vendable_s3_keys(self.services.warehouses, self.services.auth is not None, table.location)
         return storage_credentials(table.location, keys)
 
     async def report_metrics(self, ident: TableIdent, report: dict[str, Any]) -> None:
         """An engine's scan report, kept with the Delta table's id as Iceberg's reports are with theirs."""
-        await reports.keep_iceberg_report(self.store, self.c.config, (await self._delta_table(ident)).table_id, report)
+        await reports.keep(self.store, self.services.config, ICEBERG_REPORTS, (await self._delta_table(ident)).table_id,
+                           report["report-type"], report)

@@ -26,7 +26,7 @@ import math
 import time
 import uuid
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -34,13 +34,17 @@ from storage.files import join
 
 from coordinator.delta import DeltaTable
 from coordinator.delta.proposals import Current, RecordConversion
+from coordinator.delta.rows import FORMAT as DELTA_FORMAT
 from coordinator.delta.state import catalog_view
 from coordinator.errors import CommitConflict, NotFound
 
-from .catalog import UC_REALM
+from .catalog import UC_REALM, UniformCatalog
 from .conversion import Converted, Job, Refused
 from .tables import service_converts, why_not_convertible
 from .worker import WorkerEnded, Workers
+
+if TYPE_CHECKING:
+    from coordinator.format import Services
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +70,12 @@ def behind(table: DeltaTable) -> int:
 
 
 class Converter:
-    def __init__(self, coordinator):
-        self.c = coordinator
-        self.config = coordinator.config
-        self.registry = coordinator.registry
-        self.files = coordinator.files
+    def __init__(self, services: Services, catalog: UniformCatalog):
+        self.services = services
+        self.catalog = catalog
+        self.config = services.config
+        self.registry = services.registry
+        self.files = services.files
         self.behind: dict[uuid.UUID, int] = {}      # the tables behind, and by how many versions
         self.queued: set[uuid.UUID] = set()
         self.running: set[uuid.UUID] = set()
@@ -84,9 +89,9 @@ class Converter:
         self.workers = Workers(self.config.uniform_workers)
         self._nursery: trio.Nursery | None = None
         if self.config.uniform_workers > 0:
-            self.registry.watch("delta", self.written)
-        coordinator.metrics.add_gauges(self.gauges)
-        coordinator.metrics.add_counters(self.counters)
+            self.registry.watch(DELTA_FORMAT, self.written)
+        services.metrics.add_gauges(self.gauges)
+        services.metrics.add_counters(self.counters)
 
     # -- what is due -------------------------------------------------------------------------------------------
 
@@ -123,7 +128,7 @@ class Converter:
 
     async def _sweep(self) -> None:
         """Queue every table this member owns that is behind (at start: what a restart left to do)."""
-        store = self.c.store
+        store = self.services.store
         try:
             for catalog in await store.list_catalogs(UC_REALM):
                 after = None
@@ -179,14 +184,14 @@ class Converter:
             return
         converted = table.converted or {}
         base = converted.get("metadata_location")
-        base_metadata = await self.c.uniform.metadata_file(table_id, base, table.location) if base else None
+        base_metadata = await self.catalog.metadata_file(table_id, base, table.location) if base else None
         # After a refusal, rebuild from the snapshot: the refused commit may have been undone since.
         base_version = None if "refused" in converted else converted.get("delta_version")
         staged = {c["version"]: c["file_name"] for c in table.unpublished}
         if base_version is not None and base_version < table.published:
             # The versions to convert as the catalog ratified them: the log files a writer publishes are copies of
             # these staged commits, and it may have reported them published before (or without) copying them.
-            ratified = await self.c.store.read_log(table_id, start=base_version + 1, end=table.published)
+            ratified = await self.services.store.read_log(table_id, start=base_version + 1, end=table.published)
             staged.update((e.version, e.payload["file_name"]) for e in ratified)
         job = Job(table_id=str(table_id), location=table.location,
                   s3_options=dict(self.files.s3_options_for(table.location)), target=table.last, staged=staged,
@@ -222,7 +227,7 @@ class Converter:
             # Another conversion came first, or the table was dropped: these files are orphans nobody references.
             await self.files.discard([uri for uri, _ in outcome.files], join(location, "metadata"))
             raise
-        self.c.uniform.remember(table.table_id, outcome.metadata_location, outcome.metadata_json, outcome.refs_json)
+        self.catalog.remember(table.table_id, outcome.metadata_location, outcome.metadata_json, outcome.refs_json)
         self.counts["conversions"] += 1
         if outcome.obsolete:
             self.obsolete.append((time.monotonic() + self.config.uniform_grace_s, location, outcome.obsolete))

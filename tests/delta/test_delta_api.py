@@ -920,7 +920,9 @@ def test_other_formats_tables_are_not_delta_tables(uc, service):
 
 def test_unknown_endpoint(uc):
     error(uc.get("/functions"), 404, "ENDPOINT_NOT_FOUND")
-    error(uc.post("/delta/v1/whatever", json={}), 404, "ENDPOINT_NOT_FOUND")
+    error(uc.post("/delta/v2/whatever", json={}), 404, "ENDPOINT_NOT_FOUND")
+    r = uc.post("/delta/v1/whatever", json={})   # the Delta API v1.0 answers in its own error model
+    assert r.status_code == 404 and r.json()["error"]["type"] == "NotFoundException", r.text
 
 
 def test_a_known_endpoint_with_another_method_is_405(uc):
@@ -997,7 +999,7 @@ def test_seed_samples_parse():
 
 def test_error_codes_by_class():
     """Unity Catalog's code for each typed outcome, read from the class alone."""
-    from api.delta import error_code
+    from api.delta import ERRORS as error_code
     from coordinator import errors as e
     expected = [(e.NoSuchCatalog, 404, "CATALOG_DOES_NOT_EXIST"), (e.NoSuchNamespace, 404, "SCHEMA_DOES_NOT_EXIST"),
                 (e.NoSuchTable, 404, "TABLE_DOES_NOT_EXIST"), (e.CatalogExists, 409, "CATALOG_ALREADY_EXISTS"),

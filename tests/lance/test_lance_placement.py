@@ -148,7 +148,7 @@ async def test_a_reload_deletes_no_manifests_through_a_link(coord, tmp_path):
     # The client swaps its directory for a link.
     os.rename(wh / "a" / "evil", wh / "a" / "evil.old")
     os.symlink(outside, wh / "a" / "evil")
-    coord.registry.actors[await lance.names.id(("a", "t"))].loaded = False   # as after a refused write
+    coord.registry.actors[await lance.names.id(("a", "t"))].unload()   # as after a refused write
     with pytest.raises(CoordinatorError):   # version 9 is not the next: refused, after the reload
         await lance.create_table_version(("a", "t"),
                                          CreateTableVersionRequest(version=9, manifest_path=stage(t.location, 9)))
@@ -178,7 +178,7 @@ async def test_a_reload_deletes_no_manifests_through_a_versions_link(coord, tmp_
     versions.mkdir(parents=True, exist_ok=True)
     os.rename(versions, versions.with_name("_versions.old"))
     os.symlink(victims[0].parent, versions)
-    coord.registry.actors[await lance.names.id(("a", "t"))].loaded = False   # as after a refused write
+    coord.registry.actors[await lance.names.id(("a", "t"))].unload()   # as after a refused write
     with pytest.raises(CoordinatorError):
         await lance.create_table_version(("a", "t"),
                                          CreateTableVersionRequest(version=9, manifest_path=stage(t.location, 9)))

@@ -146,7 +146,7 @@ async def test_manifest_of_an_unrecorded_commit_is_removed_before_serving(coord,
     monkeypatch.setattr(coord.config, "lance_unrecorded_grace_s", 0.0)
     for v in (2, 3):
         to_local_path(manifest_uri(a.location, v, "V2")).write_bytes(b"uncommitted LANC")
-    coord.registry.actors[await cat.names.id(("a",))].loaded = False      # next request reloads
+    coord.registry.actors[await cat.names.id(("a",))].unload()      # next request reloads
     with pytest.raises(CommitConflict, match="the next version is 2"):
         await cat.create_table_version(("a",), create(4, stage(a.location, 4)))
     for v in (2, 3):

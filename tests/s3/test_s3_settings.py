@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from coordinator.config import Config
 from coordinator.credentials import vendable_s3_keys
 from coordinator.warehouses import Warehouses
@@ -12,7 +10,7 @@ from storage.files import FileIO
 
 def only_default(config: Config) -> Warehouses:
     """The warehouses of a service configured so, before any other is created."""
-    return Warehouses(SimpleNamespace(config=config, files=FileIO()))
+    return Warehouses(config, None, FileIO(), [])
 
 
 def test_s3_settings_come_from_the_environment_as_obstore_names_them():

@@ -59,7 +59,9 @@ def module_service(pg_admin_dsn, tmp_path_factory):
                                                          ADMIN_CLIENT: (ADMIN_SECRET, [("*", ["admin"])])})
     with fresh_database(pg_admin_dsn, "spark_") as database_url:
         config = Config(database_url=database_url, data_dir=data_dir, port=0, warehouse=str(data_dir / "warehouse"),
-                        actor_idle_s=30, log_level="warning", auth_file=auth_file)
+                        actor_idle_s=30, log_level="warning", auth_file=auth_file,
+                        # (only tables that opt in are expired: test_the_service_expires_a_spark_tables_snapshots)
+                        maintenance_interval_s=0.2, maintenance_delete_grace_s=0.0)
         with EmbeddedService(config) as base_url:
             yield base_url
 
@@ -215,6 +217,29 @@ def test_time_travel(spark, ns):
         (1,), (2,)]
     with pytest.raises(Exception, match="Cannot find a snapshot older than"):
         spark.sql(f"SELECT * FROM {t} TIMESTAMP AS OF timestamp_millis({first_ms - 1})").collect()
+
+
+def test_the_service_expires_a_spark_tables_snapshots_and_every_retained_one_reads(spark, ns, module_service):
+    """Snapshot expiry by the service (docs/maintenance.md) on a table Spark writes (merge appends: manifests are
+    rewritten, and the ones only expired snapshots held are deleted): every snapshot kept reads in Spark."""
+    t = f"{CATALOG}.{ns}.expiring"
+    spark.sql(f"CREATE TABLE {t} (id bigint) USING iceberg TBLPROPERTIES ("
+              "'maintenance.expire-snapshots.enabled'='true', 'history.expire.max-snapshot-age-ms'='1', "
+              "'history.expire.min-snapshots-to-keep'='3', 'commit.manifest.min-count-to-merge'='2')")
+    for i in range(8):
+        spark.sql(f"INSERT INTO {t} VALUES ({i})")
+    deadline = time.monotonic() + 30
+    while len(rest_metadata(module_service, ns, "expiring")["snapshots"]) > 3:
+        assert time.monotonic() < deadline, "the snapshots were not expired"
+        time.sleep(0.2)
+    spark.sql(f"REFRESH TABLE {t}")
+    kept = rest_metadata(module_service, ns, "expiring")["snapshots"]
+    assert [s["summary"]["total-records"] for s in kept] == ["6", "7", "8"]
+    for s in kept:
+        assert rows(spark, f"SELECT count(*) FROM {t} VERSION AS OF {s['snapshot-id']}") == [
+            (int(s["summary"]["total-records"]),)]
+    assert rows(spark, f"SELECT count(*) FROM {t}.snapshots") == [(3,)]
+    assert rows(spark, f"SELECT sum(id) FROM {t}") == [(28,)]
 
 
 # -- Structured Streaming ------------------------------------------------------------------------------------
