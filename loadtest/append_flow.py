@@ -9,16 +9,19 @@ manifests, then commits `add-snapshot` + `set-snapshot-ref main` guarded by `ass
 (its writer, whose commit body and answer this one's replace).
 
 A manifest list holds one entry per manifest and a fast append adds one, so what a commit costs (the client's
-list and the service's) grows with the table's appends. So that layouts compare at the same list lengths, the
-writers of a group of tables append to one table until its sequence number reaches `APPENDS_PER_TABLE`, then move
-to the group's next table (made by whoever reaches it first): one table x 8 writers and 8 tables x 1 writer then
-commit on lists of the same lengths, 1 to APPENDS_PER_TABLE manifests, and make a new table as often per commit.
+list and the service's, the table's metadata) grows with the table's appends. So that layouts compare at the same
+list lengths, the writers of a group of tables start `APPENDS_PER_TABLE` appends on one table between them, then
+move to the group's next table (made by whoever reaches it first): one table x 8 writers and 8 tables x 1 writer
+then commit on lists of the same lengths, 1 to APPENDS_PER_TABLE manifests, and make a new table as often per
+commit. (Counting the appends started, not those landed: moving on once an answer showed the table full let the
+other writers' appends in flight land beyond it: 39 per table instead of 32 with 8 writers, 63 with 32.)
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -46,6 +49,7 @@ class TableGroup:
     namespace: str
     prefix: str
     rebase: bool
+    started: Counter = field(default_factory=Counter, compare=False)   # appends its writers started, by table k
 
     def path_of(self, k: int) -> str:
         return f"/v1/namespaces/{self.namespace}/tables/{self.prefix}_{k}"
@@ -105,12 +109,18 @@ class AppendWriter(IcebergWriter):
         body["requirements"].insert(0, {"type": "assert-table-uuid", "uuid": md["table-uuid"]})
         return body
 
+    async def commit(self, deadline: float) -> bool:
+        """One append (retried after a 409 as the `iceberg` flow does), on the group's first table on which its
+        writers have not started `appends_per_table` yet."""
+        while self.group.started[self.k] >= self.appends_per_table:
+            self.k += 1
+            await self.reload()
+        self.group.started[self.k] += 1   # (no wait between the check and this: the writers share one trio thread)
+        return await super().commit(deadline)
+
     async def landed(self, new_id: int, answer: bytes) -> None:
         """Go on from what the answer says was committed (a rebased append's parent is not the one it sent)."""
         self.metadata = orjson.loads(answer)["metadata"]
-        if self.metadata["last-sequence-number"] >= self.appends_per_table:
-            self.k += 1
-            await self.reload()
 
 
 class IcebergAppendFlow(Flow):

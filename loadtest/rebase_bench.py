@@ -112,7 +112,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=10.0, help="seconds per configuration and round")
     ap.add_argument("--rounds", type=int, default=1, help="measure each configuration this many times, in turn")
     ap.add_argument("--appends-per-table", type=int, default=APPENDS_PER_TABLE,
-                    help="a group's writers move to its next table once the table has this many appends")
+                    help="a group's writers move to its next table once they started this many appends on it")
     ap.add_argument("--stages", action="store_true", help="py-spy the service in the first round's 8x1 and 1x8 "
                                                           "and print their CPU per commit by stage")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (service log, warehouse, py-spy files)")
@@ -152,7 +152,7 @@ def main() -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     print()
     print(f"Iceberg fast appends with their files (pyiceberg's writers), {args.duration:g} s x {args.rounds} "
-          f"round(s) per configuration, at most ~{args.appends_per_table} appends per table; medians over rounds")
+          f"round(s) per configuration, {args.appends_per_table} appends started per table; medians over rounds")
     print()
     print(table([summarize(results[key]) for key in CONFIGS]))
     profiled = {f"{cfg} (server CPU ms/commit)": results[(cfg, True)][0]["stages"] for cfg in ("8x1", "1x8")

@@ -27,7 +27,7 @@ from pyiceberg.avro.codecs import AVRO_CODEC_KEY, CODEC_MAPPING_ICEBERG_TO_AVRO,
 from pyiceberg.avro.decoder import new_decoder
 from pyiceberg.avro.encoder import BinaryEncoder
 from pyiceberg.avro.file import AvroFile, AvroFileHeader, AvroOutputFile
-from pyiceberg.avro.resolver import construct_writer, resolve_reader, resolve_writer
+from pyiceberg.avro.resolver import construct_reader, construct_writer, resolve_reader, resolve_writer
 from pyiceberg.io import InputFile, OutputFile
 from pyiceberg.manifest import (MANIFEST_ENTRY_SCHEMAS, MANIFEST_LIST_FILE_SCHEMAS, UNASSIGNED_SEQ, DataFile,
                                 DataFileContent, FileFormat, ManifestContent, ManifestEntry, ManifestEntryStatus,
@@ -132,9 +132,10 @@ class MemoryOutput(OutputFile):
 
 # -- pyiceberg's Avro reader and writer, their schema work done once ----------------------------------------------
 #
-# Reading a small manifest, or writing a small list, was nearly all per-file schema work: converting the file's
-# Avro schema to Iceberg's and resolving a reader for it (a writer's files all carry the same schema), and for a
-# list, resolving the writer and converting its schema back to Avro. Each is done once per distinct schema here.
+# Reading a small manifest, or writing a small list, was nearly all per-file schema work: resolving a reader for
+# the header's fixed schema, converting the file's Avro schema to Iceberg's and resolving a reader for it (a
+# writer's files all carry the same schema), and for a list, resolving the writer and converting its schema back
+# to Avro. Each is done once per distinct schema here.
 
 _READERS: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
 _READERS_LOCK = threading.Lock()
@@ -142,9 +143,18 @@ READERS_KEPT = 64
 SCHEMA_KEPT_BYTES = 64 << 10   # a file's schema longer than this is resolved each time, never kept
 
 
+@functools.lru_cache(maxsize=None)
+def _header_reader() -> Any:
+    return construct_reader(avro_file.META_SCHEMA, {-1: AvroFileHeader})
+
+
 class _AvroFile(AvroFile):
     """pyiceberg's AvroFile, whose `__enter__` (read the header, resolve the reader) takes the reader of a schema
-    it resolved before from `_READERS`."""
+    it resolved before from `_READERS`, and reads the header with one reader made once (pyiceberg resolves the
+    header's fixed schema again for every file: half of reading a small manifest)."""
+
+    def _read_header(self) -> AvroFileHeader:
+        return _header_reader().read(self.decoder)
 
     def __enter__(self) -> "_AvroFile":
         with self.input_file.open() as f:
