@@ -1,8 +1,9 @@
 """Table maintenance over REST, under `/api/coordinator/v1` (docs/maintenance.md).
 
-- `POST /tables/maintain` `{"format": "iceberg", "prefix"?: "", "name": "ns.table", "dry-run": true}`: 200 with
-  what the table's snapshot-expiry policy expires now and the files that would be deleted (dry run), or with what
-  was expired and claimed for deletion (not a dry run, and only on a table that opted in).
+- `POST /tables/maintain` `{"format", "prefix"?: "", "name": "ns.table", "dry-run": true}` (the format Iceberg's,
+  whose snapshots the service expires): 200 with what the table's snapshot-expiry policy expires now and the files
+  that would be deleted (dry run), or with what was expired and claimed for deletion (not a dry run, and only on a
+  table that opted in).
 
 With authentication on it needs `admin` on everything (`on = "*"`): it deletes files. Errors are the service's own
 (`{"error": {"code", "type", "message"}}`).
@@ -14,6 +15,7 @@ from quart import Blueprint, Response
 
 from coordinator.auth import Privilege
 from coordinator.errors import BadRequest
+from coordinator.iceberg.rows import FORMAT as ICEBERG
 
 from .access import guard
 from .common import json_response, read_json
@@ -30,8 +32,9 @@ def _admin(**_) -> list:
 @guard(_admin)
 async def maintain() -> Response:
     body = await read_json()
-    if not isinstance(body, dict) or body.get("format", "iceberg") != "iceberg":
-        raise BadRequest('the body must be {"format": "iceberg", "name": "namespace.table", "dry-run": true|false}')
+    if not isinstance(body, dict) or body.get("format", ICEBERG) != ICEBERG:
+        raise BadRequest(f'the body must be {{"format": "{ICEBERG}", "name": "namespace.table", '
+                         '"dry-run": true|false}')
     name, prefix, dry_run = body.get("name"), body.get("prefix", ""), body.get("dry-run", False)
     if not isinstance(name, str) or "." not in name.strip(".") or not isinstance(prefix, str) \
             or not isinstance(dry_run, bool):

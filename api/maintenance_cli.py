@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from coordinator.iceberg.rows import FORMAT as ICEBERG
+
 from .warehouse_cli import DEFAULT_URL, answered
 
 
@@ -23,7 +25,7 @@ def add_table_commands(sub) -> None:
 
 
 def run_table_command(args) -> int:
-    answer = answered(args, "POST", "/tables/maintain", {"format": "iceberg", "prefix": args.prefix,
+    answer = answered(args, "POST", "/tables/maintain", {"format": ICEBERG, "prefix": args.prefix,
                                                          "name": args.name, "dry-run": args.dry_run})
     if answer is None:
         return 1
