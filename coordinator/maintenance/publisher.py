@@ -25,6 +25,7 @@ from coordinator.delta import publishing
 from coordinator.delta.proposals import Current
 from coordinator.delta.rows import FORMAT as DELTA_FORMAT
 from coordinator.errors import NotFound
+from coordinator.table_queue import TableQueue
 
 if TYPE_CHECKING:
     from coordinator.format import Services
@@ -40,11 +41,8 @@ class Publisher:
         self.registry = services.registry
         self.files = services.files
         self.counts = {"published": 0, "conflicts": 0, "failures": 0}
-        self.queued: set[uuid.UUID] = set()
-        self.running: set[uuid.UUID] = set()
-        self.again: set[uuid.UUID] = set()
+        self.queue = TableQueue()
         self.refused: dict[uuid.UUID, int] = {}   # table -> the version whose place holds another file
-        self._send, self._receive = trio.open_memory_channel[uuid.UUID](math.inf)
         self.registry.watch(DELTA_FORMAT, self.written)
         services.metrics.add_counters(lambda: {
             "coordinator_maintenance_published_commits_total": self.counts["published"],
@@ -58,17 +56,11 @@ class Publisher:
             return
         if self.refused.get(table_id, math.inf) <= state.published + 1:
             return   # stopped at a version whose place holds another file: the alert stands until that is solved
-        if table_id in self.running:
-            self.again.add(table_id)
-        elif table_id not in self.queued:
-            self.queued.add(table_id)
-            self._send.send_nowait(table_id)
+        self.queue.want(table_id)
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        async for table_id in self._receive:
-            self.queued.discard(table_id)
-            self.running.add(table_id)
+        async for table_id in self.queue:
             try:
                 await self.publish(table_id)
             except Exception as exc:
@@ -77,11 +69,8 @@ class Publisher:
                             "commit", table_id, type(exc).__name__, exc)
                 await trio.sleep(RETRY_S)
             finally:
-                self.running.discard(table_id)
-                if table_id in self.again:
-                    self.again.discard(table_id)
-                    self.queued.add(table_id)
-                    self._send.send_nowait(table_id)
+                if self.queue.done(table_id):
+                    self.queue.want(table_id)
 
     async def publish(self, table_id: uuid.UUID) -> None:
         try:

@@ -22,7 +22,6 @@ writers send no Iceberg metadata (`tables.service_converts`): kept up with the D
 from __future__ import annotations
 
 import logging
-import math
 import time
 import uuid
 from collections import deque
@@ -37,6 +36,7 @@ from coordinator.delta.proposals import Current, RecordConversion
 from coordinator.delta.rows import FORMAT as DELTA_FORMAT
 from coordinator.delta.state import catalog_view
 from coordinator.errors import CommitConflict, NotFound
+from coordinator.table_queue import TableQueue
 
 from .catalog import UC_REALM, UniformCatalog
 from .conversion import Converted, Job, Refused
@@ -77,15 +77,12 @@ class Converter:
         self.registry = services.registry
         self.files = services.files
         self.behind: dict[uuid.UUID, int] = {}      # the tables behind, and by how many versions
-        self.queued: set[uuid.UUID] = set()
-        self.running: set[uuid.UUID] = set()
-        self.again: set[uuid.UUID] = set()          # written while being converted: due once more after
+        self.queue = TableQueue()                   # the tables behind, each converted by one task at a time
         self.failures: dict[uuid.UUID, int] = {}    # consecutive failures, for the retry's back-off
         self.worker_ends: dict[uuid.UUID, int] = {}   # consecutive conversions that ended the worker process
         self.retrying: set[uuid.UUID] = set()       # failed, to be retried after its back-off (not before)
         self.obsolete: deque[tuple[float, str, list[str]]] = deque()   # (when, table location, files)
         self.counts = {"conversions": 0, "refusals": 0, "failures": 0}
-        self._send, self._receive = trio.open_memory_channel[uuid.UUID](math.inf)
         self.workers = Workers(self.config.uniform_workers)
         self._nursery: trio.Nursery | None = None
         if self.config.uniform_workers > 0:
@@ -107,11 +104,7 @@ class Converter:
     def want(self, table_id: uuid.UUID) -> None:
         if table_id in self.retrying:
             return
-        if table_id in self.running:
-            self.again.add(table_id)
-        elif table_id not in self.queued:
-            self.queued.add(table_id)
-            self._send.send_nowait(table_id)
+        self.queue.want(table_id)
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -146,9 +139,7 @@ class Converter:
             log.warning("UniForm: looking for tables behind their Iceberg conversion failed: %s", exc)
 
     async def _work(self) -> None:
-        async for table_id in self._receive:
-            self.queued.discard(table_id)
-            self.running.add(table_id)
+        async for table_id in self.queue:
             try:
                 await self._convert(table_id)
                 self.failures.pop(table_id, None)
@@ -161,9 +152,7 @@ class Converter:
                 self.retrying.add(table_id)
                 self._nursery.start_soon(self._retry, table_id, delay)
             finally:
-                self.running.discard(table_id)
-                if table_id in self.again:
-                    self.again.discard(table_id)
+                if self.queue.done(table_id):
                     self.want(table_id)
 
     async def _retry(self, table_id: uuid.UUID, delay_s: float) -> None:
