@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -163,15 +162,7 @@ def main() -> None:
         print("\ninterrupted; stopping the services and PostgreSQL", flush=True)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not cut the cleanup short
-        for side in services.values():
-            for child in side.children:
-                child.stop()
-        if pg is not None:
-            pg.destroy()
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        procs.tear_down([child for side in services.values() for child in side.children], pg, tmp, args.keep)
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.json:
         args.json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2))

@@ -304,13 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             steady.close()
     finally:
-        if service is not None:
-            service.stop()
-        pg.stop()
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        procs.tear_down([service] if service is not None else [], pg, tmp, args.keep)
     print()
     print(f"the service: {args.code or 'this checkout'}; steady writer at {args.rate:g} commits/s (Iceberg, one "
           f"table, its own connection); windows of "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -168,6 +169,19 @@ class Child:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def tear_down(children: list[Child], pg, tmp: Path, keep: bool) -> None:
+    """A run's end, however it ended: its servers stopped, then its PostgreSQL (`EmbeddedPostgres`, or None if it
+    never started) with its data, then the temp dir removed unless `keep`."""
+    for child in children:
+        child.stop()
+    if pg is not None:
+        pg.destroy()
+    if keep:
+        print(f"kept {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def service(port: int, database_url: str, data_dir: Path, log: Path, *, cluster: bool = False,

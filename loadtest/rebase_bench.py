@@ -20,7 +20,6 @@ commit of `1x8` (a rebased commit: its first offer, the reads, the new manifest 
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -142,14 +141,7 @@ def main() -> None:
                     print(f"  {row['errors']} errors, e.g. {row['error_samples']}", flush=True)
                 results.setdefault((cfg, rebase), []).append(row)
     finally:
-        if service is not None:
-            service.stop()
-        if pg is not None:
-            pg.destroy()
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        procs.tear_down([service] if service is not None else [], pg, tmp, args.keep)
     print()
     print(f"Iceberg fast appends with their files (pyiceberg's writers), {args.duration:g} s x {args.rounds} "
           f"round(s) per configuration, {args.appends_per_table} appends started per table; medians over rounds")
