@@ -51,7 +51,7 @@ from urllib.parse import unquote
 import jwt
 
 from .config import ConfigError
-from .errors import Forbidden, InvalidClient, Unauthorized
+from .errors import Forbidden, InvalidClient, TooManyRequests, Unauthorized, Unavailable
 from .throttle import Throttle, source_key
 
 
@@ -276,12 +276,16 @@ class Authority:
     async def client_credentials(self, client_id: str, secret: str, source: str | None) -> Token:
         """A token for a client that proves its secret (the token endpoint's client_credentials, the console's
         sign-in) in a request from address `source`: throttled (TooManyRequests) and by how many checks wait
-        (Unavailable), see Throttle."""
+        (Unavailable), see Throttle; a refusal is held for an address that asks again too soon (Tarpit)."""
         client = self.config.clients.get(client_id)
         # Verify even for an unknown client so that timing does not tell which ids exist.
         stored = client.secret_hash if client else _dummy_hash()
-        ok = await self._throttle.check(client.id if client else None, source_key(source), verify_secret, secret,
-                                        stored)
+        source = source_key(source)
+        try:
+            ok = await self._throttle.check(client.id if client else None, source, verify_secret, secret, stored)
+        except (TooManyRequests, Unavailable) as refusal:   # answered no faster than it says to ask again
+            await self._throttle.tarpit.hold(source, refusal.retry_after_s)
+            raise
         if client is None or not ok:
             raise InvalidClient("invalid client id or secret")
         return self._issue(client.id, auth_time=int(time.time()))

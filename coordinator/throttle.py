@@ -1,5 +1,6 @@
 """The throttle of the public token endpoints' secret checks (api/oauth.py, Authority.client_credentials): who may
-spend a check, how many wait, and on which hashing thread."""
+spend a check, how many wait, and on which hashing thread; and the tarpit that answers its refusals no faster than
+they say to ask again."""
 
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ class Throttle:
         # stays free for clients signing in again, however many of those wait.
         self._unproven_hashing = trio.CapacityLimiter(1)
         self._checking = {"anonymous": 0, "unproven": 0, "proven": 0}   # checks waiting or running, by kind
+        self.tarpit = Tarpit()
 
     async def check(self, client_id: str | None, source: str, verify: Callable[..., bool], *args: Any) -> bool:
         """`verify(*args)` on a hashing thread, if the rules admit it; `client_id` None for an id the auth file does
@@ -111,6 +113,35 @@ class Throttle:
         if kind != "proven" and c["anonymous"] + c["unproven"] >= max(1, q * 3 // 4):
             return False
         return kind != "anonymous" or c["anonymous"] < max(1, q // 4)
+
+
+class Tarpit:
+    """Answers the throttle's refusals ("later": 429 or 503, with Retry-After) to an address no faster than they tell
+    it to ask again. A refusal to an address that asks again before the Retry-After it was last given is held until
+    then; each refusal moves the address's next one on by its own Retry-After, however many connections it asks on.
+
+    A refused request costs the service a whole request's work (connection, parsing, routing, the answer): an
+    attacker that asks again the moment it is answered, on many connections, from many addresses, would keep the
+    event loop busy answering refusals, and every other client's requests would wait behind them. Held, it costs
+    nothing (a sleeping task) and asks again only when it is answered. A client that waits as it is told is never
+    held, and neither is anyone at another address. At most HOLD_MAX_S: beyond that the address's line does not
+    grow, so that its connections are each answered at least that often."""
+
+    HOLD_MAX_S = 30.0
+
+    def __init__(self) -> None:
+        self._next: dict[str, float] = {}   # address -> when its next refusal may be answered (trio's clock)
+
+    async def hold(self, source: str, retry_after_s: float) -> None:
+        """Wait until the refusal of a request from `source`, saying Retry-After `retry_after_s`, may be answered."""
+        now = trio.current_time()
+        due = max(now, self._next.pop(source, now))
+        wait = due - now
+        self._next[source] = due + retry_after_s if wait < self.HOLD_MAX_S else due   # the most recent: last
+        if len(self._next) > Throttle.BUCKETS_MAX:
+            del self._next[next(iter(self._next))]
+        if wait > 0:
+            await trio.sleep(min(wait, self.HOLD_MAX_S))
 
 
 class _Buckets:

@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from coordinator.throttle import Throttle, source_key
+from coordinator.throttle import Tarpit, Throttle, source_key
 from coordinator.errors import TooManyRequests, Unavailable
 
 RIGHT, WRONG = "right", "wrong"
@@ -97,6 +97,29 @@ async def test_unproven_requests_take_a_share_of_the_queue_and_one_thread(kind, 
         with trio.fail_after(5):
             assert await ask(t, "ci", "10.0.0.7", RIGHT) == "ok"
         release.set()
+
+
+async def answered_at(tarpit: Tarpit, source: str, retry_after_s: float) -> float:
+    await tarpit.hold(source, retry_after_s)
+    return trio.current_time()
+
+
+async def test_the_tarpit_answers_refusals_no_faster_than_they_say_to_ask_again(autojump_clock):
+    tarpit, start = Tarpit(), trio.current_time()
+    assert await answered_at(tarpit, "10.0.0.9", 5) == start            # the first refusal: at once
+    assert await answered_at(tarpit, "10.0.0.9", 5) == start + 5        # asked again at once: when it was told
+    assert await answered_at(tarpit, "10.0.0.1", 5) == start + 5        # another address is not held
+    await trio.sleep(5)
+    assert await answered_at(tarpit, "10.0.0.9", 5) == start + 10       # it waited as told: not held
+    # on many connections at once, one answer per Retry-After, each connection held at most HOLD_MAX_S
+    answers: list[float] = []
+
+    async def ask_again() -> None:
+        answers.append(await answered_at(tarpit, "10.0.0.9", 5) - start - 10)
+    async with trio.open_nursery() as nursery:
+        for _ in range(10):
+            nursery.start_soon(ask_again)
+    assert sorted(answers) == [5, 10, 15, 20, 25] + [Tarpit.HOLD_MAX_S] * 5, answers
 
 
 def test_failures_are_counted_by_address_and_ipv6_by_its_64():
