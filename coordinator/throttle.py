@@ -127,7 +127,7 @@ class Tarpit:
     held, and neither is anyone at another address. At most HOLD_MAX_S: beyond that the address's line does not
     grow, so that its connections are each answered at least that often."""
 
-    HOLD_MAX_S = 30.0
+    HOLD_MAX_S = 10.0
 
     def __init__(self) -> None:
         self._next: dict[str, float] = {}   # address -> when its next refusal may be answered (trio's clock)

@@ -111,15 +111,15 @@ async def test_the_tarpit_answers_refusals_no_faster_than_they_say_to_ask_again(
     assert await answered_at(tarpit, "10.0.0.1", 5) == start + 5        # another address is not held
     await trio.sleep(5)
     assert await answered_at(tarpit, "10.0.0.9", 5) == start + 10       # it waited as told: not held
-    # on many connections at once, one answer per Retry-After, each connection held at most HOLD_MAX_S
+    # on many connections at once: one answer per Retry-After, each connection held at most HOLD_MAX_S (10 s)
     answers: list[float] = []
 
     async def ask_again() -> None:
-        answers.append(await answered_at(tarpit, "10.0.0.9", 5) - start - 10)
+        answers.append(await answered_at(tarpit, "10.0.0.9", 2) - start - 10)
     async with trio.open_nursery() as nursery:
         for _ in range(10):
             nursery.start_soon(ask_again)
-    assert sorted(answers) == [5, 10, 15, 20, 25] + [Tarpit.HOLD_MAX_S] * 5, answers
+    assert sorted(answers) == [5, 7, 9] + [Tarpit.HOLD_MAX_S] * 7, answers
 
 
 def test_failures_are_counted_by_address_and_ipv6_by_its_64():
