@@ -21,9 +21,9 @@ part validated. A request refused for its credential or grants before its body i
 app's error translation, as Quart answers it (one that floods the service with such requests costs it a fraction
 of a request each). One that fails otherwise before its view runs (a NUL in its path, its body's JSON or model,
 its grants on what the body names, the blueprint's before-request check) goes to Quart, with what it sent
-replayed: so every such refusal is Quart's own, in the same words and order. What the view raises is answered here by the app's error
-translation, as Quart's error handler would: the view may have handed a commit to its table's actor, which must not
-be done twice.
+replayed: so every such refusal is Quart's own, in the same words and order. What the view raises is answered
+here by the app's error translation, as Quart's error handler would: the view may have handed a commit to its
+table's actor, which must not be done twice.
 
 Unlike Quart's, the view here is not cancelled when the client disconnects while it runs: the commit it handed to
 its table's actor goes on either way, and its answer (and log line) is then written to a closed connection.

@@ -19,7 +19,7 @@ import pytest
 
 from loadtest.attacks import Target
 from loadtest.attacks.token_throttle import ATTACKS
-from tests.support import ServerProcess, fetch_token, write_auth_file
+from tests.support import ServerProcess, commits_in, fetch_token, write_auth_file
 
 CLIENTS = {"writer": ("writer", "writer-secret"), "nogrant": ("nogrant", "nogrant-secret")}
 HOME = "127.0.0.1"         # where the clients signed in before
@@ -45,17 +45,6 @@ def token_status(target: Target, role: str, source: str) -> int:
                                                    "client_secret": secret}).status_code
 
 
-def commits_in(http: httpx.Client, seconds: float) -> int:
-    """How many commits a writer makes, one after another, in `seconds`."""
-    commits, deadline = 0, time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        r = http.post(TABLE, json={"requirements": [], "updates": [
-            {"action": "set-properties", "updates": {"commit": str(commits)}}]})
-        assert r.status_code == 200, r.text
-        commits += 1
-    return commits
-
-
 @pytest.mark.parametrize("attack, addresses", [("wrong-secrets-for-a-client", 1), ("anonymous-random-ids", 40)])
 def test_a_token_flood_neither_refuses_clients_nor_slows_a_writer(target, attack, addresses):
     """While the attack runs, every token the clients ask for (from where they signed in before, and from a new
@@ -69,7 +58,7 @@ def test_a_token_flood_neither_refuses_clients_nor_slows_a_writer(target, attack
                       transport=httpx.HTTPTransport(local_address=HOME)) as http:
         assert http.post("/v1/namespaces", json={"namespace": ["db"]}).status_code == 200
         assert http.post("/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}).status_code == 200
-        alone = commits_in(http, WINDOW_S)
+        alone = commits_in(http, TABLE, WINDOW_S)
         got: Counter = Counter()
         with ATTACKS[attack](target) as tally:
             began = time.monotonic()
@@ -77,7 +66,7 @@ def test_a_token_flood_neither_refuses_clients_nor_slows_a_writer(target, attack
             checks = min(20 * addresses, 100)
             while tally.statuses[401] < checks and time.monotonic() < began + 20:
                 time.sleep(0.1)
-            during = commits_in(http, WINDOW_S)
+            during = commits_in(http, TABLE, WINDOW_S)
             deadline = time.monotonic() + WINDOW_S
             while time.monotonic() < deadline:
                 for role in CLIENTS:
