@@ -236,6 +236,7 @@ class DirectRoutes:
     async def serve(self, taken, scope: dict, receive, send) -> None:
         route, rule, req = taken
         started = time.perf_counter()
+        principal = None
         try:   # before anything of the body is received
             principal = self._caller(req)
             if route.part is None:
@@ -243,7 +244,7 @@ class DirectRoutes:
             elif principal is not None:
                 refuse_if_nothing_granted(principal)
         except (Unauthorized, Forbidden) as exc:
-            return await self._refuse(exc, scope, req, receive, send, started, rule.rule)
+            return await self._refuse(exc, principal, scope, req, receive, send, started, rule.rule)
         except Exception:  # noqa: BLE001 - refused before the view: Quart refuses it, in its own words and order
             return await self.quart(scope, receive, send)
         received, size, too_large = [], 0, False
@@ -280,12 +281,14 @@ class DirectRoutes:
             response = self._error(exc, req)
         await self._answer(send, req, response, request_id, started, rule.rule)
 
-    async def _refuse(self, exc: Exception, scope: dict, req: DirectRequest, receive, send, started: float,
-                      rule: str) -> None:
+    async def _refuse(self, exc: Exception, principal, scope: dict, req: DirectRequest, receive, send,
+                      started: float, rule: str) -> None:
         """A request whose credential or grants are refused before its body is read, answered here as Quart answers
         it (api/app.py `_start`, api/transport.py): a refusal costs a fraction of a request, whoever floods the
         service with them. An HTTP/1 connection whose request announced a body, left unread, closes after the
         answer, which says so; what hypercorn still queues for the request is drained."""
+        if isinstance(exc, Forbidden) and principal is not None:
+            await self.coordinator.authority.hold_refusal(principal)
         response = self.error_answer(exc, req)
         if scope.get("http_version") in ("1.0", "1.1") and req.headers.get("content-length", "0") != "0":
             response.headers["Connection"] = "close"

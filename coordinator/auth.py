@@ -88,6 +88,7 @@ ISSUER = "commit-coordinator"
 # Unity Catalog's owner / created_by / updated_by. Without authentication everyone is anonymous.
 CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="anonymous")
 VERIFIED_TOKENS_MAX = 4096  # tokens remembered as verified (see Authority.principal)
+NO_GRANT_REFUSAL_S = 0.1    # a client holding no grant is refused (403) at most ten times a second
 
 
 class Privilege(str, enum.Enum):
@@ -289,6 +290,13 @@ class Authority:
         if client is None or not ok:
             raise InvalidClient("invalid client id or secret")
         return self._issue(client.id, auth_time=int(time.time()))
+
+    async def hold_refusal(self, principal: Principal) -> None:
+        """Before a 403 to `principal`: one that holds no grant at all is refused whatever it asks, so it is no
+        client doing work, and its refusals are answered at most one per NO_GRANT_REFUSAL_S, however many
+        connections it asks on (Tarpit): a flood of them costs the service sleeping tasks, not answers."""
+        if not principal.grants:
+            await self._throttle.tarpit.hold(("no grant", principal.name), NO_GRANT_REFUSAL_S)
 
     def exchange(self, subject_token: str) -> Token:
         """RFC 8693 token exchange, how clients refresh: a fresh token for the same client, expiring no later than
