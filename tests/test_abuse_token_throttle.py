@@ -74,7 +74,6 @@ def test_a_token_flood_neither_refuses_clients_nor_slows_a_writer(target, attack
                 got[("writer", "new address", token_status(target, "writer", NEW_ADDRESS))] += 1
                 time.sleep(0.3)   # (the writer stays within its own rate of tokens: 10 a second)
             attacker, lasted_s = Counter(tally.statuses), time.monotonic() - began
-    print('FIGURES', attack, alone, during, dict(attacker), lasted_s)
     assert {status for (_, _, status) in got} == {200}, got
     assert during >= alone / 2, (alone, during, attacker)
     # Checked guesses are bounded per address (a burst of token_failures_burst, 20, then one every 5 s) and, for
