@@ -281,11 +281,11 @@ class Authority:
         client = self.config.clients.get(client_id)
         # Verify even for an unknown client so that timing does not tell which ids exist.
         stored = client.secret_hash if client else _dummy_hash()
-        source = source_key(source)
+        known, source = client.id if client else None, source_key(source)
         try:
-            ok = await self._throttle.check(client.id if client else None, source, verify_secret, secret, stored)
+            ok = await self._throttle.check(known, source, verify_secret, secret, stored)
         except (TooManyRequests, Unavailable) as refusal:   # answered no faster than it says to ask again
-            await self._throttle.tarpit.hold(source, refusal.retry_after_s)
+            await self._throttle.tarpit.hold((source, known), refusal.retry_after_s)
             raise
         if client is None or not ok:
             raise InvalidClient("invalid client id or secret")

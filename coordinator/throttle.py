@@ -146,9 +146,10 @@ def _at_lowest_priority(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class Tarpit:
-    """Answers the throttle's refusals ("later": 429 or 503, with Retry-After) to an address no faster than they tell
-    it to ask again. A refusal to an address that asks again before the Retry-After it was last given is held until
-    then; each refusal moves the address's next one on by its own Retry-After, however many connections it asks on.
+    """Answers the throttle's refusals ("later": 429 or 503, with Retry-After) to who asks (Authority: a client id
+    at an address, every unknown id one) no faster than they tell it to ask again. A refusal to one that asks again
+    before the Retry-After it was last given is held until then; each refusal moves its next one on by its own
+    Retry-After, however many connections it asks on.
 
     A refused request costs the service a whole request's work (connection, parsing, routing, the answer): an
     attacker that asks again the moment it is answered, on many connections, from many addresses, would keep the
@@ -160,9 +161,9 @@ class Tarpit:
     HOLD_MAX_S = 10.0
 
     def __init__(self) -> None:
-        self._next: dict[str, float] = {}   # address -> when its next refusal may be answered (trio's clock)
+        self._next: dict[Any, float] = {}   # who asks -> when its next refusal may be answered (trio's clock)
 
-    async def hold(self, source: str, retry_after_s: float) -> None:
+    async def hold(self, source: Any, retry_after_s: float) -> None:
         """Wait until the refusal of a request from `source`, saying Retry-After `retry_after_s`, may be answered."""
         now = trio.current_time()
         due = max(now, self._next.pop(source, now))
