@@ -244,7 +244,11 @@ class TCPServer(hypercorn.trio.tcp_server.TCPServer):
             await self.stream.aclose()
             return
         try:
-            await super().run()
+            if limit is None or not isinstance(self.stream, trio.SocketStream) or \
+                    await self.idle_task.first_bytes(self.stream):
+                await super().run()
+            else:
+                await self.stream.aclose()
         except Exception:  # noqa: BLE001 - one connection's failure (in hypercorn) ends it, not the whole server
             log.exception("a connection ended with an error")
         finally:
