@@ -234,14 +234,21 @@ def h2_body_no_length(target: Target) -> Iterator[Tally]:
 # -- idle connections -----------------------------------------------------------------------------------------------
 
 
+def own_address(base_url: str) -> str:
+    """The address an attacker connects from: on loopback 127.0.0.2, as a host of its own would (the service's
+    other clients here come from 127.0.0.1); elsewhere, this host's own ("")."""
+    return "127.0.0.2" if urlsplit(base_url).hostname == "127.0.0.1" else ""
+
+
 @contextmanager
-def idle_connections(target: Target, count: int = 1100) -> Iterator[Tally]:
+def idle_connections(target: Target, count: int = 1100, source: str | None = None) -> Iterator[Tally]:
     """`count` connections opened and left idle, each opened again when the service closes it, from a process of
-    its own. `tally.notes`: "open" (now), "opened" and "closed by the service" (so far), "refused" (connects that
-    failed), updated every 0.2 s."""
+    its own, from address `source` (default: `own_address`). `tally.notes`: "open" (now), "opened" and "closed by
+    the service" (so far), "refused" (connects that failed), updated every 0.2 s."""
     tally = Tally()
-    proc = subprocess.Popen([sys.executable, "-m", "loadtest.attacks.front_door", "idle", target.base_url, str(count)],
-                            stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    source = own_address(target.base_url) if source is None else source
+    proc = subprocess.Popen([sys.executable, "-m", "loadtest.attacks.front_door", "idle", target.base_url, str(count),
+                             source], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
 
     def read_reports() -> None:
         for line in proc.stdout:
@@ -259,9 +266,9 @@ def idle_connections(target: Target, count: int = 1100) -> Iterator[Tally]:
         reader.join(timeout=10)
 
 
-def _hold_idle(base_url: str, count: int) -> None:
-    """(In the flood's own process.) Hold `count` idle connections, each connect made without waiting for the
-    others, and report to stdout every 0.2 s."""
+def _hold_idle(base_url: str, count: int, source: str = "") -> None:
+    """(In the flood's own process.) Hold `count` idle connections from address `source`, each connect made without
+    waiting for the others, and report to stdout every 0.2 s."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, count + 64)), hard))
     url = urlsplit(base_url)
@@ -279,6 +286,8 @@ def _hold_idle(base_url: str, count: int) -> None:
         while counts["open"] + connecting < count:
             sock = socket.socket(address[0], socket.SOCK_STREAM)
             sock.setblocking(False)
+            if source:
+                sock.bind((source, 0))
             sock.connect_ex(address[4])
             selector.register(sock, selectors.EVENT_WRITE)
             connecting += 1
@@ -321,4 +330,4 @@ ATTACKS = {
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["idle"]:
-        _hold_idle(sys.argv[2], int(sys.argv[3]))
+        _hold_idle(sys.argv[2], int(sys.argv[3]), *sys.argv[4:5])
