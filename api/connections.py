@@ -26,7 +26,9 @@ class KeepAliveTimer:
     idle, `stop` when a request arrives) with one long-lived task instead of one per request. The connection is
     closed when it has been idle for `keep_alive_timeout`, when `ConnectionLimit` makes room with it (`expire`), or
     is idle when the server begins to shut down; a connection that is mid-request then is closed by hypercorn
-    itself after its response. It tells the connection limit when the connection is idle and when it is busy."""
+    itself after its response. It tells the connection limit when the connection is idle and when it is busy.
+    Under a limit, it also waits for the connection's first bytes before hypercorn sets the connection up
+    (`first_bytes`)."""
 
     def __init__(self, server: hypercorn.trio.tcp_server.TCPServer) -> None:   # (api/transport.py's)
         self.server = server
@@ -47,9 +49,9 @@ class KeepAliveTimer:
         close. Whether they came: not if the header deadline (`keep_alive_timeout` from the connect) passed, the
         connection was closed to make room (`expire`), or the server began to shut down."""
         assert self.limit is not None
-        self.limit.idle(self)
-        self.limit.start_watching(self.server.context.terminated)
         terminated = self.server.context.terminated
+        self.limit.idle(self)
+        self.limit.start_watching(terminated)
         self.waiting = True
         self.scope = scope = trio.CancelScope(deadline=self.opened_at + self.server.config.keep_alive_timeout)
         with scope:
@@ -73,6 +75,8 @@ class KeepAliveTimer:
         deadline = since + self.server.config.keep_alive_timeout
         if self.scope is None:
             self.scope = trio.CancelScope(deadline=deadline)
+            if self.expired:   # (closed to make room as its first bytes came)
+                self.scope.cancel()
             task_group._nursery.start_soon(self._watch)
         else:
             self.scope.deadline = deadline
@@ -155,7 +159,7 @@ class ConnectionLimit:
         self._fresh: dict[KeepAliveTimer, None] = {}   # idle, never sent a request: oldest first
         self._idle: dict[KeepAliveTimer, None] = {}    # idle between requests: idle longest first
         self._holders: dict[str, Holder] = {}          # by source address, those with a connection open
-        self._over: dict[Holder, None] = {}            # those holding more than `share`
+        self._over: dict[Holder, None] = {}            # the one holding more than `share`, if any
         self.closed_at_limit = 0
         self._logged_at = -math.inf
         self._unlogged = 0
