@@ -15,8 +15,10 @@ as a real process (the abuse run measures the same attacks):
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +28,7 @@ import pytest
 
 from api.app import MAX_BODY_BYTES
 from loadtest.attacks import Target
-from loadtest.attacks.front_door import ATTACKS, h2_bodies, threads, token
+from loadtest.attacks.front_door import ATTACKS, h2_bodies, idle_connections, threads, token
 from tests.conftest import fresh_database
 from tests.support import ServerProcess, write_auth_file
 
@@ -185,6 +187,46 @@ def test_a_flood_of_idle_connections_leaves_health_checks_and_open_connections_w
         assert float(closed.split()[1]) >= 1000, closed
         assert "coordinator_http_connections_max 50.0" in metrics
     assert "connections open, the most allowed" in server.log_path.read_text()
+
+
+def test_a_flood_from_one_host_makes_room_with_its_own_connections(database_url, tmp_path):
+    """300 connections from one host (127.0.0.2) that each send one request and then stay idle, against a
+    maximum of 50: that host holds more than half of the connections, so past the maximum its own idle ones make
+    room, for its own new connections and for everyone else's. A client on another host (127.0.0.1) keeps its
+    keep-alive connection, idle longer than any of the flood's (the one idle longest used to go first, whoever held
+    it): after the flood has been turned away a thousand times, the same connection answers; and health checks
+    from that host, each on a new connection, are answered meanwhile."""
+    server = ServerProcess(database_url, tmp_path / "service", descriptor_limit=512,
+                           extra_env={"COORDINATOR_HTTP_MAX_CONNECTIONS": "50"})
+    with server, socket.create_connection(("127.0.0.1", server.port), timeout=30) as kept:
+        assert health_check(kept).startswith(b"HTTP/1.1 200")
+        with idle_connections(Target(server.base_url, server.proc.pid), 300, one_request=True) as flood:
+            wait_for(lambda: flood.notes["closed by the service"] >= 1000, 60)
+            answers = Counter()
+            for _ in range(10):
+                try:
+                    answers[httpx.get(f"{server.base_url}/healthz", timeout=30).status_code] += 1
+                except httpx.HTTPError as exc:
+                    answers[type(exc).__name__] += 1
+            closed = flood.notes["closed by the service"]
+        assert closed >= 1000, flood
+        assert answers == {200: 10}, answers
+        assert health_check(kept).startswith(b"HTTP/1.1 200"), "the other host's idle connection was closed"
+
+
+def health_check(sock: socket.socket) -> bytes:
+    """GET /healthz on `sock`, its answer (b"" if the service had closed the connection)."""
+    try:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while b'"ok"}' not in answer:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    except OSError:   # (reset: closed)
+        return b""
+    return answer
 
 
 def test_the_connection_maximum_stays_below_the_descriptor_limit(config, monkeypatch):

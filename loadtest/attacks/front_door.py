@@ -241,14 +241,17 @@ def own_address(base_url: str) -> str:
 
 
 @contextmanager
-def idle_connections(target: Target, count: int = 1100, source: str | None = None) -> Iterator[Tally]:
-    """`count` connections opened and left idle, each opened again when the service closes it, from a process of
-    its own, from address `source` (default: `own_address`). `tally.notes`: "open" (now), "opened" and "closed by
-    the service" (so far), "refused" (connects that failed), updated every 0.2 s."""
+def idle_connections(target: Target, count: int = 1100, source: str | None = None,
+                     one_request: bool = False) -> Iterator[Tally]:
+    """`count` connections opened and left idle (`one_request`: after one request, a health check, each), each
+    opened again when the service closes it, from a process of its own, from address `source` (default:
+    `own_address`). `tally.notes`: "open" (now), "opened" and "closed by the service" (so far), "refused" (connects
+    that failed), updated every 0.2 s."""
     tally = Tally()
     source = own_address(target.base_url) if source is None else source
     proc = subprocess.Popen([sys.executable, "-m", "loadtest.attacks.front_door", "idle", target.base_url, str(count),
-                             source], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+                             source, "request" if one_request else "silent"],
+                            stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
 
     def read_reports() -> None:
         for line in proc.stdout:
@@ -266,9 +269,9 @@ def idle_connections(target: Target, count: int = 1100, source: str | None = Non
         reader.join(timeout=10)
 
 
-def _hold_idle(base_url: str, count: int, source: str = "") -> None:
-    """(In the flood's own process.) Hold `count` idle connections from address `source`, each connect made without
-    waiting for the others, and report to stdout every 0.2 s."""
+def _hold_idle(base_url: str, count: int, source: str = "", mode: str = "silent") -> None:
+    """(In the flood's own process.) Hold `count` idle connections from address `source` (`mode` "request": each
+    sends one request first), each connect made without waiting for the others, and report to stdout every 0.2 s."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, count + 64)), hard))
     url = urlsplit(base_url)
@@ -300,6 +303,11 @@ def _hold_idle(base_url: str, count: int, source: str = "") -> None:
                     forget(sock)
                     continue
                 selector.modify(sock, selectors.EVENT_READ)
+                if mode == "request":
+                    try:
+                        sock.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")   # (its answer is read, and dropped)
+                    except OSError:
+                        pass   # (closed already: seen below)
                 counts["open"] += 1
                 counts["opened"] += 1
                 continue
@@ -330,4 +338,4 @@ ATTACKS = {
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["idle"]:
-        _hold_idle(sys.argv[2], int(sys.argv[3]), *sys.argv[4:5])
+        _hold_idle(sys.argv[2], int(sys.argv[3]), *sys.argv[4:6])
