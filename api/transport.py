@@ -39,6 +39,7 @@ tests/test_abuse_front_door.py).
 from __future__ import annotations
 
 import logging
+import socket
 
 import h2.errors
 import h2.events
@@ -228,9 +229,26 @@ class Request(TrioRequest):
 
 
 class ServerConfig(hypercorn.config.Config):
-    """hypercorn's configuration, and the limit the connections it accepts are admitted by (None: no limit)."""
+    """hypercorn's configuration, the limit the connections it accepts are admitted by (None: no limit), and how
+    long the kernel keeps a new TCP connection that has sent nothing to itself (0: not at all).
+
+    Deferred (Linux's TCP_DEFER_ACCEPT, as nginx's `listen ... deferred`), a connection is handed to the service
+    only once its first bytes arrive, which an HTTP client sends at once; one that sends nothing costs the kernel
+    a little memory, and the service nothing: no descriptor, no task, and nothing to close at the connection
+    maximum, which a flood's client would only open again at once. The kernel hands it over after about
+    `defer_accept_s` (rounded up to its retries of the handshake: 1, 3, 7, 15, 31 s), or drops it without a word
+    past its last retry (~63 s); handed over, it is closed at the service's own header deadline."""
 
     connections: ConnectionLimit | None = None
+    defer_accept_s: int = 0
+
+    def create_sockets(self) -> hypercorn.config.Sockets:
+        sockets = super().create_sockets()
+        if self.defer_accept_s and hasattr(socket, "TCP_DEFER_ACCEPT"):   # (Linux only; elsewhere not deferred)
+            for sock in (*sockets.secure_sockets, *sockets.insecure_sockets):
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, self.defer_accept_s)
+        return sockets
 
 
 class TCPServer(hypercorn.trio.tcp_server.TCPServer):
