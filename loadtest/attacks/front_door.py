@@ -8,8 +8,10 @@ the client may do (issue 39, rows 1, 2 and 7).
 - `h2-body-no-length`: HTTP/2 requests (prior knowledge, no TLS) whose body has no Content-Length, without a
   credential, sent as fast as flow control lets. "No Content-Length, no body" holds in HTTP/1 only: the service
   once kept all of such a body and answered 401 after its end.
-- `idle-connection-flood`: connections opened and left idle, each reopened as soon as the service closes it. Past
-  the process's descriptor limit the service could not accept, open a file or reach its database.
+- `idle-connection-flood`: connections opened and left idle, each reopened as soon as the service closes it, from
+  an address of their own (127.0.0.2 on loopback, as from another host). Past the process's descriptor limit the
+  service could not accept, open a file or reach its database; at the connection maximum, each one closed to make
+  room was opened again at once, and that churn took the service's time.
 
 Each runs in threads (the flood in a process of its own, whose descriptors are not the caller's) until its `with`
 block ends, and yields a `Tally` of what it got back.
