@@ -87,6 +87,7 @@ def configure_logging(level: str) -> None:
 # closed at the connection maximum) a health check would wait that long. hypercorn's default is 100.
 LISTEN_BACKLOG = 2048
 
+
 def defer_accept_s(config: Config) -> int:
     """How long the kernel holds a new connection that has sent nothing before it hands it to the service
     (`ServerConfig.defer_accept_s`): half the header deadline, so that with the service's own (from the moment it

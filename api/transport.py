@@ -30,8 +30,10 @@ tests/test_abuse_front_door.py).
    `nursery.start` handshake and a cancellation per request, a sixth of a bare request's CPU (loadtest/README.md,
    "Keep-alive timer"). Here one task per connection sleeps until a deadline that each response and request moves,
    which costs next to nothing.
-   Each connection is admitted by `ConnectionLimit` (past the maximum an idle one makes room), and an error in
-   one connection ends that connection, not the server.
+   Each connection is admitted by `ConnectionLimit` (past the maximum an idle one makes room, an address
+   holding more than half of them giving up its own first), hypercorn sets it up only once its first bytes
+   arrive (the kernel holds a silent one, `ServerConfig`), and an error in one connection ends that connection,
+   not the server.
 4. `H2Protocol`: an HTTP/2 stream answered before its request's end is reset once the answer is complete, and
    the frames the client sent on it meanwhile are dropped (hypercorn's own raised KeyError out of the server).
 """
