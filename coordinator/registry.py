@@ -161,6 +161,17 @@ class Registry:
         """May this actor still decide and write? In a cluster: only while its lease's epoch is held."""
         return self.cluster is None or self.cluster.leases.epoch(shard_of(actor.table_id)) == actor.epoch
 
+    def published(self, table_id: UUID) -> Any | None:
+        """The state the table's actor in this process last made durable, read without entering its mailbox (None
+        if it holds none in memory, or no longer serves it): what a requester may prepare its proposal against.
+        It is only a guess: commits in the actor's mailbox may change the table first, and the actor decides
+        against its own state."""
+        actor = self.actors.get(table_id)
+        if actor is None or not self.serving(actor):
+            return None
+        resting = actor.at_rest()   # (its row and state while it serves)
+        return None if resting is None else resting[1]
+
     async def submit(self, table_id: UUID, proposal: Proposal) -> Any:
         """Hand a proposal to the table's owner and wait for its answer (after durability if it writes)."""
         if self.cluster is not None:

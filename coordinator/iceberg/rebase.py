@@ -22,12 +22,15 @@ timestamp no earlier than the head's, its summary's totals recounted from the he
 written under a fresh name in `<location>/metadata/` (the head's manifests after the snapshot's own, which get the
 commit's sequence number), made durable before the table's row as every commit's files are.
 
-The files are read outside the actor (`read_for_rebase`, on a file thread): the actor's first decision
-(`plan`) raises `RebaseNeeded`, naming what to read; the service reads it and offers the commit again with what it
-read (`ReadLists`), and the actor rebases it onto whatever the head is by then. The manifests of the lists the
-actor itself wrote are kept with the table's state (`IcebergTable.rebased`), so appends in a row, or in one batch,
-need no further reads. Every file read must lie below the table's location, be a regular file reached without a
-link and at most `MAX_LIST_BYTES`.
+The files are read outside the actor (`read_for_rebase`, on a file thread), before the commit is offered: the
+service asks `needed_on` of the state the table's actor last published whether the commit would be rebased there
+and what that needs read, reads it, and offers the commit with what it read (`ReadLists`). The actor rebases it onto
+whatever the head is by then, checking again in its order everything that was read: the commit's own manifests
+stay valid on any head, and a head whose list was not read (it moved on meanwhile, or the service had no state to
+ask: another cluster member owns the table) makes the actor raise `RebaseNeeded`, naming what to read; the service
+reads that and offers the commit again. The manifests of the lists the actor itself wrote are kept with the
+table's state (`IcebergTable.rebased`), so appends in a row, or in one batch, need no further reads. Every file
+read must lie below the table's location, be a regular file reached without a link and at most `MAX_LIST_BYTES`.
 """
 
 from __future__ import annotations
@@ -117,6 +120,27 @@ def append_of(base: dict[str, Any] | None, requirements: list, updates: list) ->
     except CommitConflict:
         return None
     return Append(snapshot, set_ref, others)
+
+
+def needed_on(state_metadata: dict[str, Any], kept: tuple, requirements: list, updates: list
+              ) -> "RebaseNeeded | None":
+    """What the actor's first decision of this commit would ask to be read (its RebaseNeeded) if the table were
+    `state_metadata` (with the lists `kept`): None if the commit would not be rebased there, because its
+    requirements hold (the common case, which must cost nearly nothing), or it is not a rebasable append, or
+    the rebase refuses it (the actor then answers why). Pure; the service asks it before the first offer."""
+    append = append_of(state_metadata, requirements, updates)
+    if append is None:
+        return None
+    try:
+        check_requirements(state_metadata, requirements)   # (fails: `append_of` found the branch's assert failing)
+    except CommitConflict as conflict:   # the 409 the actor's first decision would answer, if not rebased
+        try:
+            rebase(state_metadata, append, None, kept, conflict, location=state_metadata["location"])
+        except RebaseNeeded as needed:   # (nothing read yet: it always asks, unless it refuses)
+            return needed
+        except CommitConflict:
+            pass
+    return None
 
 
 def _head(metadata: dict[str, Any], ref: str) -> int | None:
@@ -216,12 +240,14 @@ def rebase(metadata: dict[str, Any], append: Append, read: ReadLists | None, kep
 
     wanted = [s["manifest-list"] for s in (parent, head) if s is not None]
     missing = tuple(dict.fromkeys(p for p in wanted if known(p) is None))
+    # (checked again with what was read: it may have been read for a table this one no longer is, before a
+    # set-location or a rename)
+    for path in (snapshot.manifest_list, *missing, *(mf.path for mf in (read.own if read is not None else ()))):
+        if not is_below(location, path):
+            raise _not_rebased(conflict, f"{path} is not within the table's location {location}")
     if read is None or missing:
         if read is not None and read.attempt >= MAX_ATTEMPTS:
             raise _not_rebased(conflict, "the branch kept moving to snapshots whose manifest lists were not read")
-        for path in (snapshot.manifest_list, *missing):
-            if not is_below(location, path):
-                raise _not_rebased(conflict, f"{path} is not within the table's location {location}")
         raise RebaseNeeded(conflict.message, location=location, snapshot_id=snapshot.snapshot_id,
                            manifest_list=snapshot.manifest_list, lists=missing)
     if parent is not None:
