@@ -193,6 +193,7 @@ class ReadLists:
     lists: tuple[tuple[str, tuple[Manifest, ...]], ...] = ()
     attempt: int = 1
     written: tuple[int, int] | None = None   # the least and largest sequence number its entries carry themselves
+    location: str | None = None   # the table location its files were checked to lie below (None: not said)
 
     def manifests_of(self, path: str) -> tuple[Manifest, ...] | None:
         return next((found for p, found in self.lists if p == path), None)
@@ -240,14 +241,17 @@ def rebase(metadata: dict[str, Any], append: Append, read: ReadLists | None, kep
 
     wanted = [s["manifest-list"] for s in (parent, head) if s is not None]
     missing = tuple(dict.fromkeys(p for p in wanted if known(p) is None))
-    # (checked again with what was read: it may have been read for a table this one no longer is, before a
-    # set-location or a rename)
-    for path in (snapshot.manifest_list, *missing, *(mf.path for mf in (read.own if read is not None else ()))):
-        if not is_below(location, path):
-            raise _not_rebased(conflict, f"{path} is not within the table's location {location}")
+    if read is not None and read.location != location:
+        # read for another place: before a set-location or a rename, or by a member that did not say where
+        for path in (snapshot.manifest_list, *(mf.path for mf in read.own)):
+            if not is_below(location, path):
+                raise _not_rebased(conflict, f"{path} is not within the table's location {location}")
     if read is None or missing:
         if read is not None and read.attempt >= MAX_ATTEMPTS:
             raise _not_rebased(conflict, "the branch kept moving to snapshots whose manifest lists were not read")
+        for path in (snapshot.manifest_list, *missing):
+            if not is_below(location, path):
+                raise _not_rebased(conflict, f"{path} is not within the table's location {location}")
         raise RebaseNeeded(conflict.message, location=location, snapshot_id=snapshot.snapshot_id,
                            manifest_list=snapshot.manifest_list, lists=missing)
     if parent is not None:
@@ -353,12 +357,11 @@ async def read_for_rebase(files, needed: RebaseNeeded, before: ReadLists | None)
 
 def _read_for_rebase_sync(files, needed: RebaseNeeded, before: ReadLists | None) -> ReadLists:
     conflict = CommitConflict(needed.message)
-    if before is None:
+    lists, attempt = ((), 1) if before is None else (before.lists, before.attempt + 1)
+    if before is None or before.location != needed.location:   # (or read for another place: checked there)
         own, inherited, written = _own_manifests(files, needed, conflict)
-        lists, attempt = (), 1
     else:
-        own, inherited, lists, attempt, written = (before.own, before.inherited, before.lists, before.attempt + 1,
-                                                   before.written)
+        own, inherited, written = before.own, before.inherited, before.written
     read = {p for p, _ in lists}
     for path in needed.lists:
         if path not in read:
@@ -368,7 +371,7 @@ def _read_for_rebase_sync(files, needed: RebaseNeeded, before: ReadLists | None)
             except (BadRequest, NotAvro, TooManyManifests) as exc:   # the table's history, not this request: 409
                 raise _not_rebased(conflict, f"cannot read the manifest list {path}: {exc}") from None
             lists = (*lists, (path, manifests))
-    return ReadLists(needed.message, own, inherited, lists, attempt, written)
+    return ReadLists(needed.message, own, inherited, lists, attempt, written, needed.location)
 
 
 def _own_manifests(files, needed: RebaseNeeded, conflict: CommitConflict
