@@ -161,16 +161,12 @@ class Registry:
         """May this actor still decide and write? In a cluster: only while its lease's epoch is held."""
         return self.cluster is None or self.cluster.leases.epoch(shard_of(actor.table_id)) == actor.epoch
 
-    def published(self, table_id: UUID) -> Any | None:
-        """The state the table's actor in this process last made durable, read without entering its mailbox (None
-        if it holds none in memory, or no longer serves it): what a requester may prepare its proposal against.
-        It is only a guess: commits in the actor's mailbox may change the table first, and the actor decides
-        against its own state."""
+    def ahead(self, table_id: UUID) -> Any | None:
+        """What the table's actor in this process expects its state to be (`TableActor.ahead`), read without
+        entering its mailbox; None if there is no such actor serving here: what a requester may prepare its
+        proposal against. A guess: the actor decides against its own state."""
         actor = self.actors.get(table_id)
-        if actor is None or not self.serving(actor):
-            return None
-        resting = actor.at_rest()   # (its row and state while it serves)
-        return None if resting is None else resting[1]
+        return None if actor is None or not self.serving(actor) else actor.ahead()
 
     async def submit(self, table_id: UUID, proposal: Proposal) -> Any:
         """Hand a proposal to the table's owner and wait for its answer (after durability if it writes)."""

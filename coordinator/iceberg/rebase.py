@@ -23,12 +23,12 @@ written under a fresh name in `<location>/metadata/` (the head's manifests after
 commit's sequence number), made durable before the table's row as every commit's files are.
 
 The files are read outside the actor (`read_for_rebase`, on a file thread), before the commit is offered: the
-service asks `needed_on` of the state the table's actor last published whether the commit would be rebased there
-and what that needs read, reads it, and offers the commit with what it read (`ReadLists`). The actor rebases it onto
-whatever the head is by then, checking again in its order everything that was read: the commit's own manifests
-stay valid on any head, and a head whose list was not read (it moved on meanwhile, or the service had no state to
-ask: another cluster member owns the table) makes the actor raise `RebaseNeeded`, naming what to read; the service
-reads that and offers the commit again. The manifests of the lists the actor itself wrote are kept with the
+service asks `needed_on` of the state the table's actor expects (the one its write under way leaves, else the
+durable one) whether the commit would be rebased there and what that needs read, reads it, and offers the commit
+with what it read (`ReadLists`). The actor rebases it onto whatever the head is by then, checking again in its
+order everything that was read: the commit's own manifests stay valid on any head, and a head whose list was not
+read (it moved on meanwhile, or the service had no state to ask: another cluster member owns the table) makes the
+actor raise `RebaseNeeded`, naming what to read; the service reads that and offers the commit again. The manifests of the lists the actor itself wrote are kept with the
 table's state (`IcebergTable.rebased`), so appends in a row, or in one batch, need no further reads. Every file
 read must lie below the table's location, be a regular file reached without a link and at most `MAX_LIST_BYTES`.
 """

@@ -334,13 +334,14 @@ class IcebergService:
             return answer
 
     async def _read_ahead(self, table_id: uuid.UUID, requirements: list, updates: list) -> rebase.ReadLists | None:
-        """What an append's rebase needs read, read before its first offer when the table as its actor here last
-        made it durable would rebase it (rebase.needed_on): most appends that are rebased then pass through the
-        actor once, which checks in its order what was read against its head as it is then. None, reading
-        nothing, when its requirements hold there (most commits: the check costs a few dict lookups), it is no
-        rebasable append, or this member does not hold the table; None too when the reading refuses it, so
-        that the actor decides first and the commit's answer is the one its order gives."""
-        state = self.registry.published(table_id)
+        """What an append's rebase needs read, read before its first offer when the table as its actor here
+        expects it (the state its write under way leaves, else the durable one: `TableActor.ahead`) would rebase
+        it (rebase.needed_on): appends that are rebased then pass through the actor once, which checks in its
+        order what was read against its head as it is then. None, reading nothing, when its requirements hold
+        there (most commits: the check costs a few dict lookups), it is no rebasable append, or this member does
+        not hold the table; None too when the reading refuses it, so that the actor decides first and the
+        commit's answer is the one its order gives."""
+        state = self.registry.ahead(table_id)
         if not isinstance(state, IcebergTable):
             return None
         needed = rebase.needed_on(state.metadata, state.rebased, requirements, updates)
