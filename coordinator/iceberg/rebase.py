@@ -51,6 +51,7 @@ from .manifest_lists import DATA, Manifest, NotAvro, TooManyManifests, added_onl
     read_manifest_list, split_manifest_list, write_list, written_sequence_numbers
 from .rules.builder import SNAPSHOT_INDEXES, implicit_refs
 from .rules.requirements import check_requirements
+from .state import IcebergTable
 
 REBASE_PROPERTY = "commit.rebase-appends.enabled"
 MAX_ATTEMPTS = 4             # offers of one commit with what was read, before its 409 stands (heads moving on)
@@ -344,6 +345,25 @@ def _not_rebased(conflict: CommitConflict, why: str) -> CommitConflict:
 
 
 # -- reading (outside the actor, on a file thread) ---------------------------------------------------------------
+
+
+async def read_ahead(files, state: Any, requirements: list, updates: list) -> ReadLists | None:
+    """What an append's rebase needs read, read before its first offer when the table as its actor expects it
+    (`state`: the one its write under way leaves, else the durable one; `TableActor.ahead`) would rebase it
+    (`needed_on`): appends that are rebased then pass through the actor once, which checks in its order what was
+    read against its head as it is then. None, reading nothing, when its requirements hold there (most commits:
+    the check costs a few dict lookups), it is no rebasable append, or there is no state (no actor here: another
+    cluster member owns the table); None too when the reading refuses it, so that the actor decides first and the
+    commit's answer is the one its order gives."""
+    if not isinstance(state, IcebergTable):
+        return None
+    needed = needed_on(state.metadata, state.rebased, requirements, updates)
+    if needed is None:
+        return None
+    try:
+        return await read_for_rebase(files, needed, None)
+    except (BadRequest, CommitConflict):
+        return None
 
 
 async def read_for_rebase(files, needed: RebaseNeeded, before: ReadLists | None) -> ReadLists:

@@ -301,12 +301,10 @@ class IcebergService:
         if creates_table(requirements):
             return await self._commit_create(ident, requirements, updates, idempotency_key)
         await self._check_relocation(ident, requirements, updates)
-
         async def proposal(table_id: uuid.UUID, read: dict[int | None, rebase.ReadLists]) -> CommitTable:
             if None not in read:   # (the first offer: nothing asked for yet)
-                ahead = await self._read_ahead(table_id, requirements, updates)
-                if ahead is not None:
-                    read[None] = ahead
+                ahead = await rebase.read_ahead(self.files, self.registry.ahead(table_id), requirements, updates)
+                read.update({None: ahead} if ahead is not None else {})
             return CommitTable(ident, requirements, updates, idempotency_key, self.files, self.root(ident.catalog),
                                read.get(None))
         try:
@@ -321,7 +319,7 @@ class IcebergService:
                         read: dict[int | None, rebase.ReadLists] | None = None) -> Any:
         """`offer(read)`, offered again with what an append's rebase needs read (coordinator/iceberg/rebase.py) for
         as long as an actor asks for it, a bounded number of times. `read` holds it by the part of a transaction it
-        is for (None: a table's own commit), from the start what was read ahead (`_read_ahead`)."""
+        is for (None: a table's own commit), from the start what was read ahead (`rebase.read_ahead`)."""
         read = {} if read is None else read
         while True:
             try:
@@ -332,25 +330,6 @@ class IcebergService:
             if read:
                 self.services.metrics.rebased.labels(FORMAT).inc(len(read))
             return answer
-
-    async def _read_ahead(self, table_id: uuid.UUID, requirements: list, updates: list) -> rebase.ReadLists | None:
-        """What an append's rebase needs read, read before its first offer when the table as its actor here
-        expects it (the state its write under way leaves, else the durable one: `TableActor.ahead`) would rebase
-        it (rebase.needed_on): appends that are rebased then pass through the actor once, which checks in its
-        order what was read against its head as it is then. None, reading nothing, when its requirements hold
-        there (most commits: the check costs a few dict lookups), it is no rebasable append, or this member does
-        not hold the table; None too when the reading refuses it, so that the actor decides first and the
-        commit's answer is the one its order gives."""
-        state = self.registry.ahead(table_id)
-        if not isinstance(state, IcebergTable):
-            return None
-        needed = rebase.needed_on(state.metadata, state.rebased, requirements, updates)
-        if needed is None:
-            return None
-        try:
-            return await rebase.read_for_rebase(self.files, needed, None)
-        except (BadRequest, CommitConflict):
-            return None
 
     async def _check_relocation(self, ident: TableIdent, requirements: list, updates: list,
                                 kind: str = "table") -> None:
@@ -423,9 +402,9 @@ class IcebergService:
         record = idempotency_key.record(204) if idempotency_key else None
         ahead: dict[int | None, rebase.ReadLists] = {}
         for i, (table_id, proposal) in enumerate(parts):
-            lists = await self._read_ahead(table_id, proposal.requirements, proposal.updates)
-            if lists is not None:
-                ahead[i] = lists
+            lists = await rebase.read_ahead(self.files, self.registry.ahead(table_id), proposal.requirements,
+                                            proposal.updates)
+            ahead.update({i: lists} if lists is not None else {})
         await self._rebasing(lambda read: self.registry.transact(
             [(table_id, replace(proposal, read=read.get(i))) for i, (table_id, proposal) in enumerate(parts)],
             creates=creates, idempotency=record), ahead)
