@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import gc
 import logging
+import math
 import resource
 import shutil
 import signal
@@ -86,6 +87,14 @@ def configure_logging(level: str) -> None:
 # closed at the connection maximum) a health check would wait that long. hypercorn's default is 100.
 LISTEN_BACKLOG = 2048
 
+
+def defer_accept_s(config: Config) -> int:
+    """How long the kernel holds a new connection that has sent nothing before it hands it to the service
+    (`ServerConfig.defer_accept_s`): half the header deadline, so that with the service's own (from the moment it
+    gets the connection) such a connection is closed within about one and a half."""
+    return max(1, math.ceil(config.http_keep_alive_s / 2))
+
+
 # The derived connection maximum (`http_max_connections` 0) is at most this: an idle connection costs the service
 # some memory besides its descriptor.
 DEFAULT_MAX_CONNECTIONS = 10_000
@@ -122,6 +131,7 @@ def hypercorn_config(config: Config) -> ServerConfig:
     hc.graceful_timeout = config.shutdown_grace_s
     hc.h11_max_incomplete_size = 64 * 1024
     hc.backlog = LISTEN_BACKLOG
+    hc.defer_accept_s = defer_accept_s(config)
     if config.http_fd is not None:  # a worker of `serve --workers N`: the supervisor's shared socket
         hc.bind = [f"fd://{config.http_fd}"]
     hc.connections = ConnectionLimit(max_connections(config))

@@ -113,6 +113,7 @@ class TableActor:
         self.life = Life.UNLOADED
         self.row: TableRow | None = None   # as last durably written
         self.state: Any = None             # format state matching `row`
+        self.writing: Any = None           # the state the segment being written leaves, until that write ends
         self.loaded_at = 0.0               # monotonic time of the last load from the store
         self.batches = 0
         self.last_batch_size = 0
@@ -145,6 +146,14 @@ class TableActor:
         """Forget the in-memory state: the next request reads the table from the store first."""
         if self.life is not Life.MOVED:
             self.life = Life.UNLOADED
+
+    def ahead(self) -> Any | None:
+        """The state the table will most likely be in when this actor decides a request sent now, read without
+        entering the mailbox: the one its segment being written leaves, else the one last made durable; None if
+        it holds none. Only a guess (the write may fail, queued requests come first): it decides against its own."""
+        if self.life is not Life.SERVING:
+            return None
+        return self.state if self.writing is None else self.writing
 
     def at_rest(self) -> tuple[TableRow, Any] | None:
         """The row and state a retiring actor leaves to be kept while the table is idle (None: nothing worth it)."""
@@ -374,6 +383,7 @@ class TableActor:
             # database's fencing is what guarantees it applies nothing.
             error: CoordinatorError | None = NotOwner("the shard's lease lapsed before the write")
         else:
+            self.writing = seg.state
             try:
                 await commit.write(Commit([part], receipts), self.registry.store, self.registry.files)
                 error = None
@@ -385,6 +395,8 @@ class TableActor:
                 log.exception("writing table %s failed", self.table_id)
                 error = OutcomeUnknown(f"writing table {self.table_id} failed unexpectedly ({exc}); whether it "
                                        f"applied is unknown")
+            finally:
+                self.writing = None
         applied = error is None or isinstance(error, Unpublished)
         if isinstance(error, OutcomeUnknown):
             log.error("outcome unknown for %d requests on table %s: %s", len(seg.requests), self.table_id, error)

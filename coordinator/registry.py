@@ -161,6 +161,13 @@ class Registry:
         """May this actor still decide and write? In a cluster: only while its lease's epoch is held."""
         return self.cluster is None or self.cluster.leases.epoch(shard_of(actor.table_id)) == actor.epoch
 
+    def ahead(self, table_id: UUID) -> Any | None:
+        """What the table's actor in this process expects its state to be (`TableActor.ahead`), read without
+        entering its mailbox; None if there is no such actor serving here: what a requester may prepare its
+        proposal against. A guess: the actor decides against its own state."""
+        actor = self.actors.get(table_id)
+        return None if actor is None or not self.serving(actor) else actor.ahead()
+
     async def submit(self, table_id: UUID, proposal: Proposal) -> Any:
         """Hand a proposal to the table's owner and wait for its answer (after durability if it writes)."""
         if self.cluster is not None:

@@ -4,6 +4,7 @@ over tables of their own, in one run: prints one table.
     python -m loadtest.rebase_bench                       # own PostgreSQL + service, 10 s per configuration
     python -m loadtest.rebase_bench --duration 20 --rounds 2
     python -m loadtest.rebase_bench --stages              # where a rebased commit's CPU goes, against a plain one
+    python -m loadtest.rebase_bench --code ../main         # the service from another checkout (the load stays this one)
 
 Every commit is a real fast append (`loadtest/append_flow.py`: pyiceberg's writers write the manifest and the
 manifest list the service reads when it rebases). Configurations, each measured `--rounds` times in turn:
@@ -20,6 +21,7 @@ commit of `1x8` (a rebased commit: its first offer, the reads, the new manifest 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -114,6 +116,8 @@ def main() -> None:
                     help="a group's writers move to its next table once they started this many appends on it")
     ap.add_argument("--stages", action="store_true", help="py-spy the service in the first round's 8x1 and 1x8 "
                                                           "and print their CPU per commit by stage")
+    ap.add_argument("--code", type=Path, help="run the service from this checkout instead (e.g. main, to compare "
+                    "with a change: run each in turn); the load generator stays this checkout's")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (service log, warehouse, py-spy files)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="rebase-bench-"))
@@ -126,7 +130,10 @@ def main() -> None:
         dsn = pg.start()
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        service = procs.service(port, dsn, tmp / "service", tmp / "service.log").start(base + "/readyz")
+        print(f"the service runs {args.code or 'this checkout'}", flush=True)
+        service = procs.service(port, dsn, tmp / "service", tmp / "service.log",
+                                **({"code": args.code, "env": {"PYTHONPATH": str(args.code)}} if args.code else {})
+                                ).start(base + "/readyz")
         pg_pid = procs.postmaster_pid(pg.pgdata)
         for round_ in range(args.rounds):
             for cfg, rebase in CONFIGS:
@@ -144,7 +151,8 @@ def main() -> None:
         procs.tear_down([service] if service is not None else [], pg, tmp, args.keep)
     print()
     print(f"Iceberg fast appends with their files (pyiceberg's writers), {args.duration:g} s x {args.rounds} "
-          f"round(s) per configuration, {args.appends_per_table} appends started per table; medians over rounds")
+          f"round(s) per configuration, {args.appends_per_table} appends started per table; medians over rounds; "
+          f"the service: {args.code or 'this checkout'}; load average at the end {os.getloadavg()[0]:.1f}")
     print()
     print(table([summarize(results[key]) for key in CONFIGS]))
     profiled = {f"{cfg} (server CPU ms/commit)": results[(cfg, True)][0]["stages"] for cfg in ("8x1", "1x8")

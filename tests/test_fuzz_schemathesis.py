@@ -21,7 +21,7 @@ not exist), and fails if an operation never did.
 
 Sized for CI's 2-core machine (about a minute for the three): `COORDINATOR_FUZZ_COVERAGE_CASES` (30) coverage
 cases and `COORDINATOR_FUZZ_EXAMPLES` (5) random cases per mode for each operation; raise them for a deeper run,
-e.g. `COORDINATOR_FUZZ_EXAMPLES=200 python -m pytest -s tests/test_fuzz_schemathesis.py`.
+e.g. `COORDINATOR_FUZZ_EXAMPLES=200 python -m pytest -n 0 -s tests/test_fuzz_schemathesis.py`.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import uuid
 from pathlib import Path
 
 import httpx
@@ -317,3 +318,36 @@ def test_appends_sent_through_any_cluster_member_are_rebased_by_the_tables_owner
         assert len(client.data_files(md, md["current-snapshot-id"])) == 8
     finally:
         stop_all(members)
+
+
+@pytest.mark.parametrize("route", ["table", "transaction"])
+def test_a_rebased_append_passes_through_the_tables_actor_once(config, route):
+    """An append whose branch moved on is read before it is offered (its table's actor here published the head
+    it conflicts with), so its actor decides it once: one batch, not a first offer that asks for the files and a
+    second with them."""
+    from api.server import EmbeddedService
+    service = EmbeddedService(config)
+    with service as url, httpx.Client(base_url=url, timeout=30) as http:
+        http.post("/v1/namespaces", json={"namespace": ["db"]}).raise_for_status()
+        created = http.post("/v1/namespaces/db/tables", json={"name": "t", "schema": REST_SCHEMA,
+                                                               "properties": {REBASE_PROPERTY: "true"}})
+        base = created.json()["metadata"]
+        http.post("/v1/namespaces/db/tables/t", json=client.append(base)).raise_for_status()
+        actor = service.coordinator.registry.actors[uuid.UUID(base["table-uuid"])]
+        for n in range(3):   # each from the empty table: rebased onto the head the one before it made
+            body = client.append(base)
+            before = actor.batches
+            if route == "table":
+                answer = http.post("/v1/namespaces/db/tables/t", json=body)
+            else:
+                answer = http.post("/v1/transactions/commit", json={"table-changes": [
+                    {"identifier": {"namespace": ["db"], "name": "t"}, **body}]})
+            assert answer.status_code in (200, 204), answer.text
+            assert actor.batches - before == 1
+            assert service.coordinator.registry.actors[uuid.UUID(base["table-uuid"])] is actor
+        md = http.get("/v1/namespaces/db/tables/t").json()["metadata"]
+        assert md["current-snapshot-id"] == body["updates"][0]["snapshot"]["snapshot-id"]
+        assert [s["sequence-number"] for s in md["snapshots"]] == [1, 2, 3, 4]
+        rebased = next(float(line.split()[-1]) for line in http.get("/metrics").text.splitlines()
+                       if line.startswith("coordinator_rebased_commits_total"))
+        assert rebased == 3

@@ -139,19 +139,22 @@ async def test_a_closed_connection_ends_its_tasks_at_once(server):
     assert count_tasks() == before, "the connections' tasks outlived the connections"
 
 
-async def test_shutdown_closes_idle_connections_and_lets_requests_finish():
+@pytest.mark.parametrize("max_connections", [None, 10])
+async def test_shutdown_closes_idle_connections_and_lets_requests_finish(max_connections):
     shutdown = trio.Event()
     with trio.fail_after(15):
         async with trio.open_nursery() as nursery:  # exits once hypercorn's graceful shutdown is done
-            address = await start(nursery, hyper_config(60), shutdown)
+            address = await start(nursery, hyper_config(60, max_connections), shutdown)
             idle = await trio.open_tcp_stream(*address)
             await get(idle, "/ping")
+            silent = await trio.open_tcp_stream(*address)   # never sends anything
             busy = await trio.open_tcp_stream(*address)
             await busy.send_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
             await trio.sleep(0.1)
             shutdown.set()
-            # The idle connection goes at once; the busy one gets its answer, then is closed.
+            # The idle connections go at once; the busy one gets its answer, then is closed.
             assert await closed_within(idle, 5) is not None, "an idle connection outlived the shutdown"
+            assert await closed_within(silent, 5) is not None, "a connection that sent nothing outlived the shutdown"
             answer = b""
             while chunk := await busy.receive_some(65536):
                 answer += chunk
@@ -252,3 +255,49 @@ async def test_past_the_connection_maximum_an_idle_connection_makes_room(nursery
     assert config.connections.closed_at_limit == 3
     for stream in busy:
         assert (await receive_answer(stream)).endswith(b"done")
+
+
+async def test_a_connection_that_sends_nothing_holds_one_task_until_the_header_deadline(nursery):
+    """Under a connection limit (the service always has one), hypercorn sets a connection up only when its first
+    bytes arrive: until then it is one task and a socket, which is all a flood of silent connections makes the
+    service set up and tear down. The header deadline runs from the connect all the same."""
+    address = await start(nursery, hyper_config(KEEP_ALIVE_S, max_connections=50))
+    warm = await trio.open_tcp_stream(*address)   # (the server's one task of its own starts with a connection)
+    assert (await get(warm, "/ping")).endswith(b"pong")
+    await warm.aclose()
+    await trio.sleep(0.1)
+    before = count_tasks()
+    silent = [await trio.open_tcp_stream(*address) for _ in range(20)]
+    await trio.sleep(0.2)
+    assert count_tasks() - before == len(silent)
+    late = await trio.open_tcp_stream(*address)
+    await trio.sleep(KEEP_ALIVE_S * 0.7)
+    await late.send_all(b"GET /ping HTTP/1.1\r\n")   # the request starts late, and its headers trickle
+    started = time.monotonic()
+    elapsed = await closed_within(late, KEEP_ALIVE_S * 2)
+    assert elapsed is not None and time.monotonic() - started < KEEP_ALIVE_S * 0.7, elapsed
+    for stream in silent:
+        assert await closed_within(stream, KEEP_ALIVE_S) is not None
+    await trio.sleep(0.1)
+    assert count_tasks() == before
+
+
+async def test_past_the_connection_maximum_an_address_holding_most_connections_makes_room(nursery):
+    """Past the maximum (4 here), an address holding more than half of the connections gives up its own idle
+    ones, for others' new connections and for its own; those of the others stay, though idle longer."""
+    config = hyper_config(60, max_connections=4)
+    address = await start(nursery, config)
+    other = await trio.open_tcp_stream(*address)   # from 127.0.0.1, idle longest
+    assert (await get(other, "/ping")).endswith(b"pong")
+    heavy = [await trio.open_tcp_stream(*address, local_address="127.0.0.2") for _ in range(3)]
+    for stream in heavy:
+        assert (await get(stream, "/ping")).endswith(b"pong")
+    newcomer = await trio.open_tcp_stream(*address, local_address="127.0.0.3")
+    assert await closed_within(heavy[0], 2) is not None   # the heavy address's idle longest
+    assert (await get(newcomer, "/ping")).endswith(b"pong")
+    more = await trio.open_tcp_stream(*address, local_address="127.0.0.2")   # at its share: room from its own
+    assert await closed_within(heavy[1], 2) is not None
+    assert (await get(more, "/ping")).endswith(b"pong")
+    assert await closed_within(other, 0.2) is None
+    assert (await get(other, "/ping")).endswith(b"pong")
+    assert config.connections.closed_at_limit == 2

@@ -22,12 +22,15 @@ timestamp no earlier than the head's, its summary's totals recounted from the he
 written under a fresh name in `<location>/metadata/` (the head's manifests after the snapshot's own, which get the
 commit's sequence number), made durable before the table's row as every commit's files are.
 
-The files are read outside the actor (`read_for_rebase`, on a file thread): the actor's first decision
-(`plan`) raises `RebaseNeeded`, naming what to read; the service reads it and offers the commit again with what it
-read (`ReadLists`), and the actor rebases it onto whatever the head is by then. The manifests of the lists the
-actor itself wrote are kept with the table's state (`IcebergTable.rebased`), so appends in a row, or in one batch,
-need no further reads. Every file read must lie below the table's location, be a regular file reached without a
-link and at most `MAX_LIST_BYTES`.
+The files are read outside the actor (`read_for_rebase`, on a file thread), before the commit is offered: the
+service asks `needed_on` of the state the table's actor expects (the one its write under way leaves, else the
+durable one) whether the commit would be rebased there and what that needs read, reads it, and offers the commit
+with what it read (`ReadLists`). The actor rebases it onto whatever the head is by then, checking again in its
+order everything that was read: the commit's own manifests stay valid on any head, and a head whose list was not
+read (it moved on meanwhile, or the service had no state to ask: another cluster member owns the table) makes the
+actor raise `RebaseNeeded`, naming what to read; the service reads that and offers the commit again. The manifests of the lists the actor itself wrote are kept with the
+table's state (`IcebergTable.rebased`), so appends in a row, or in one batch, need no further reads. Every file
+read must lie below the table's location, be a regular file reached without a link and at most `MAX_LIST_BYTES`.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from .manifest_lists import DATA, Manifest, NotAvro, TooManyManifests, added_onl
     read_manifest_list, split_manifest_list, write_list, written_sequence_numbers
 from .rules.builder import SNAPSHOT_INDEXES, implicit_refs
 from .rules.requirements import check_requirements
+from .state import IcebergTable
 
 REBASE_PROPERTY = "commit.rebase-appends.enabled"
 MAX_ATTEMPTS = 4             # offers of one commit with what was read, before its 409 stands (heads moving on)
@@ -119,6 +123,27 @@ def append_of(base: dict[str, Any] | None, requirements: list, updates: list) ->
     return Append(snapshot, set_ref, others)
 
 
+def needed_on(state_metadata: dict[str, Any], kept: tuple, requirements: list, updates: list
+              ) -> "RebaseNeeded | None":
+    """What the actor's first decision of this commit would ask to be read (its RebaseNeeded) if the table were
+    `state_metadata` (with the lists `kept`): None if the commit would not be rebased there, because its
+    requirements hold (the common case, which must cost nearly nothing), or it is not a rebasable append, or
+    the rebase refuses it (the actor then answers why). Pure; the service asks it before the first offer."""
+    append = append_of(state_metadata, requirements, updates)
+    if append is None:
+        return None
+    try:
+        check_requirements(state_metadata, requirements)   # (fails: `append_of` found the branch's assert failing)
+    except CommitConflict as conflict:   # the 409 the actor's first decision would answer, if not rebased
+        try:
+            rebase(state_metadata, append, None, kept, conflict, location=state_metadata["location"])
+        except RebaseNeeded as needed:   # (nothing read yet: it always asks, unless it refuses)
+            return needed
+        except CommitConflict:
+            pass
+    return None
+
+
 def _head(metadata: dict[str, Any], ref: str) -> int | None:
     refs = metadata.get("refs")
     entry = (implicit_refs(metadata) if refs is None else refs).get(ref)
@@ -169,6 +194,7 @@ class ReadLists:
     lists: tuple[tuple[str, tuple[Manifest, ...]], ...] = ()
     attempt: int = 1
     written: tuple[int, int] | None = None   # the least and largest sequence number its entries carry themselves
+    location: str | None = None   # the table location its files were checked to lie below (None: not said)
 
     def manifests_of(self, path: str) -> tuple[Manifest, ...] | None:
         return next((found for p, found in self.lists if p == path), None)
@@ -216,6 +242,11 @@ def rebase(metadata: dict[str, Any], append: Append, read: ReadLists | None, kep
 
     wanted = [s["manifest-list"] for s in (parent, head) if s is not None]
     missing = tuple(dict.fromkeys(p for p in wanted if known(p) is None))
+    if read is not None and read.location != location:
+        # read for another place: before a set-location or a rename, or by a member that did not say where
+        for path in (snapshot.manifest_list, *(mf.path for mf in read.own)):
+            if not is_below(location, path):
+                raise _not_rebased(conflict, f"{path} is not within the table's location {location}")
     if read is None or missing:
         if read is not None and read.attempt >= MAX_ATTEMPTS:
             raise _not_rebased(conflict, "the branch kept moving to snapshots whose manifest lists were not read")
@@ -245,24 +276,26 @@ def rebase(metadata: dict[str, Any], append: Append, read: ReadLists | None, kep
         _check_written(read.written, sequence_number, heads, conflict)
     manifests = (*(mf._replace(first_row_id=None) for mf in read.own), *heads)
     list_name = f"snap-{snapshot.snapshot_id}-rebased-{uuid.uuid4().hex}.avro"
-    rebased = {**snapshot.stored(), "parent-snapshot-id": head_id,
-               "timestamp-ms": max(snapshot.timestamp_ms, head.get("timestamp-ms") or 0),
-               "summary": recount(snapshot.summary, head.get("summary")),
-               "manifest-list": join(location, "metadata", list_name)}
+    # (the client's snapshot, validated when it was parsed, copied with what the rebase changes: its dump
+    # validated again cost three times as much, in the actor)
+    changed: dict[str, Any] = {"parent_snapshot_id": head_id,
+                               "timestamp_ms": max(snapshot.timestamp_ms, head.get("timestamp-ms") or 0),
+                               "summary": recount(snapshot.summary, head.get("summary")),
+                               "manifest_list": join(location, "metadata", list_name)}
     if sequence_number is not None:
-        rebased["sequence-number"] = sequence_number
+        changed["sequence_number"] = sequence_number
     first_row_id = None
     if version >= 3:
         first_row_id = metadata.get("next-row-id") or 0
         manifests, added_rows = assign_row_ids(manifests, first_row_id)
-        rebased.update({"first-row-id": first_row_id, "added-rows": added_rows})
-    data = write_list(rebased["manifest-list"], version, snapshot.snapshot_id, head_id, sequence_number or 0,
+        changed.update(first_row_id=first_row_id, added_rows=added_rows)
+    data = write_list(changed["manifest_list"], version, snapshot.snapshot_id, head_id, sequence_number or 0,
                       manifests, avro_codec(metadata.get("properties") or {}), first_row_id)
     written = tuple(mf._replace(sequence_number=sequence_number or 0, min_sequence_number=sequence_number or 0)
                     if mf.sequence_number == UNASSIGNED_SEQ else mf for mf in manifests)
     requirements = [*append.others, m.AssertRefSnapshotId(ref=append.ref, snapshot_id=head_id)]
-    updates = [m.AddSnapshotUpdate(snapshot=models.Snapshot.model_validate(rebased)), append.set_ref]
-    return Rebased(requirements, updates, rebased["manifest-list"], data, written, head_id,
+    updates = [m.AddSnapshotUpdate(snapshot=snapshot.model_copy(update=changed)), append.set_ref]
+    return Rebased(requirements, updates, changed["manifest_list"], data, written, head_id,
                    tuple(entry for entry in read.lists if entry[0] in wanted))
 
 
@@ -314,6 +347,25 @@ def _not_rebased(conflict: CommitConflict, why: str) -> CommitConflict:
 # -- reading (outside the actor, on a file thread) ---------------------------------------------------------------
 
 
+async def read_ahead(files, state: Any, requirements: list, updates: list) -> ReadLists | None:
+    """What an append's rebase needs read, read before its first offer when the table as its actor expects it
+    (`state`: the one its write under way leaves, else the durable one; `TableActor.ahead`) would rebase it
+    (`needed_on`): appends that are rebased then pass through the actor once, which checks in its order what was
+    read against its head as it is then. None, reading nothing, when its requirements hold there (most commits:
+    the check costs a few dict lookups), it is no rebasable append, or there is no state (no actor here: another
+    cluster member owns the table); None too when the reading refuses it, so that the actor decides first and the
+    commit's answer is the one its order gives."""
+    if not isinstance(state, IcebergTable):
+        return None
+    needed = needed_on(state.metadata, state.rebased, requirements, updates)
+    if needed is None:
+        return None
+    try:
+        return await read_for_rebase(files, needed, None)
+    except (BadRequest, CommitConflict):
+        return None
+
+
 async def read_for_rebase(files, needed: RebaseNeeded, before: ReadLists | None) -> ReadLists:
     """What `needed` asks for, read and checked on a thread of the file IO's read pool (bounded in time as every
     read of a client's file is): the commit's own manifest list and manifests (unless `before` has them) and the
@@ -327,12 +379,11 @@ async def read_for_rebase(files, needed: RebaseNeeded, before: ReadLists | None)
 
 def _read_for_rebase_sync(files, needed: RebaseNeeded, before: ReadLists | None) -> ReadLists:
     conflict = CommitConflict(needed.message)
-    if before is None:
+    lists, attempt = ((), 1) if before is None else (before.lists, before.attempt + 1)
+    if before is None or before.location != needed.location:   # (or read for another place: checked there)
         own, inherited, written = _own_manifests(files, needed, conflict)
-        lists, attempt = (), 1
     else:
-        own, inherited, lists, attempt, written = (before.own, before.inherited, before.lists, before.attempt + 1,
-                                                   before.written)
+        own, inherited, written = before.own, before.inherited, before.written
     read = {p for p, _ in lists}
     for path in needed.lists:
         if path not in read:
@@ -342,7 +393,7 @@ def _read_for_rebase_sync(files, needed: RebaseNeeded, before: ReadLists | None)
             except (BadRequest, NotAvro, TooManyManifests) as exc:   # the table's history, not this request: 409
                 raise _not_rebased(conflict, f"cannot read the manifest list {path}: {exc}") from None
             lists = (*lists, (path, manifests))
-    return ReadLists(needed.message, own, inherited, lists, attempt, written)
+    return ReadLists(needed.message, own, inherited, lists, attempt, written, needed.location)
 
 
 def _own_manifests(files, needed: RebaseNeeded, conflict: CommitConflict

@@ -301,19 +301,26 @@ class IcebergService:
         if creates_table(requirements):
             return await self._commit_create(ident, requirements, updates, idempotency_key)
         await self._check_relocation(ident, requirements, updates)
+        async def proposal(table_id: uuid.UUID, read: dict[int | None, rebase.ReadLists]) -> CommitTable:
+            if None not in read:   # (the first offer: nothing asked for yet)
+                ahead = await rebase.read_ahead(self.files, self.registry.ahead(table_id), requirements, updates)
+                read.update({None: ahead} if ahead is not None else {})
+            return CommitTable(ident, requirements, updates, idempotency_key, self.files, self.root(ident.catalog),
+                               read.get(None))
         try:
-            return await self._rebasing(lambda read: self._submit(ident, lambda: CommitTable(
-                ident, requirements, updates, idempotency_key, self.files, self.root(ident.catalog), read.get(None))))
+            return await self._rebasing(lambda read: self.names.submit_to(
+                (ident, "table"), lambda table_id: proposal(table_id, read)))
         except AppliedReplyLost:
             # Applied, but the owner's answer was lost: the table as it is now includes this commit (and perhaps
             # later ones), which is what a client refreshes to after a commit anyway.
             return await self.load_table(ident)
 
-    async def _rebasing(self, offer: Callable[[dict[int | None, rebase.ReadLists]], Awaitable[Any]]) -> Any:
+    async def _rebasing(self, offer: Callable[[dict[int | None, rebase.ReadLists]], Awaitable[Any]],
+                        read: dict[int | None, rebase.ReadLists] | None = None) -> Any:
         """`offer(read)`, offered again with what an append's rebase needs read (coordinator/iceberg/rebase.py) for
         as long as an actor asks for it, a bounded number of times. `read` holds it by the part of a transaction it
-        is for (None: a table's own commit)."""
-        read: dict[int | None, rebase.ReadLists] = {}
+        is for (None: a table's own commit), from the start what was read ahead (`rebase.read_ahead`)."""
+        read = {} if read is None else read
         while True:
             try:
                 answer = await offer(read)
@@ -393,9 +400,14 @@ class IcebergService:
                 planned = await self.plan_commit(ident, requirements, updates)
                 parts.append((planned.table_id, planned.proposal))
         record = idempotency_key.record(204) if idempotency_key else None
+        ahead: dict[int | None, rebase.ReadLists] = {}
+        for i, (table_id, proposal) in enumerate(parts):
+            lists = await rebase.read_ahead(self.files, self.registry.ahead(table_id), proposal.requirements,
+                                            proposal.updates)
+            ahead.update({i: lists} if lists is not None else {})
         await self._rebasing(lambda read: self.registry.transact(
             [(table_id, replace(proposal, read=read.get(i))) for i, (table_id, proposal) in enumerate(parts)],
-            creates=creates, idempotency=record))
+            creates=creates, idempotency=record), ahead)
         for c in creates:
             self.names.remember((c.state.ident, "table"), c.row.table_id)
 

@@ -8,8 +8,10 @@ the client may do (issue 39, rows 1, 2 and 7).
 - `h2-body-no-length`: HTTP/2 requests (prior knowledge, no TLS) whose body has no Content-Length, without a
   credential, sent as fast as flow control lets. "No Content-Length, no body" holds in HTTP/1 only: the service
   once kept all of such a body and answered 401 after its end.
-- `idle-connection-flood`: connections opened and left idle, each reopened as soon as the service closes it. Past
-  the process's descriptor limit the service could not accept, open a file or reach its database.
+- `idle-connection-flood`: connections opened and left idle, each reopened as soon as the service closes it, from
+  an address of their own (127.0.0.2 on loopback, as from another host). Past the process's descriptor limit the
+  service could not accept, open a file or reach its database; at the connection maximum, each one closed to make
+  room was opened again at once, and that churn took the service's time.
 
 Each runs in threads (the flood in a process of its own, whose descriptors are not the caller's) until its `with`
 block ends, and yields a `Tally` of what it got back.
@@ -234,13 +236,23 @@ def h2_body_no_length(target: Target) -> Iterator[Tally]:
 # -- idle connections -----------------------------------------------------------------------------------------------
 
 
+def own_address(base_url: str) -> str:
+    """The address an attacker connects from: on loopback 127.0.0.2, as a host of its own would (the service's
+    other clients here come from 127.0.0.1); elsewhere, this host's own ("")."""
+    return "127.0.0.2" if urlsplit(base_url).hostname == "127.0.0.1" else ""
+
+
 @contextmanager
-def idle_connections(target: Target, count: int = 1100) -> Iterator[Tally]:
-    """`count` connections opened and left idle, each opened again when the service closes it, from a process of
-    its own. `tally.notes`: "open" (now), "opened" and "closed by the service" (so far), "refused" (connects that
-    failed), updated every 0.2 s."""
+def idle_connections(target: Target, count: int = 1100, source: str | None = None,
+                     one_request: bool = False) -> Iterator[Tally]:
+    """`count` connections opened and left idle (`one_request`: after one request, a health check, each), each
+    opened again when the service closes it, from a process of its own, from address `source` (default:
+    `own_address`). `tally.notes`: "open" (now), "opened" and "closed by the service" (so far), "refused" (connects
+    that failed), updated every 0.2 s."""
     tally = Tally()
-    proc = subprocess.Popen([sys.executable, "-m", "loadtest.attacks.front_door", "idle", target.base_url, str(count)],
+    source = own_address(target.base_url) if source is None else source
+    proc = subprocess.Popen([sys.executable, "-m", "loadtest.attacks.front_door", "idle", target.base_url, str(count),
+                             source, "request" if one_request else "silent"],
                             stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
 
     def read_reports() -> None:
@@ -259,9 +271,9 @@ def idle_connections(target: Target, count: int = 1100) -> Iterator[Tally]:
         reader.join(timeout=10)
 
 
-def _hold_idle(base_url: str, count: int) -> None:
-    """(In the flood's own process.) Hold `count` idle connections, each connect made without waiting for the
-    others, and report to stdout every 0.2 s."""
+def _hold_idle(base_url: str, count: int, source: str = "", mode: str = "silent") -> None:
+    """(In the flood's own process.) Hold `count` idle connections from address `source` (`mode` "request": each
+    sends one request first), each connect made without waiting for the others, and report to stdout every 0.2 s."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, count + 64)), hard))
     url = urlsplit(base_url)
@@ -279,6 +291,8 @@ def _hold_idle(base_url: str, count: int) -> None:
         while counts["open"] + connecting < count:
             sock = socket.socket(address[0], socket.SOCK_STREAM)
             sock.setblocking(False)
+            if source:
+                sock.bind((source, 0))
             sock.connect_ex(address[4])
             selector.register(sock, selectors.EVENT_WRITE)
             connecting += 1
@@ -291,6 +305,11 @@ def _hold_idle(base_url: str, count: int) -> None:
                     forget(sock)
                     continue
                 selector.modify(sock, selectors.EVENT_READ)
+                if mode == "request":
+                    try:
+                        sock.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")   # (its answer is read, and dropped)
+                    except OSError:
+                        pass   # (closed already: seen below)
                 counts["open"] += 1
                 counts["opened"] += 1
                 continue
@@ -321,4 +340,4 @@ ATTACKS = {
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["idle"]:
-        _hold_idle(sys.argv[2], int(sys.argv[3]))
+        _hold_idle(sys.argv[2], int(sys.argv[3]), *sys.argv[4:6])
