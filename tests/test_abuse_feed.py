@@ -106,7 +106,10 @@ def test_a_long_poll_flood_slows_no_writer_and_what_is_beyond_its_bounds_is_refu
             during = measure()
             held = (mine.outstanding, theirs.outstanding)
     slower = {k: during[k] / before[k] for k in ("commit", "list+create", "cpu/request")}
-    assert slower["cpu/request"] < 2 and slower["commit"] < 2.5 and slower["list+create"] < 2.5, (
+    # The service's CPU per request is the steady figure; latencies move with whatever else the two cores run (the
+    # suite runs another test file beside this one), so they get a looser bound: a wake-up per waiter per commit
+    # made them 100-200x.
+    assert slower["cpu/request"] < 2 and slower["commit"] < 5 and slower["list+create"] < 5, (
         f"with {sum(held)} long-polls waiting: {during} against {before} before")
     assert held == (PER_CLIENT, IN_ALL - PER_CLIENT)
     assert mine.answered == {429: 800 - PER_CLIENT} and theirs.answered == {503: 100 - (IN_ALL - PER_CLIENT)}

