@@ -15,7 +15,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTim
 from werkzeug.exceptions import NotFound as NoRoute  # werkzeug's: the 404 of a path no route matches
 
 from coordinator.mailbox import COMMITTED
-from coordinator.errors import CoordinatorError, NotFound, from_storage
+from coordinator.errors import CoordinatorError, Forbidden, NotFound, from_storage
 from coordinator.service import Coordinator
 from storage.errors import StorageError
 
@@ -162,6 +162,9 @@ def create_app(coordinator: Coordinator, protocols: Protocols = PROTOCOLS) -> Qu
     @app.errorhandler(CoordinatorError)
     @app.errorhandler(StorageError)
     async def _error(exc: Exception) -> Response:
+        principal = getattr(g._get_current_object(), "principal", None)
+        if isinstance(exc, Forbidden) and principal is not None:
+            await coordinator.authority.hold_refusal(principal)
         return answer_error(exc, request._get_current_object())
 
     # The routes declared to be served without Quart's request machinery (api/direct.py), by endpoint.

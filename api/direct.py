@@ -17,11 +17,13 @@ arrives (over HTTP/2 a body need not announce its length), with what arrived rep
 Nothing of the body is received before the caller is authenticated, and nothing of it is parsed that the route's
 access policy does not read before the caller's grants are checked: a policy that needs only the path is checked
 before the body is received at all; one that reads part of the body (`part`: a commit's table id) gets only that
-part validated. A request that fails before its view runs (its credential and grants, a NUL in its path, its
-body's JSON or model, the blueprint's before-request check) goes to Quart, with what it sent replayed: so every
-such refusal is Quart's own, in the same words and order. What the view raises is answered here by the app's error
-translation, as Quart's error handler would: the view may have handed a commit to its table's actor, which must not
-be done twice.
+part validated. A request refused for its credential or grants before its body is read is answered here, by the
+app's error translation, as Quart answers it (one that floods the service with such requests costs it a fraction
+of a request each). One that fails otherwise before its view runs (a NUL in its path, its body's JSON or model,
+its grants on what the body names, the blueprint's before-request check) goes to Quart, with what it sent
+replayed: so every such refusal is Quart's own, in the same words and order. What the view raises is answered
+here by the app's error translation, as Quart's error handler would: the view may have handed a commit to its
+table's actor, which must not be done twice.
 
 Unlike Quart's, the view here is not cancelled when the client disconnects while it runs: the commit it handed to
 its table's actor goes on either way, and its answer (and log line) is then written to a closed connection.
@@ -45,7 +47,7 @@ from werkzeug.datastructures import ImmutableMultiDict
 from werkzeug.exceptions import HTTPException, InternalServerError
 
 from coordinator.actor import COMMITTED
-from coordinator.errors import CoordinatorError
+from coordinator.errors import CoordinatorError, Forbidden, Unauthorized
 from storage.errors import StorageError
 
 from .access import POLICIES, Needs, caller, refuse_if_nothing_granted
@@ -234,12 +236,15 @@ class DirectRoutes:
     async def serve(self, taken, scope: dict, receive, send) -> None:
         route, rule, req = taken
         started = time.perf_counter()
+        principal = None
         try:   # before anything of the body is received
             principal = self._caller(req)
             if route.part is None:
                 await self._check(route, req, principal, None)
             elif principal is not None:
                 refuse_if_nothing_granted(principal)
+        except (Unauthorized, Forbidden) as exc:
+            return await self._refuse(exc, principal, scope, req, receive, send, started, rule.rule)
         except Exception:  # noqa: BLE001 - refused before the view: Quart refuses it, in its own words and order
             return await self.quart(scope, receive, send)
         received, size, too_large = [], 0, False
@@ -275,6 +280,21 @@ class DirectRoutes:
         except BaseException as exc:  # noqa: BLE001 - as Quart's error handling, which lets trio's Cancelled through
             response = self._error(exc, req)
         await self._answer(send, req, response, request_id, started, rule.rule)
+
+    async def _refuse(self, exc: Exception, principal, scope: dict, req: DirectRequest, receive, send,
+                      started: float, rule: str) -> None:
+        """A request whose credential or grants are refused before its body is read, answered here as Quart answers
+        it (api/app.py `_start`, api/transport.py): a refusal costs a fraction of a request, whoever floods the
+        service with them. An HTTP/1 connection whose request announced a body, left unread, closes after the
+        answer, which says so; what hypercorn still queues for the request is drained."""
+        if isinstance(exc, Forbidden) and principal is not None:
+            await self.coordinator.authority.hold_refusal(principal)
+        response = self.error_answer(exc, req)
+        if scope.get("http_version") in ("1.0", "1.1") and req.headers.get("content-length", "0") != "0":
+            response.headers["Connection"] = "close"
+        COMMITTED.set(None)
+        await self._answer(send, req, response, req.headers.get("x-request-id") or next_request_id(), started, rule)
+        drain_unread(receive)
 
     def _caller(self, req: DirectRequest):
         """The app's before-request checks that need no body: the NUL check, and the caller's credential (None:

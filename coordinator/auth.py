@@ -51,7 +51,7 @@ from urllib.parse import unquote
 import jwt
 
 from .config import ConfigError
-from .errors import Forbidden, InvalidClient, Unauthorized
+from .errors import Forbidden, InvalidClient, TooManyRequests, Unauthorized, Unavailable
 from .throttle import Throttle, source_key
 
 
@@ -88,6 +88,7 @@ ISSUER = "commit-coordinator"
 # Unity Catalog's owner / created_by / updated_by. Without authentication everyone is anonymous.
 CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="anonymous")
 VERIFIED_TOKENS_MAX = 4096  # tokens remembered as verified (see Authority.principal)
+NO_GRANT_REFUSAL_S = 0.1    # a client holding no grant is refused (403) at most ten times a second
 
 
 class Privilege(str, enum.Enum):
@@ -276,15 +277,26 @@ class Authority:
     async def client_credentials(self, client_id: str, secret: str, source: str | None) -> Token:
         """A token for a client that proves its secret (the token endpoint's client_credentials, the console's
         sign-in) in a request from address `source`: throttled (TooManyRequests) and by how many checks wait
-        (Unavailable), see Throttle."""
+        (Unavailable), see Throttle; a refusal is held for an address that asks again too soon (Tarpit)."""
         client = self.config.clients.get(client_id)
         # Verify even for an unknown client so that timing does not tell which ids exist.
         stored = client.secret_hash if client else _dummy_hash()
-        ok = await self._throttle.check(client.id if client else None, source_key(source), verify_secret, secret,
-                                        stored)
+        known, source = client.id if client else None, source_key(source)
+        try:
+            ok = await self._throttle.check(known, source, verify_secret, secret, stored)
+        except (TooManyRequests, Unavailable) as refusal:   # answered no faster than it says to ask again
+            await self._throttle.tarpit.hold((source, known), refusal.retry_after_s)
+            raise
         if client is None or not ok:
             raise InvalidClient("invalid client id or secret")
         return self._issue(client.id, auth_time=int(time.time()))
+
+    async def hold_refusal(self, principal: Principal) -> None:
+        """Before a 403 to `principal`: one that holds no grant at all is refused whatever it asks, so it is no
+        client doing work, and its refusals are answered at most one per NO_GRANT_REFUSAL_S, however many
+        connections it asks on (Tarpit): a flood of them costs the service sleeping tasks, not answers."""
+        if not principal.grants:
+            await self._throttle.tarpit.hold(("no grant", principal.name), NO_GRANT_REFUSAL_S)
 
     def exchange(self, subject_token: str) -> Token:
         """RFC 8693 token exchange, how clients refresh: a fresh token for the same client, expiring no later than

@@ -1,14 +1,19 @@
 """The throttle of the public token endpoints' secret checks (api/oauth.py, Authority.client_credentials): who may
-spend a check, how many wait, and on which hashing thread."""
+spend a check, how many wait, and on which hashing thread; and the tarpit that answers its refusals no faster than
+they say to ask again."""
 
 from __future__ import annotations
 
 import ipaddress
 import math
+import os
+import threading
 import time
 from typing import Any, Callable
 
 import trio
+
+from storage.worker import WorkerThread
 
 from .errors import TooManyRequests, Unavailable
 
@@ -29,10 +34,10 @@ class Throttle:
     - its address has proven this id's secret in the last PROVEN_S, and failed for it as often as one address may:
       for a client that signed in from an address before, only failures from that very address count.
 
-    At most `queue_max` checks wait for the two hashing threads or run; requests from addresses that have not
-    proven the id they name take at most three quarters of those places, and unknown ids one quarter, and they hash
-    on one of the two threads at a time, so that clients signing in again from where they did before always find
-    room and a free thread. Beyond that: Unavailable.
+    At most `queue_max` checks wait for the two hashing threads (HashingThreads, at the lowest CPU priority) or
+    run; requests from addresses that have not proven the id they name take at most three quarters of those
+    places, and unknown ids one quarter, and they hash on one of the two threads at a time, so that clients signing
+    in again from where they did before always find room and a free thread. Beyond that: Unavailable.
 
     Unknown ids are checked against a dummy hash (Authority.client_credentials), so a check takes as long whether
     or not the id exists. (Client ids are not secret: while many unknown ids are refused, a configured one still
@@ -55,11 +60,12 @@ class Throttle:
                                      failures_burst * self.ID_FAILURES_SCALE)  # by id (None: every unknown one)
         self._pair_failures = _Buckets(failures_per_s, failures_burst)    # by (id, address) that proved it
         self._proven: dict[tuple[str, str], float] = {}   # (id, address) -> when it last proved the id's secret
-        self._hashing = trio.CapacityLimiter(self.THREADS)
+        self._hashing = HashingThreads(self.THREADS)
         # Checks from addresses that have not proven the id they name hash on one thread at a time: the other
         # stays free for clients signing in again, however many of those wait.
         self._unproven_hashing = trio.CapacityLimiter(1)
         self._checking = {"anonymous": 0, "unproven": 0, "proven": 0}   # checks waiting or running, by kind
+        self.tarpit = Tarpit()
 
     async def check(self, client_id: str | None, source: str, verify: Callable[..., bool], *args: Any) -> bool:
         """`verify(*args)` on a hashing thread, if the rules admit it; `client_id` None for an id the auth file does
@@ -87,10 +93,10 @@ class Throttle:
         self._checking[kind] += 1
         try:
             if proven:
-                ok = await trio.to_thread.run_sync(verify, *args, limiter=self._hashing)
+                ok = await self._hashing.run(verify, *args)
             else:
                 async with self._unproven_hashing:
-                    ok = await trio.to_thread.run_sync(verify, *args, limiter=self._hashing)
+                    ok = await self._hashing.run(verify, *args)
         finally:
             self._checking[kind] -= 1
         if ok and client_id is not None:
@@ -111,6 +117,62 @@ class Throttle:
         if kind != "proven" and c["anonymous"] + c["unproven"] >= max(1, q * 3 // 4):
             return False
         return kind != "anonymous" or c["anonymous"] < max(1, q // 4)
+
+
+class HashingThreads:
+    """The secret checks' threads (storage/worker.py's), `count` of them, each check at the lowest CPU priority
+    (nice 19): a check takes the CPU that the event loop and the service's other threads leave, so that a burst of
+    checks (each ~50 ms of a core, on purpose) does not slow the requests served meanwhile; on a busy machine the
+    checks wait instead."""
+
+    def __init__(self, count: int) -> None:
+        self._places = trio.CapacityLimiter(count)
+        self._free = [WorkerThread(f"secret-check-{i}") for i in range(count)]
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` on a free thread, once one is free; not cancelled once begun."""
+        async with self._places:
+            thread = self._free.pop()
+            try:
+                return await thread.run_sync(_at_lowest_priority, fn, *args)
+            finally:
+                self._free.append(thread)
+
+
+def _at_lowest_priority(fn: Callable[..., Any], *args: Any) -> Any:
+    # Linux keeps a nice value per thread: this thread's only, which does nothing but checks.
+    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    return fn(*args)
+
+
+class Tarpit:
+    """Answers the throttle's refusals ("later": 429 or 503, with Retry-After) to who asks (Authority: a client id
+    at an address, every unknown id one) no faster than they tell it to ask again. A refusal to one that asks again
+    before the Retry-After it was last given is held until then; each refusal moves its next one on by its own
+    Retry-After, however many connections it asks on.
+
+    A refused request costs the service a whole request's work (connection, parsing, routing, the answer): an
+    attacker that asks again the moment it is answered, on many connections, from many addresses, would keep the
+    event loop busy answering refusals, and every other client's requests would wait behind them. Held, it costs
+    nothing (a sleeping task) and asks again only when it is answered. A client that waits as it is told is never
+    held, and neither is anyone at another address. At most HOLD_MAX_S: beyond that the address's line does not
+    grow, so that its connections are each answered at least that often."""
+
+    HOLD_MAX_S = 10.0
+
+    def __init__(self) -> None:
+        self._next: dict[Any, float] = {}   # who asks -> when its next refusal may be answered (trio's clock)
+
+    async def hold(self, source: Any, retry_after_s: float) -> None:
+        """Wait until the refusal of a request from `source`, saying Retry-After `retry_after_s`, may be answered."""
+        now = trio.current_time()
+        due = max(now, self._next.pop(source, now))
+        wait = due - now
+        self._next[source] = due + retry_after_s if wait < self.HOLD_MAX_S else due   # the most recent: last
+        if len(self._next) > Throttle.BUCKETS_MAX:
+            del self._next[next(iter(self._next))]
+        if wait > 0:
+            await trio.sleep(min(wait, self.HOLD_MAX_S))
 
 
 class _Buckets:

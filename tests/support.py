@@ -148,6 +148,18 @@ def write_auth_file(path: Path, clients: dict[str, tuple[str, list[tuple[str, li
     return path
 
 
+def commits_in(http: httpx.Client, path: str, seconds: float) -> int:
+    """How many commits a writer makes to Iceberg table `path`, one after another, in `seconds` (each must be
+    answered 200)."""
+    commits, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        r = http.post(path, json={"requirements": [], "updates": [
+            {"action": "set-properties", "updates": {"commit": str(commits)}}]})
+        assert r.status_code == 200, r.text
+        commits += 1
+    return commits
+
+
 def fetch_token(base_url: str, client_id: str, secret: str) -> str:
     r = httpx.post(f"{base_url}/v1/oauth/tokens", data={"grant_type": "client_credentials", "client_id": client_id,
                                                         "client_secret": secret, "scope": "catalog"}, timeout=30)

@@ -342,9 +342,10 @@ def test_token_requests_are_throttled_per_client_with_a_bounded_queue(auth, conf
     assert httpx.post(url, data=admin).status_code == 200
     guesses = [httpx.post(url, data={**admin, "client_secret": f"g{i}"}).status_code for i in range(3)]
     assert guesses == [401, 401, 429], guesses
-    # the console's sign-in checks the same secrets, under the same limits
+    # the console's sign-in checks the same secrets, under the same limits (asked before the Retry-After etl was
+    # given, its refusal is held, for at most 10 s)
     r = httpx.post(f"{base}/ui/login", data={"client_id": "etl", "client_secret": "etl-secret"},
-                   headers={"Origin": base})
+                   headers={"Origin": base}, timeout=30)
     assert r.status_code == 200 and "too many" in r.text
 
 

@@ -4,11 +4,14 @@ tests/test_abuse_token_throttle.py.)"""
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 import trio
 import trio.testing
 
-from coordinator.throttle import Throttle, source_key
+from coordinator.throttle import Tarpit, Throttle, source_key
 from coordinator.errors import TooManyRequests, Unavailable
 
 RIGHT, WRONG = "right", "wrong"
@@ -76,11 +79,11 @@ async def test_unknown_ids_share_one_bucket_of_failures():
 async def test_unproven_requests_take_a_share_of_the_queue_and_one_thread(kind, room):
     t = throttle(failures_burst=1000)
     assert await ask(t, "ci", "10.0.0.7", RIGHT) == "ok"   # signed in before
-    release = trio.Event()
+    release = threading.Event()
     refused: list[int] = []
 
     def stuck(secret: str) -> bool:
-        trio.from_thread.run(release.wait)
+        release.wait()
         return secret == RIGHT
 
     async def flood(i: int) -> None:
@@ -97,6 +100,37 @@ async def test_unproven_requests_take_a_share_of_the_queue_and_one_thread(kind, 
         with trio.fail_after(5):
             assert await ask(t, "ci", "10.0.0.7", RIGHT) == "ok"
         release.set()
+
+
+async def test_secrets_are_checked_at_the_lowest_cpu_priority():
+    """So that a burst of checks (scrypt, ~50 ms of a core each) takes only the CPU that requests leave."""
+    def priority(_: str) -> bool:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == 19
+    assert await throttle().check("etl", "10.0.0.1", priority, RIGHT)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == 0   # the event loop's is untouched
+
+
+async def answered_at(tarpit: Tarpit, source: str, retry_after_s: float) -> float:
+    await tarpit.hold(source, retry_after_s)
+    return trio.current_time()
+
+
+async def test_the_tarpit_answers_refusals_no_faster_than_they_say_to_ask_again(autojump_clock):
+    tarpit, start = Tarpit(), trio.current_time()
+    assert await answered_at(tarpit, "10.0.0.9", 5) == start            # the first refusal: at once
+    assert await answered_at(tarpit, "10.0.0.9", 5) == start + 5        # asked again at once: when it was told
+    assert await answered_at(tarpit, "10.0.0.1", 5) == start + 5        # another address is not held
+    await trio.sleep(5)
+    assert await answered_at(tarpit, "10.0.0.9", 5) == start + 10       # it waited as told: not held
+    # on many connections at once: one answer per Retry-After, each connection held at most HOLD_MAX_S (10 s)
+    answers: list[float] = []
+
+    async def ask_again() -> None:
+        answers.append(await answered_at(tarpit, "10.0.0.9", 2) - start - 10)
+    async with trio.open_nursery() as nursery:
+        for _ in range(10):
+            nursery.start_soon(ask_again)
+    assert sorted(answers) == [5, 7, 9] + [Tarpit.HOLD_MAX_S] * 7, answers
 
 
 def test_failures_are_counted_by_address_and_ipv6_by_its_64():
