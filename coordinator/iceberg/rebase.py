@@ -388,8 +388,8 @@ def _read_for_rebase_sync(files, needed: RebaseNeeded, before: ReadLists | None)
     for path in needed.lists:
         if path not in read:
             try:
-                manifests = tuple(read_manifest_list(path, _read(files, path, needed.location, "manifest list"),
-                                                     MAX_LIST_MANIFESTS))
+                manifests = tuple(read_manifest_list(path, _read(files, path, needed.location, "manifest list",
+                                                                 checked=True), MAX_LIST_MANIFESTS))
             except (BadRequest, NotAvro, TooManyManifests) as exc:   # the table's history, not this request: 409
                 raise _not_rebased(conflict, f"cannot read the manifest list {path}: {exc}") from None
             lists = (*lists, (path, manifests))
@@ -400,8 +400,8 @@ def _own_manifests(files, needed: RebaseNeeded, conflict: CommitConflict
                    ) -> tuple[tuple[Manifest, ...], frozenset[str], tuple[int, int] | None]:
     path = needed.manifest_list
     try:
-        listed_own, others = split_manifest_list(path, _read(files, path, needed.location, "manifest list"),
-                                                 needed.snapshot_id, MAX_LIST_MANIFESTS)
+        listed_own, others = split_manifest_list(path, _read(files, path, needed.location, "manifest list",
+                                                             checked=True), needed.snapshot_id, MAX_LIST_MANIFESTS)
     except NotAvro as exc:
         raise BadRequest(f"cannot rebase snapshot {needed.snapshot_id}: {exc}") from None
     except TooManyManifests as exc:
@@ -432,9 +432,11 @@ def _own_manifests(files, needed: RebaseNeeded, conflict: CommitConflict
     return tuple(own), frozenset(others), (min(written), max(written)) if written else None
 
 
-def _read(files, path: str, location: str, what: str) -> bytes:
-    """A file the rebase reads: below the table's location, a regular file reached without a link, bounded."""
-    if not is_below(location, path):
+def _read(files, path: str, location: str, what: str, *, checked: bool = False) -> bytes:
+    """A file the rebase reads: below the table's location, a regular file reached without a link, bounded.
+    `checked`: a path `rebase` found below `location` before it raised the RebaseNeeded that named it (its
+    manifest list and the lists it asks for; a commit's own manifests are checked here)."""
+    if not checked and not is_below(location, path):
         raise BadRequest(f"the {what} {path} is not within the table's location {location}: a rebase reads only "
                          f"the table's own files")
     try:
