@@ -37,7 +37,7 @@ from .runner import run
 
 CONFIGS = (("8x1", True), ("1x8", True), ("1x32", True), ("1x8", False))
 COLUMNS = ("scenario", "commits/s", "x 8x1", "p50 ms", "p99 ms", "p99 x 8x1", "rebased %", "409s", "gave up",
-           "server CPU ms/commit", "CPU x 8x1", "loadgen CPU %")
+           "requests/commit", "server CPU ms/commit", "CPU x 8x1", "loadgen CPU %")
 
 
 async def rebased_total(base: str) -> float:
@@ -72,6 +72,7 @@ def measure(base: str, pids: list[int], pg_pid: int | None, cfg: str, rebase: bo
     return {**extra, "scenario": cfg + ("" if rebase else ", rebasing off"), "commits_per_s": result.commits_per_s,
             "p50_ms": result.p50_ms, "p99_ms": result.p99_ms, "commits": result.commits, "rebased": rebased,
             "conflicts": result.conflicts, "gave_up": result.gave_up, "errors": result.errors,
+            "requests": result.requests,
             "server_cpu_ms_per_commit": result.server_cpu_ms_per_commit, "loadgen_cpu_pct": result.loadgen_cpu_pct,
             "error_samples": result.error_samples[:3]}
 
@@ -81,7 +82,7 @@ def summarize(runs: list[dict]) -> dict:
     out = dict(runs[0])
     for key in ("commits_per_s", "p50_ms", "p99_ms", "server_cpu_ms_per_commit", "loadgen_cpu_pct"):
         out[key] = round(statistics.median(r[key] for r in runs), 3)
-    for key in ("commits", "rebased", "conflicts", "gave_up", "errors"):
+    for key in ("commits", "rebased", "conflicts", "gave_up", "errors", "requests"):
         out[key] = sum(r[key] for r in runs)
     return out
 
@@ -93,6 +94,7 @@ def table(rows: list[dict]) -> str:
         cells = [r["scenario"], f"{r['commits_per_s']:.1f}", f"{r['commits_per_s'] / base['commits_per_s']:.2f}x",
                  f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}", f"{r['p99_ms'] / base['p99_ms']:.2f}x",
                  f"{100 * r['rebased'] / max(r['commits'], 1):.0f}", str(r["conflicts"]), str(r["gave_up"]),
+                 f"{r['requests'] / max(r['commits'], 1):.3f}",
                  f"{r['server_cpu_ms_per_commit']:.3f}",
                  f"{r['server_cpu_ms_per_commit'] / base['server_cpu_ms_per_commit']:.2f}x",
                  f"{r['loadgen_cpu_pct']:.0f}"]
