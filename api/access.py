@@ -117,6 +117,13 @@ def refuse_if_nothing_granted(principal) -> None:
         raise Forbidden(f"{principal.name} holds no grant")
 
 
+async def before_refusal(authority, exc: Exception, principal) -> None:
+    """Before `exc` is answered (by Quart's error handler or a direct route): a 403 to a caller that holds no grant
+    at all waits its turn (`Authority.hold_refusal`), so that a flood of them is answered a few a second."""
+    if isinstance(exc, Forbidden) and principal is not None:
+        await authority.hold_refusal(principal)
+
+
 def caller(authority, req, key_header: str | None):
     """The principal `req`'s credential names (it becomes the CALLER); Unauthorized if it names none.
     `key_header`: the header besides Authorization that the path's protocol takes a token in, if any."""

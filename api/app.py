@@ -15,12 +15,12 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTim
 from werkzeug.exceptions import NotFound as NoRoute  # werkzeug's: the 404 of a path no route matches
 
 from coordinator.mailbox import COMMITTED
-from coordinator.errors import CoordinatorError, Forbidden, NotFound, from_storage
+from coordinator.errors import CoordinatorError, NotFound, from_storage
 from coordinator.service import Coordinator
 from storage.errors import StorageError
 
 from . import commits, console, events, maintenance, oauth, warehouses
-from .access import challenge, enforce, public
+from .access import before_refusal, challenge, enforce, public
 from .common import body_timeout, framework_error_message, json_response, refuse_nul
 from .direct import DirectRoutes, served
 from .protocol import COORDINATOR, SERVICE, Protocols
@@ -162,9 +162,7 @@ def create_app(coordinator: Coordinator, protocols: Protocols = PROTOCOLS) -> Qu
     @app.errorhandler(CoordinatorError)
     @app.errorhandler(StorageError)
     async def _error(exc: Exception) -> Response:
-        principal = getattr(g._get_current_object(), "principal", None)
-        if isinstance(exc, Forbidden) and principal is not None:
-            await coordinator.authority.hold_refusal(principal)
+        await before_refusal(coordinator.authority, exc, getattr(g._get_current_object(), "principal", None))
         return answer_error(exc, request._get_current_object())
 
     # The routes declared to be served without Quart's request machinery (api/direct.py), by endpoint.

@@ -50,7 +50,7 @@ from coordinator.actor import COMMITTED
 from coordinator.errors import CoordinatorError, Forbidden, Unauthorized
 from storage.errors import StorageError
 
-from .access import POLICIES, Needs, caller, refuse_if_nothing_granted
+from .access import POLICIES, Needs, before_refusal, caller, refuse_if_nothing_granted
 from .common import body_json, body_timeout, refuse_nul
 from .request_log import next_request_id
 from .context import current_coordinator
@@ -287,8 +287,7 @@ class DirectRoutes:
         it (api/app.py `_start`, api/transport.py): a refusal costs a fraction of a request, whoever floods the
         service with them. An HTTP/1 connection whose request announced a body, left unread, closes after the
         answer, which says so; what hypercorn still queues for the request is drained."""
-        if isinstance(exc, Forbidden) and principal is not None:
-            await self.coordinator.authority.hold_refusal(principal)
+        await before_refusal(self.coordinator.authority, exc, principal)
         response = self.error_answer(exc, req)
         if scope.get("http_version") in ("1.0", "1.1") and req.headers.get("content-length", "0") != "0":
             response.headers["Connection"] = "close"
