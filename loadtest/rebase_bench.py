@@ -172,6 +172,8 @@ def main() -> None:
         print()
         print(stages.table(profiled))
         print()
+        print(stages.thread_table(profiled))
+        print()
         print(stages.top_functions(profiled[next(k for k in profiled if k.startswith("1x8"))]))
 
 

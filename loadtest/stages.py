@@ -201,6 +201,7 @@ class Breakdown:
     samples: int
     operations: int
     functions: dict[str, Counter]
+    threads: dict[str, tuple[float, float]] = field(default_factory=dict)   # name: (user, system) ms per operation
 
     @property
     def total_ms(self) -> float:
@@ -211,6 +212,7 @@ def breakdown(samples: Samples, before: dict[int, tuple[float, float]], after: d
               pid: int, operations: int) -> Breakdown:
     """Each thread's CPU over the window, shared out over its stages (module docstring), per operation."""
     ms: Counter[str] = Counter()
+    threads: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     accounted = 0.0
     for tid, (user, system) in after.items():
         if tid == 0:
@@ -219,6 +221,9 @@ def breakdown(samples: Samples, before: dict[int, tuple[float, float]], after: d
         user, system = user - user0, system - system0
         accounted += user + system
         name = samples.names.get(tid, "")
+        kind = threads[(name or ("MainThread" if tid == pid else "unnamed")).rstrip("0123456789-").rstrip()]
+        kind[0] += user * 1000
+        kind[1] += system * 1000
         by_stage = samples.stages.get(tid)
         if tid == pid:   # the event loop's thread: its system time is its own row
             ms[KERNEL] += system * 1000
@@ -235,9 +240,10 @@ def breakdown(samples: Samples, before: dict[int, tuple[float, float]], after: d
     # its live threads'.
     total = sum(after[0]) - sum(before.get(0, (0.0, 0.0)))
     ms[FILES] += max(total - accounted, 0.0) * 1000
+    threads["(threads that ended)"][0] += max(total - accounted, 0.0) * 1000
     per = max(operations, 1)
     return Breakdown({s: v / per for s, v in ms.items()}, sum(sum(c.values()) for c in samples.stages.values()),
-                     operations, samples.functions)
+                     operations, samples.functions, {k: (u / per, y / per) for k, (u, y) in threads.items()})
 
 
 class Recording:
@@ -262,11 +268,16 @@ def summed(parts: list[Breakdown]) -> Breakdown:
         return parts[0]
     ms: Counter[str] = Counter()
     functions: dict[str, Counter] = {}
+    threads: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for part in parts:
         ms.update(part.ms)
         for stage, counts in part.functions.items():
             functions.setdefault(stage, Counter()).update(counts)
-    return Breakdown(dict(ms), sum(p.samples for p in parts), parts[0].operations, functions)
+        for name, (user, system) in part.threads.items():
+            threads[name][0] += user
+            threads[name][1] += system
+    return Breakdown(dict(ms), sum(p.samples for p in parts), parts[0].operations, functions,
+                     {k: (u, y) for k, (u, y) in threads.items()})
 
 
 def table(columns: dict[str, Breakdown]) -> str:
@@ -281,6 +292,17 @@ def table(columns: dict[str, Breakdown]) -> str:
         rows.append(f"| {stage} | " + " | ".join(cells) + " |")
     rows.append("| **total** | " + " | ".join(f"**{b.total_ms:.3f}**" for b in columns.values()) + " |")
     rows.append("| py-spy samples | " + " | ".join(str(b.samples) for b in columns.values()) + " |")
+    return "\n".join(rows)
+
+
+def thread_table(columns: dict[str, Breakdown]) -> str:
+    """Each kind of thread's CPU per operation (threads by name, numbers dropped: `file-reads-0`, `-1` as one),
+    user and system: the system time of file threads is their reads, writes and fsyncs."""
+    names = sorted({n for b in columns.values() for n in b.threads})
+    rows = ["| thread (user + system ms) | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    for n in names:
+        cells = [f"{u:.3f} + {y:.3f}" for u, y in (b.threads.get(n, (0.0, 0.0)) for b in columns.values())]
+        rows.append(f"| {n} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 

@@ -56,6 +56,10 @@ def test_the_stages_add_up_to_the_measured_cpu(tmp_path):
     assert b.ms[stages.HTTP] == pytest.approx(5.0 * 30 / 55)                   # its user time, by its samples
     assert b.ms[stages.DB] == pytest.approx(3.0)
     assert b.ms[stages.FILES] == pytest.approx(3.0 + 2.0)                      # the worker, and the ended thread
+    assert {name: pytest.approx(cpu) for name, cpu in b.threads.items()} == {   # by kind of thread, user + system
+        "MainThread": (5.0, 2.0), "storage-asyncio": (2.0, 1.0), "Trio thread": (1.0, 2.0),
+        "(threads that ended)": (2.0, 0.0)}
+    assert "| Trio thread | 1.000 + 2.000 |" in stages.thread_table({"service": b})
 
 
 def test_the_table_shows_every_stage_with_cpu_and_the_total(tmp_path):
