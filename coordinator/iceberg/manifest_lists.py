@@ -32,6 +32,7 @@ from pyiceberg.io import InputFile, OutputFile
 from pyiceberg.manifest import (MANIFEST_ENTRY_SCHEMAS, MANIFEST_LIST_FILE_SCHEMAS, UNASSIGNED_SEQ, DataFile,
                                 DataFileContent, FileFormat, ManifestContent, ManifestEntry, ManifestEntryStatus,
                                 ManifestFile, PartitionFieldSummary)
+from pyiceberg.typedef import StructProtocol
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
 # What of pyiceberg 0.12 this module leans on beyond its public API (see _AvroFile, _ListWriter): checked here, so a
@@ -238,7 +239,23 @@ class _ListWriter(AvroOutputFile):
         _header_writer().write(self.encoder, AvroFileHeader(avro_file.MAGIC, meta, self.sync_bytes))
 
 
-def as_manifest(record: ManifestFile) -> Manifest:
+class _Fields(list):
+    """A record as pyiceberg's Avro reader fills it, field by position: a list, whose item assignment is C, where
+    pyiceberg's own records (`ManifestFile`, `PartitionFieldSummary`) take a Python call per field, a quarter of
+    decoding a manifest list. Only this module reads them, by the positions of v3's `manifest_file`
+    (`Manifest`'s field order); `content` stays the spec's int."""
+
+    __slots__ = ()
+
+    def __init__(self, *values: Any):   # (how the reader makes a record: one argument per field)
+        super().__init__(values)
+
+
+StructProtocol.register(_Fields)
+_PATH, _ADDED_SNAPSHOT_ID = Manifest._fields.index("path"), Manifest._fields.index("added_snapshot_id")
+
+
+def as_manifest(record: ManifestFile | _Fields) -> Manifest:
     values = [record[i] for i in range(len(record))]
     values += [None] * (len(Manifest._fields) - len(values))
     partitions = values[13]
@@ -254,13 +271,12 @@ def as_manifest_file(m: Manifest, format_version: int = 3) -> ManifestFile:
     return ManifestFile(*values, *([m.first_row_id] if format_version >= 3 else []))
 
 
-def _records(location: str, data: bytes, limit: int | None) -> list[ManifestFile]:
-    """A manifest list's entries as pyiceberg's records, read with v3's schema (`first_row_id` None before v3)."""
-    out: list[ManifestFile] = []
+def _records(location: str, data: bytes, limit: int | None) -> list[_Fields]:
+    """A manifest list's entries, read with v3's schema (`first_row_id` None before v3)."""
+    out: list[_Fields] = []
     try:
         with _AvroFile(_Bytes(location, data), MANIFEST_LIST_FILE_SCHEMAS[3],
-                       read_types={-1: ManifestFile, 508: PartitionFieldSummary},
-                       read_enums={517: ManifestContent}) as reader:
+                       read_types={-1: _Fields, 508: _Fields}) as reader:
             for record in reader:
                 if limit is not None and len(out) >= limit:
                     raise TooManyManifests(f"{location} lists more than {limit} manifests: rewrite the table's "
@@ -284,10 +300,10 @@ def split_manifest_list(location: str, data: bytes, snapshot_id: int, limit: int
     only compared, so not converted: a third of reading a long list)."""
     own, others = [], []
     for record in _records(location, data, limit):
-        if record.added_snapshot_id == snapshot_id:
+        if record[_ADDED_SNAPSHOT_ID] == snapshot_id:
             own.append(as_manifest(record))
         else:
-            others.append(record.manifest_path)
+            others.append(record[_PATH])
     return own, others
 
 
