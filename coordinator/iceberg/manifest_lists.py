@@ -162,7 +162,9 @@ class _AvroFile(AvroFile):
             self.decoder = new_decoder(f.read())
         self.header = self._read_header()
         text = self.header.meta.get(avro_file._SCHEMA_KEY)
-        key = (text, id(self.read_schema))
+        # (what the reader makes is the read schema's and the types' and enums' it was given: the module's
+        # constants, so their ids name them)
+        key = (text, id(self.read_schema), id(self.read_types), id(self.read_enums))
         with _READERS_LOCK:
             hit = _READERS.get(key)
             if hit is not None:
@@ -253,6 +255,9 @@ class _Fields(list):
 
 StructProtocol.register(_Fields)
 _PATH, _ADDED_SNAPSHOT_ID = Manifest._fields.index("path"), Manifest._fields.index("added_snapshot_id")
+_LIST_TYPES = {-1: _Fields, 508: _Fields}   # a manifest_file and its partition field summaries
+_ENTRY_TYPES = {-1: ManifestEntry, 2: DataFile}
+_ENTRY_ENUMS = {0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}
 
 
 def as_manifest(record: ManifestFile | _Fields) -> Manifest:
@@ -276,7 +281,7 @@ def _records(location: str, data: bytes, limit: int | None) -> list[_Fields]:
     out: list[_Fields] = []
     try:
         with _AvroFile(_Bytes(location, data), MANIFEST_LIST_FILE_SCHEMAS[3],
-                       read_types={-1: _Fields, 508: _Fields}) as reader:
+                       read_types=_LIST_TYPES) as reader:
             for record in reader:
                 if limit is not None and len(out) >= limit:
                     raise TooManyManifests(f"{location} lists more than {limit} manifests: rewrite the table's "
@@ -312,8 +317,7 @@ def read_manifest_entries(location: str, data: bytes) -> list[ManifestEntry]:
     `ManifestFile.fetch_manifest_entry`): what the rebase checks is what the file itself says."""
     try:
         with _AvroFile(_Bytes(location, data), MANIFEST_ENTRY_SCHEMAS[2],
-                       read_types={-1: ManifestEntry, 2: DataFile},
-                       read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}) as reader:
+                       read_types=_ENTRY_TYPES, read_enums=_ENTRY_ENUMS) as reader:
             return list(reader)
     except Exception as exc:  # noqa: BLE001 - as above
         raise NotAvro(f"{location} is not an Avro manifest ({type(exc).__name__}: {exc})"[:500]) from None
