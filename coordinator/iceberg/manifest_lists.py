@@ -162,9 +162,9 @@ class _AvroFile(AvroFile):
             self.decoder = new_decoder(f.read())
         self.header = self._read_header()
         text = self.header.meta.get(avro_file._SCHEMA_KEY)
-        # (what the reader makes is the read schema's and the types' and enums' it was given: the module's
-        # constants, so their ids name them)
-        key = (text, id(self.read_schema), id(self.read_types), id(self.read_enums))
+        # (a reader builds the records of the types and enums it was resolved with: named by value, since an id
+        # of a dict that was freed can name another one later)
+        key = (text, id(self.read_schema), tuple(self.read_types.items()), tuple(self.read_enums.items()))
         with _READERS_LOCK:
             hit = _READERS.get(key)
             if hit is not None:
